@@ -5,11 +5,14 @@ folder importable as ``comfyui_headroom``. Nothing here imports ComfyUI at impor
 command line (``python -m comfyui_headroom``) and ``memory/`` work without a host.
 """
 
-from .nodes import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
-from .version import __version__
-
 # The only frontend registration: served at /extensions/<folder name>/ (no [tool.comfy] web, which
 # would load the same scripts a second time under the project name).
 WEB_DIRECTORY = "./js"
+
+# ComfyUI and pip import this file as a package. pytest also imports it on its own when it collects
+# the checkout as a test package; with no parent package there is nothing to register.
+if __package__:
+    from .nodes import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
+    from .version import __version__
 
 __all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS", "WEB_DIRECTORY", "__version__"]
