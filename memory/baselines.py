@@ -1,0 +1,130 @@
+"""Other policies priced in the planner's cost model, for comparison.
+
+- ``comfyui_reactive``: ComfyUI 0.3.64's model management as coded in comfy/model_management.py
+  (research/host-comfyui.md): a model is loaded when a node needs it (``load_models_gpu``), room is
+  made by ``free_memory(required * 1.1 + extra)`` evicting partially offloaded models first, then the
+  smallest (reference counts are not predictable from a workflow and count as equal), with partial
+  unloads of just the shortfall; what does not fit is loaded "lowvram": the budget
+  ``max(128 MB, free - minimum_memory_required, min(0.4 * free, free - minimum_inference))`` of
+  weights stays resident and the rest is cast per operation from pageable RAM at every evaluation.
+  Offloading copies weights back to RAM. Weights come from disk into RAM at the first use.
+- ``model_offload``: diffusers' ``enable_model_cpu_offload``: each model moves whole to the GPU before
+  it runs and back to RAM when the next one runs; a model that does not fit is out of memory.
+- ``lower_bound``: no policy does better: every component is read from disk once, and what exceeds
+  VRAM at a step is streamed again at the pinned rate for every evaluation after the first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .costmodel import Budget, Hardware
+from .workload import Workload
+
+MB = 2**20
+MIN_INFERENCE = 800 * MB  # model_management.minimum_inference_memory(): 0.8 GiB + the extra reserve
+LOWVRAM_MIN_WEIGHTS = 128 * MB
+MIN_WEIGHT_MEMORY_RATIO = 0.4
+
+
+@dataclass
+class Outcome:
+    policy: str
+    transfer_s: float
+    wall_s: float
+    oom_step: str | None = None  # the node where this policy runs out of VRAM
+    ram_peak: int = 0
+    per_step_s: list[float] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        return self.oom_step is None
+
+
+def comfyui_reactive(w: Workload, budget: Budget, hw: Hardware) -> Outcome:
+    loaded: dict[str, int] = {}  # component -> bytes on the GPU
+    in_ram: set[str] = set()
+    order: list[str] = []  # most recently loaded first, as current_loaded_models
+    out = Outcome("comfyui", 0.0, 0.0)
+    for step in w.steps:
+        seconds = 0.0
+        used = [w.component(c) for c in step.uses]
+        for c in used:
+            if c.id not in in_ram:
+                in_ram.add(c.id)
+                seconds += c.bytes / hw.disk
+        minimum_required = max(MIN_INFERENCE, step.activation)
+        need = 1.1 * sum(c.bytes - loaded.get(c.id, 0) for c in used) + minimum_required
+        free = budget.vram - sum(loaded.values())
+        if free < need:  # free_memory: offloaded-first, then smallest, partial unloads of the shortfall
+            victims = [w.component(cid) for cid in order if cid not in step.uses and loaded.get(cid)]
+            victims.sort(key=lambda c: (-(c.bytes - loaded[c.id]), c.bytes))
+            for c in victims:
+                if free >= need:
+                    break
+                drop = min(loaded[c.id], int(need - free))
+                loaded[c.id] -= drop
+                free += drop
+                seconds += drop / hw.d2h
+                if not loaded[c.id]:
+                    del loaded[c.id]
+        for c in used:
+            free = budget.vram - sum(v for k, v in loaded.items() if k != c.id)
+            if free - minimum_required >= c.bytes:
+                resident = c.bytes
+            else:
+                ratio_room = min(MIN_WEIGHT_MEMORY_RATIO * free, free - MIN_INFERENCE)
+                resident = min(c.bytes, int(max(LOWVRAM_MIN_WEIGHTS, free - minimum_required, ratio_room)))
+            if resident + step.activation > free and out.oom_step is None:
+                out.oom_step = f"node {step.node_id} ({step.label})"
+            seconds += max(0, resident - loaded.get(c.id, 0)) / hw.h2d_pageable
+            seconds += step.evaluations * (c.bytes - resident) / hw.h2d_pageable
+            loaded[c.id] = resident
+            if c.id in order:
+                order.remove(c.id)
+            order.insert(0, c.id)
+        out.ram_peak = max(out.ram_peak, sum(w.component(c).bytes for c in in_ram))
+        out.per_step_s.append(seconds)
+        out.transfer_s += seconds
+        out.wall_s += seconds + step.compute_s  # per-op casts are synchronous: no overlap
+    return out
+
+
+def model_offload(w: Workload, budget: Budget, hw: Hardware) -> Outcome:
+    out = Outcome("model_offload", 0.0, 0.0)
+    in_ram: set[str] = set()
+    on_gpu: set[str] = set()
+    for step in w.steps:
+        seconds = 0.0
+        for cid in sorted(on_gpu - set(step.uses)) if step.uses else ():
+            seconds += w.component(cid).bytes / hw.d2h
+            on_gpu.discard(cid)
+        for c in (w.component(cid) for cid in step.uses):
+            if c.id not in in_ram:
+                in_ram.add(c.id)
+                seconds += c.bytes / hw.disk
+            if c.id not in on_gpu:
+                seconds += c.bytes / hw.h2d_pageable
+                on_gpu.add(c.id)
+        if sum(w.component(c).bytes for c in on_gpu) + step.activation > budget.vram and out.oom_step is None:
+            out.oom_step = f"node {step.node_id} ({step.label})"
+        out.ram_peak = max(out.ram_peak, sum(w.component(c).bytes for c in in_ram))
+        out.per_step_s.append(seconds)
+        out.transfer_s += seconds
+        out.wall_s += seconds + step.compute_s
+    return out
+
+
+def lower_bound(w: Workload, budget: Budget, hw: Hardware) -> Outcome:
+    used = {c for step in w.steps for c in step.uses}
+    seconds = sum(w.component(c).bytes / hw.disk for c in used)  # a direct load from the file, at the least
+    compute = 0.0
+    for step in w.steps:
+        excess = sum(w.component(c).bytes for c in step.uses) + step.activation - budget.vram
+        stream = max(0, step.evaluations - 1) * max(0, excess) / hw.h2d_pinned
+        seconds += stream
+        compute += max(step.compute_s, stream)
+    return Outcome("lower_bound", seconds, compute)
+
+
+BASELINES = {"comfyui": comfyui_reactive, "model_offload": model_offload, "lower_bound": lower_bound}

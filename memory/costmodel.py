@@ -1,0 +1,148 @@
+"""The cost model the planner optimises and every baseline is priced in.
+
+Everything is in one currency, seconds of transfer: bytes moved over a link divided by that link's
+bandwidth. Compute time only enters the predicted wall time (where transfers overlap it), never the
+objective, so the optimum is "move the fewest bytes over the slowest links".
+
+Bandwidth defaults per PCIe generation are the pinned host-to-device figures of
+research/streaming-anchors.md (PCIe3 x16 ~12.5 GB/s, PCIe4 ~25 GB/s, PCIe5 ~55 GB/s). Pageable copies
+are staged by the driver; no reliable figure is published, so we assume half the pinned rate until
+the runtime calibrates it. Disk is a cold NVMe read through the page cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import IntEnum
+
+GB = 1e9  # bandwidths are quoted in decimal GB/s, as vendors and benchmarks do
+GiB = 2**30
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """Link bandwidths (bytes/s) and GPU throughput, overridable field by field."""
+
+    name: str
+    h2d_pinned: float
+    h2d_pageable: float
+    d2h: float
+    disk: float
+    memcpy: float
+    tflops: float  # dense bf16 throughput actually reached by diffusion kernels, for wall-time estimates
+
+    @classmethod
+    def pcie(cls, generation: int) -> Hardware:
+        try:
+            pinned, pageable, tflops = _PCIE[generation]
+        except KeyError:
+            raise ValueError(f"unknown PCIe generation {generation}; use 3, 4 or 5") from None
+        return cls(
+            name=f"PCIe {generation}.0 x16",
+            h2d_pinned=pinned * GB,
+            h2d_pageable=pageable * GB,
+            d2h=pageable * GB,
+            disk=3.0 * GB,
+            memcpy=10.0 * GB,
+            tflops=tflops,
+        )
+
+    def with_overrides(self, **overrides: float) -> Hardware:
+        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+
+# generation -> (pinned GB/s, pageable GB/s, reached TFLOPS of a typical card on that bus)
+_PCIE = {3: (12.5, 6.0, 35.0), 4: (25.0, 12.0, 80.0), 5: (55.0, 20.0, 150.0)}
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What the plan may use. ``vram`` is the usable VRAM (card total minus ``reserve``)."""
+
+    vram: int
+    ram: int
+    pinned: int  # pinned-RAM cap (pinning more than ~half the RAM starves the OS, Windows caps it)
+    # d: blocks uploaded ahead while one computes (the ring holds d+1 blocks); None lets the planner choose
+    prefetch_depth: int | None = None
+
+    @classmethod
+    def from_card(
+        cls, card_vram: int, ram: int, reserve: int = GiB // 2, pinned_fraction: float = 0.5
+    ) -> Budget:
+        """A card's total VRAM minus what the driver, CUDA context and host keep (``reserve``)."""
+        if card_vram <= 0 or ram <= 0:
+            raise ValueError("VRAM and RAM must be positive")
+        return cls(vram=max(0, card_vram - reserve), ram=ram, pinned=int(ram * pinned_fraction))
+
+
+class Tier(IntEnum):
+    """Where a component is during a step: a GPU part and a host part.
+
+    GPU part: G = every weight resident; S = some blocks resident, the rest streamed (only while the
+    component computes); none. Host part: P = pinned RAM copy, R = pageable RAM copy, D = no copy
+    in RAM (the safetensors file, memory-mapped).
+    """
+
+    GPU_PINNED = 0
+    GPU_RAM = 1
+    GPU_ONLY = 2
+    STREAM_PINNED = 3
+    STREAM_RAM = 4
+    STREAM_DISK = 5
+    PINNED = 6
+    RAM = 7
+    DISK = 8
+
+    @property
+    def gpu(self) -> str:
+        return "G" if self <= 2 else "S" if self <= 5 else ""
+
+    @property
+    def host(self) -> str:
+        return "PRDPRDPRD"[self]
+
+    @property
+    def label(self) -> str:
+        return _LABELS[self]
+
+
+_LABELS = {
+    Tier.GPU_PINNED: "gpu+pinned",
+    Tier.GPU_RAM: "gpu+ram",
+    Tier.GPU_ONLY: "gpu",
+    Tier.STREAM_PINNED: "stream<-pinned",
+    Tier.STREAM_RAM: "stream<-ram",
+    Tier.STREAM_DISK: "stream<-disk",
+    Tier.PINNED: "pinned",
+    Tier.RAM: "ram",
+    Tier.DISK: "disk",
+}
+USED_TIERS = tuple(t for t in Tier if t.gpu)  # a component that computes must be on the GPU
+IDLE_TIERS = tuple(t for t in Tier if t.gpu != "S")  # streaming happens only while computing
+
+
+def upload_bandwidth(hw: Hardware, host: str) -> float:
+    """Host -> GPU rate from a host part: pinned, pageable, or straight from the file."""
+    return {"P": hw.h2d_pinned, "R": hw.h2d_pageable, "D": hw.disk}[host]
+
+
+def transition_seconds(hw: Hardware, nbytes: int, a: Tier, b: Tier) -> float:
+    """Transfer cost of one component going from tier ``a`` to tier ``b`` between two steps.
+
+    Dropping a copy is free (weights are never written back: the file or another copy has them).
+    A new RAM copy comes from the other RAM copy (memcpy), the GPU copy (device-to-host) or the file.
+    A new full GPU copy comes from the fastest copy available before or after the move. Entering a
+    streamed state uploads nothing here: its resident blocks are priced with the step (they depend
+    on the VRAM left at that step).
+    """
+    seconds = 0.0
+    if b.host in "PR" and a.host != b.host:
+        sources = [hw.disk]
+        if a.host in "PR":
+            sources.append(hw.memcpy)
+        if a.gpu == "G":
+            sources.append(hw.d2h)
+        seconds += nbytes / max(sources)
+    if b.gpu == "G" and a.gpu != "G":
+        seconds += nbytes / max(upload_bandwidth(hw, a.host), upload_bandwidth(hw, b.host))
+    return seconds

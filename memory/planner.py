@@ -1,0 +1,362 @@
+"""The residency planner: the exact optimum of the cost model over every component's tier at every step.
+
+Decision space: at each step every live component (between its first and last use) has a tier (see
+``costmodel.Tier``); a component that computes at that step is on the GPU, fully or streamed; before
+its first use and after its last it is on disk. Cost: transfer seconds (``costmodel``) of every tier
+change plus, for a streamed component, uploading its resident blocks and streaming the others once
+per evaluation. Constraints per step: VRAM (weights, streaming ring, activations), RAM, pinned RAM;
+at most one component streams per step.
+
+The optimiser is a dynamic programme over steps whose state is the joint tier of the live
+components. Costs between steps are a sum over components, so the min over previous states is taken
+one component axis at a time (a separable min-plus product), which keeps it exact and fast for the
+handful of components a workflow has. ``tests/unit/test_planner.py`` checks it against brute force.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .costmodel import IDLE_TIERS, USED_TIERS, Budget, Hardware, Tier, transition_seconds, upload_bandwidth
+from .workload import Component, Step, Workload
+
+INF = math.inf
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A component's tier during one step; for a streamed one, how many blocks stay resident."""
+
+    tier: Tier
+    resident_blocks: int = 0
+    total_blocks: int = 0
+    streamed_bytes: int = 0
+
+
+@dataclass
+class StepPlan:
+    step: Step
+    placements: dict[str, Placement]  # live components only; the others are on disk
+    vram_peak: int
+    ram: int
+    pinned: int
+    transfer_s: float  # moves into this step plus streaming during it
+    actions: list[str] = field(default_factory=list)  # what happens before/while this step runs
+    prefetched: list[str] = field(default_factory=list)  # uploads overlapped with this step's compute
+    wall_s: float = 0.0
+
+
+@dataclass
+class Plan:
+    feasible: bool
+    steps: list[StepPlan]
+    transfer_s: float
+    wall_s: float
+    min_vram: int
+    bottleneck: str  # the step that sets min_vram, in words
+    budget: Budget
+    hardware: Hardware
+    prefetch_depth: int  # d: blocks uploaded ahead of the one computing
+
+
+def minimum_vram(workload: Workload, depth: int) -> tuple[int, str]:
+    """The least VRAM any plan needs, and the step that needs it (closed form, no search).
+
+    At each step the used components must be on the GPU; the cheapest way is to stream the one whose
+    resident minimum (non-block bytes plus the ring) saves the most, and keep the others whole.
+    """
+    worst, where = 0, "no step computes with a model"
+    for step in workload.steps:
+        used = [workload.component(c) for c in step.uses]
+        whole = sum(c.bytes for c in used)
+        need = whole
+        streamed = None
+        for c in used:
+            if c.streamable and whole - c.bytes + c.rest + c.ring(depth) < need:
+                need, streamed = whole - c.bytes + c.rest + c.ring(depth), c
+        need += step.activation
+        if need > worst:
+            how = f", streaming {streamed.label}" if streamed else ""
+            worst, where = need, f"node {step.node_id} ({step.label}){how}"
+    return worst, where
+
+
+def _allowed(c: Component, used: bool) -> tuple[Tier, ...]:
+    if not used:
+        return IDLE_TIERS
+    return USED_TIERS if c.streamable else tuple(t for t in USED_TIERS if t.gpu == "G")
+
+
+class _Problem:
+    """Precomputed per-component vectors and matrices shared by the optimiser and the reporting."""
+
+    def __init__(self, workload: Workload, budget: Budget, hw: Hardware, depth: int) -> None:
+        self.w, self.budget, self.hw, self.depth = workload, budget, hw, depth
+        self.index = {c.id: i for i, c in enumerate(workload.components)}
+        uses = [
+            [s for s, step in enumerate(workload.steps) if c.id in step.uses] for c in workload.components
+        ]
+        self.live = [(u[0], u[-1]) if u else None for u in uses]
+        self.trans = [
+            np.array([[transition_seconds(hw, c.bytes, a, b) for b in Tier] for a in Tier])
+            for c in workload.components
+        ]
+
+    def alive(self, s: int) -> list[int]:
+        return [i for i, span in enumerate(self.live) if span and span[0] <= s <= span[1]]
+
+    def allowed(self, s: int, i: int) -> tuple[Tier, ...]:
+        c = self.w.components[i]
+        return _allowed(c, c.id in self.w.steps[s].uses)
+
+    @functools.cache  # noqa: B019 (one problem per plan() call)
+    def step_cost(self, s: int) -> np.ndarray:
+        """Joint array over the live components' allowed tiers: streaming cost, inf where infeasible.
+
+        A streamed component keeps in RAM (pinned or pageable) only the blocks it streams: the
+        resident ones were uploaded once and live on the GPU. Streaming "from pinned" pins what the
+        pinned cap leaves and streams the rest from pageable RAM.
+        """
+        step, depth = self.w.steps[s], self.depth
+        comps = self.alive(s)
+        shape = [len(self.allowed(s, i)) for i in comps]
+        vram = np.full(shape, float(step.activation))
+        ram, pinned, streams = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+        for axis, i in enumerate(comps):
+            c, tiers = self.w.components[i], self.allowed(s, i)
+            view = [1] * len(comps)
+            view[axis] = len(tiers)
+            on_gpu = [
+                c.bytes if t.gpu == "G" else c.rest + c.ring(depth) if t.gpu == "S" else 0 for t in tiers
+            ]
+            vram = vram + np.reshape(on_gpu, view)
+            ram = ram + np.reshape([c.bytes if t.host in "PR" and t.gpu != "S" else 0 for t in tiers], view)
+            pinned = pinned + np.reshape(
+                [c.bytes if t.host == "P" and t.gpu != "S" else 0 for t in tiers], view
+            )
+            streams = streams + np.reshape([t.gpu == "S" for t in tiers], view)
+        cost = np.zeros(shape)
+        room = self.budget.vram - vram  # what a streamed component may keep resident
+        for axis, i in enumerate(comps):
+            c, tiers = self.w.components[i], self.allowed(s, i)
+            for k, t in enumerate(tiers):
+                if t.gpu != "S":
+                    continue
+                index = [slice(None)] * len(comps)
+                index[axis] = k
+                at = tuple(index)
+                resident = np.vectorize(lambda r, c=c: c.resident_fit(int(r))[1], otypes=[float])(room[at])
+                streamed = sum(c.blocks) - resident
+                bw = upload_bandwidth(self.hw, t.host)
+                if t.host in "PR":
+                    ram[at] += streamed
+                if t.host == "P":  # pin what the cap allows; the rest streams from pageable RAM
+                    pinned_part = np.clip(self.budget.pinned - pinned[at], 0, streamed)
+                    pinned[at] += pinned_part
+                    per_pass = pinned_part / bw + (streamed - pinned_part) / self.hw.h2d_pageable
+                    cost[at] += (c.rest + resident) / bw + step.evaluations * per_pass
+                else:
+                    cost[at] += (c.rest + resident + step.evaluations * streamed) / bw
+        feasible = (vram <= self.budget.vram) & (ram <= self.budget.ram) & (pinned <= self.budget.pinned)
+        feasible &= streams <= 1
+        return np.where(feasible, cost, INF)
+
+    def move(self, i: int, a: tuple[Tier, ...], b: tuple[Tier, ...]) -> np.ndarray:
+        return self.trans[i][np.ix_([int(t) for t in a], [int(t) for t in b])]
+
+
+def _advance(problem: _Problem, cost: np.ndarray, s: int) -> np.ndarray:
+    """Min over step ``s``'s joint states of cost + moves into step ``s + 1``'s joint states."""
+    before, after = problem.alive(s), problem.alive(s + 1)
+    axes = list(before)
+    for i in before:
+        axis = axes.index(i)
+        if i not in after:  # dead from now on: dropping to disk is free
+            cost = cost.min(axis=axis)
+            axes.pop(axis)
+            continue
+        matrix = problem.move(i, problem.allowed(s, i), problem.allowed(s + 1, i))
+        moved = np.moveaxis(cost, axis, -1)[..., :, None] + matrix
+        cost = np.moveaxis(moved.min(axis=-2), -1, axis)
+    for i in after:
+        if i not in before:  # first use: it comes from disk
+            cost = cost[..., None] + problem.move(i, (Tier.DISK,), problem.allowed(s + 1, i))[0]
+            axes.append(i)
+    order = [axes.index(i) for i in after]
+    return np.transpose(cost, order) if order else cost
+
+
+def _optimise(problem: _Problem) -> tuple[float, list[tuple[int, ...]]]:
+    """The DP forward pass, then a backward pass recovering one optimal joint state per step."""
+    steps = len(problem.w.steps)
+    first = np.zeros(())
+    for i in problem.alive(0):
+        first = first[..., None] + problem.move(i, (Tier.DISK,), problem.allowed(0, i))[0]
+    totals = [first + problem.step_cost(0)]
+    for s in range(steps - 1):
+        totals.append(_advance(problem, totals[-1], s) + problem.step_cost(s + 1))
+    best = float(totals[-1].min())
+    if not math.isfinite(best):
+        return best, []
+    states = [tuple(int(x) for x in np.unravel_index(int(np.argmin(totals[-1])), totals[-1].shape))]
+    for s in range(steps - 1, 0, -1):
+        chosen = dict(zip(problem.alive(s), states[0], strict=True))
+        prev = problem.alive(s - 1)
+        total = totals[s - 1]
+        for axis, i in enumerate(prev):
+            target = problem.allowed(s, i)[chosen[i]] if i in chosen else Tier.DISK
+            vector = problem.move(i, problem.allowed(s - 1, i), (target,))[:, 0]
+            view = [1] * len(prev)
+            view[axis] = len(vector)
+            total = total + vector.reshape(view)
+        states.insert(0, tuple(int(x) for x in np.unravel_index(int(np.argmin(total)), total.shape)))
+    return best, states
+
+
+PREFETCH_DEPTHS = (1, 2, 3)
+
+
+def plan(workload: Workload, budget: Budget, hw: Hardware) -> Plan:
+    """The transfer-optimal residency plan under ``budget`` (see the module docstring).
+
+    The prefetch depth is the budget's, or, when it is None, the one of 1-3 that moves the fewest
+    bytes (a deeper ring hides more latency but leaves less room for resident blocks; ties go deeper).
+    """
+    depths = (budget.prefetch_depth,) if budget.prefetch_depth else PREFETCH_DEPTHS
+    min_vram, bottleneck = minimum_vram(workload, min(depths))
+    if not workload.steps:
+        return Plan(True, [], 0.0, 0.0, min_vram, bottleneck, budget, hw, min(depths))
+    best: tuple[float, int, _Problem, list] | None = None
+    if min_vram <= budget.vram:
+        for depth in depths:
+            problem = _Problem(workload, budget, hw, depth)
+            cost, states = _optimise(problem)
+            if states and (best is None or cost <= best[0] + 1e-12):
+                best = (cost, depth, problem, states)
+    if best is None:
+        return Plan(False, [], INF, INF, min_vram, bottleneck, budget, hw, min(depths))
+    cost, depth, problem, states = best
+    steps = _describe(problem, states)
+    _schedule_prefetch(problem, steps)
+    return Plan(True, steps, cost, sum(s.wall_s for s in steps), min_vram, bottleneck, budget, hw, depth)
+
+
+def tiers_of(problem: _Problem, s: int, state: tuple[int, ...]) -> dict[int, Tier]:
+    return {i: problem.allowed(s, i)[k] for i, k in zip(problem.alive(s), state, strict=True)}
+
+
+def _describe(problem: _Problem, states: list[tuple[int, ...]]) -> list[StepPlan]:
+    """Turn the optimal joint states into per-step placements, memory figures and actions."""
+    w, hw, depth = problem.w, problem.hw, problem.depth
+    plans: list[StepPlan] = []
+    previous: dict[int, Tier] = {}
+    for s, step in enumerate(w.steps):
+        tiers = tiers_of(problem, s, states[s])
+        vram = step.activation + sum(
+            w.components[i].bytes if t.gpu == "G" else w.components[i].rest + w.components[i].ring(depth)
+            for i, t in tiers.items()
+            if t.gpu
+        )
+        placements: dict[str, Placement] = {}
+        transfer = float(problem.step_cost(s)[states[s]])
+        actions = []
+        for i in sorted(set(previous) | set(tiers)):
+            c = w.components[i]
+            a, b = previous.get(i, Tier.DISK), tiers.get(i, Tier.DISK)
+            seconds = transition_seconds(hw, c.bytes, a, b)
+            transfer += seconds
+            actions += _actions(c, a, b, seconds)
+        for i, t in tiers.items():
+            c = w.components[i]
+            if t.gpu == "S":
+                k, resident = c.resident_fit(problem.budget.vram - vram)
+                vram += resident
+                placements[c.id] = Placement(t, k, len(c.blocks), sum(c.blocks) - resident)
+                actions.append(
+                    f"stream {c.label}: {k}/{len(c.blocks)} blocks resident, prefetch {depth}, "
+                    f"{_gb(sum(c.blocks) - resident)} per pass x {step.evaluations} from {_HOST[t.host]}"
+                )
+            else:
+                placements[c.id] = Placement(t)
+        host = {
+            i: placements[w.components[i].id].streamed_bytes if t.gpu == "S" else w.components[i].bytes
+            for i, t in tiers.items()
+        }
+        ram = sum(host[i] for i, t in tiers.items() if t.host in "PR")
+        pinned = sum(host[i] for i, t in tiers.items() if t.host == "P" and t.gpu != "S")
+        pinned += sum(
+            min(host[i], max(0, problem.budget.pinned - pinned))
+            for i, t in tiers.items()
+            if t == Tier.STREAM_PINNED
+        )
+        plans.append(StepPlan(step, placements, vram, ram, pinned, transfer, actions))
+        previous = tiers
+    return plans
+
+
+_HOST = {"P": "pinned RAM", "R": "RAM", "D": "disk"}
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.2f} GB"
+
+
+def _actions(c: Component, a: Tier, b: Tier, seconds: float) -> list[str]:
+    if a == b:
+        return []
+    out = []
+    if b.host in "PR" and a.host != b.host:
+        out.append(f"copy {c.label} to {_HOST[b.host]} ({_gb(c.bytes)})")
+    if b.gpu == "G" and a.gpu != "G":
+        out.append(f"load {c.label} to GPU ({_gb(c.bytes)}, {seconds:.2f} s)")
+    if a.gpu and not b.gpu:
+        keep = f"keep in {_HOST[b.host]}" if b.host in "PR" else "free"
+        out.append(f"evict {c.label} from GPU ({keep})")
+    elif a.host in "PR" and b.host != a.host and not b.gpu:
+        out.append(f"release {c.label} from {_HOST[a.host]}")
+    return out
+
+
+def _schedule_prefetch(problem: _Problem, steps: list[StepPlan]) -> None:
+    """Move full-GPU loads one node earlier where VRAM allows, so they overlap that node's compute.
+
+    Transfer seconds do not change (the same bytes move over the same link); wall time and the
+    earlier node's VRAM peak do.
+    """
+    w, hw = problem.w, problem.hw
+    blocking = [0.0] * len(steps)
+    overlapped = [0.0] * len(steps)
+    for s, sp in enumerate(steps):
+        stream = float(problem.step_cost(s)[tuple(_state_index(problem, s, sp))])
+        overlapped[s] += stream
+        blocking[s] += sp.transfer_s - stream
+        if s == 0:
+            continue
+        before = steps[s - 1]
+        for cid, placement in sp.placements.items():
+            prior = before.placements.get(cid)
+            if placement.tier.gpu != "G" or (prior and prior.tier.gpu == "G"):
+                continue
+            c = w.component(cid)
+            if before.vram_peak + c.bytes > problem.budget.vram:
+                continue
+            prior_tier = prior.tier if prior else Tier.DISK
+            seconds = transition_seconds(hw, c.bytes, prior_tier, placement.tier)
+            before.vram_peak += c.bytes
+            before.prefetched.append(f"{c.label} ({_gb(c.bytes)}) for node {sp.step.node_id}")
+            blocking[s] -= seconds
+            overlapped[s - 1] += seconds
+    for s, sp in enumerate(steps):
+        sp.wall_s = max(blocking[s], 0.0) + max(sp.step.compute_s, overlapped[s])
+
+
+def _state_index(problem: _Problem, s: int, sp: StepPlan) -> list[int]:
+    out = []
+    for i in problem.alive(s):
+        c = problem.w.components[i]
+        out.append(problem.allowed(s, i).index(sp.placements[c.id].tier))
+    return out

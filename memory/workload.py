@@ -1,0 +1,89 @@
+"""What the planner plans: model components and the steps (nodes, in execution order) that use them."""
+
+from __future__ import annotations
+
+import bisect
+import functools
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Component:
+    """One weight set, as the planner sees it: its bytes and its streamable blocks in forward order.
+
+    Bytes outside ``blocks`` (embeddings, final layers) stay resident whenever the component streams.
+    A component without blocks cannot stream: it is either fully on the GPU or not at all.
+    """
+
+    id: str
+    label: str
+    bytes: int
+    blocks: tuple[int, ...] = ()
+    kind: str = ""
+    source: str = ""  # where the size came from: header, catalog or estimate
+
+    def __post_init__(self) -> None:
+        if self.bytes < 0 or any(b <= 0 for b in self.blocks) or sum(self.blocks) > self.bytes:
+            raise ValueError(
+                f"component {self.id}: inconsistent sizes (bytes {self.bytes}, blocks {self.blocks})"
+            )
+
+    @property
+    def streamable(self) -> bool:
+        return bool(self.blocks)
+
+    @property
+    def rest(self) -> int:
+        return self.bytes - sum(self.blocks)
+
+    def ring(self, depth: int) -> int:
+        """GPU slots for streamed blocks: the one computing plus ``depth`` uploading ahead."""
+        return (depth + 1) * max(self.blocks) if self.blocks else 0
+
+    @functools.cached_property
+    def _resident_prefix(self) -> tuple[int, ...]:
+        sizes = sorted(self.blocks, reverse=True)
+        prefix = [0]
+        for size in sizes:
+            prefix.append(prefix[-1] + size)
+        return tuple(prefix)
+
+    def resident_fit(self, room: int) -> tuple[int, int]:
+        """(blocks kept resident, their bytes) within ``room`` bytes: the largest blocks first.
+
+        Keeping the biggest blocks resident streams the fewest bytes for the same room; blocks of one
+        model are nearly uniform, so this matches the best choice in all but contrived cases.
+        """
+        k = bisect.bisect_right(self._resident_prefix, max(room, 0)) - 1
+        return k, self._resident_prefix[k]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One node of the predicted execution order."""
+
+    node_id: str
+    label: str
+    uses: tuple[str, ...] = ()  # components it computes with
+    evaluations: int = 1  # full passes over the weights (sampling steps; 1 for encode/decode)
+    activation: int = 0  # peak activation bytes on the GPU
+    compute_s: float = 0.0  # predicted compute time, for wall-time estimates only
+
+
+@dataclass(frozen=True)
+class Workload:
+    components: tuple[Component, ...]
+    steps: tuple[Step, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        known = {c.id for c in self.components}
+        if len(known) != len(self.components):
+            raise ValueError("duplicate component ids")
+        for step in self.steps:
+            missing = set(step.uses) - known
+            if missing:
+                raise ValueError(f"step {step.node_id} uses unknown components {sorted(missing)}")
+
+    def component(self, component_id: str) -> Component:
+        return next(c for c in self.components if c.id == component_id)

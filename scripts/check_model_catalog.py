@@ -1,0 +1,191 @@
+"""Check the model catalog against the official ComfyUI templates' published download sizes.
+
+The PyPI package ``comfyui-workflow-templates-json`` ships every official template and an index.json
+whose entries carry ``size``: the bytes a user downloads for that template's models. Each template
+lists its model files under nodes' ``properties.models`` (name, url, directory). For every template
+whose files are all in the catalog, the sum of our bytes is compared with ``size``.
+
+Usage: python scripts/check_model_catalog.py [--tolerance 0.05] [--worst 10]
+Exit status 1 when a fully known template is off by more than the tolerance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from comfyui_headroom.memory.catalog import catalog_name, folder_kind, lookup_components
+
+PACKAGE = "comfyui_workflow_templates_json"
+
+
+@dataclass(frozen=True)
+class TemplateCheck:
+    name: str
+    published: int
+    ours: int | None  # None: some file is not in the catalog
+    files: tuple[tuple[str, str], ...]  # (directory, file name)
+    unknown: tuple[str, ...]
+    sizes: tuple[int, ...] = ()  # ours per file, when all are known
+    inconsistent: str = ""  # why the published size cannot describe the listed files
+
+    @property
+    def error(self) -> float | None:
+        return None if self.ours is None else (self.ours - self.published) / self.published
+
+
+@dataclass
+class Report:
+    tolerance: float
+    checks: list[TemplateCheck] = field(default_factory=list)
+
+    @property
+    def known(self) -> list[TemplateCheck]:
+        return [c for c in self.checks if c.ours is not None]
+
+    @property
+    def within(self) -> list[TemplateCheck]:
+        return [c for c in self.known if abs(c.error or 0.0) <= self.tolerance]
+
+    @property
+    def outside(self) -> list[TemplateCheck]:
+        """Fully known templates off by more than the tolerance whose published size is not suspect."""
+        return [c for c in self.known if abs(c.error or 0.0) > self.tolerance and not c.inconsistent]
+
+    @property
+    def suspect(self) -> list[TemplateCheck]:
+        return [c for c in self.known if c.inconsistent]
+
+    def file_coverage(self) -> tuple[int, int]:
+        files = {name for c in self.checks for _, name in c.files}
+        return sum(catalog_name(f) is not None for f in files), len(files)
+
+    def summary(self, worst: int = 10) -> str:
+        known, total = len(self.known), len(self.checks)
+        files_known, files_total = self.file_coverage()
+        file_pct = 100 * files_known / max(files_total, 1)
+        lines = [
+            f"templates with published sizes and model files: {total}",
+            f"fully known to the catalog: {known}/{total} ({100 * known / max(total, 1):.0f}%)",
+            f"model files known: {files_known}/{files_total} ({file_pct:.0f}%)",
+            f"within {100 * self.tolerance:g}%: {len(self.within)}/{known}",
+            f"outside with a consistent published size: {len(self.outside)}",
+            f"published size inconsistent with the template's own files: {len(self.suspect)}",
+        ]
+        lines += [f"  {c.name}: {c.inconsistent}" for c in self.suspect]
+        lines.append("worst offenders among consistent published sizes:")
+        consistent = [c for c in self.known if not c.inconsistent]
+        for c in sorted(consistent, key=lambda c: -abs(c.error or 0.0))[:worst]:
+            lines.append(
+                f"  {100 * (c.error or 0):+6.2f}%  {c.name}  ours {c.ours:,} vs published {c.published:,}"
+            )
+        return "\n".join(lines)
+
+
+def templates_dir() -> Path | None:
+    """The installed package's templates/ folder, or None when the package is not installed."""
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations))) / "templates"
+    return folder if (folder / "index.json").is_file() else None
+
+
+def _models(node: object) -> Iterator[dict]:
+    """Every ``{"name": ..., "directory": ...}`` under a ``models`` list anywhere in a workflow."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "models" and isinstance(value, list) and all(isinstance(m, dict) for m in value):
+                yield from (m for m in value if "name" in m)
+            else:
+                yield from _models(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _models(item)
+
+
+def template_files(workflow: dict) -> tuple[tuple[str, str], ...]:
+    """The unique (directory, file name) pairs a template downloads."""
+    return tuple(sorted({(str(m.get("directory", "")), str(m["name"])) for m in _models(workflow)}))
+
+
+def file_bytes(directory: str, name: str) -> int | None:
+    """Our bytes for a whole file (all components of a checkpoint), None when not in the catalog."""
+    if catalog_name(name) is None:
+        return None
+    return sum(c.bytes for c in lookup_components(name, folder_kind(directory)))
+
+
+def check(folder: Path, tolerance: float = 0.05) -> Report:
+    report = Report(tolerance)
+    index = json.loads((folder / "index.json").read_text(encoding="utf-8"))
+    for category in index:
+        for template in category.get("templates", []):
+            published = int(template.get("size") or 0)
+            path = folder / f"{template['name']}.json"
+            if published <= 0 or not path.is_file():
+                continue  # API templates (size 0) download nothing
+            files = template_files(json.loads(path.read_text(encoding="utf-8")))
+            if not files:
+                continue
+            sizes = [file_bytes(d, n) for d, n in files]
+            unknown = tuple(n for (_, n), s in zip(files, sizes, strict=True) if s is None)
+            ours = None if unknown else sum(s for s in sizes if s is not None)
+            known = tuple(s for s in sizes if s is not None) if not unknown else ()
+            report.checks.append(TemplateCheck(template["name"], published, ours, files, unknown, known))
+    report.checks = [_classify(c, report.checks, tolerance) for c in report.checks]
+    return report
+
+
+def _classify(c: TemplateCheck, checks: list[TemplateCheck], tolerance: float) -> TemplateCheck:
+    """Flag a published size that demonstrably describes other files than the template lists.
+
+    Two mechanical tests, applied only to templates outside the tolerance: (1) the published size is
+    within 1% of the sum over a strict subset of the listed files (the index missed a file); (2) it is
+    within 0.1% of the published size of another template with different files that does match them
+    (the figure was carried over from a sibling template).
+    """
+    if c.ours is None or abs(c.error or 0.0) <= tolerance:
+        return c
+    names = [n for _, n in c.files]
+    best: tuple[float, tuple[int, ...]] | None = None
+    if len(names) <= 12:
+        for mask in range(1, (1 << len(names)) - 1):
+            subset = tuple(i for i in range(len(names)) if mask >> i & 1)
+            err = abs(sum(c.sizes[i] for i in subset) - c.published) / c.published
+            if err <= 0.01 and (best is None or err < best[0]):
+                best = (err, subset)
+    if best is not None:
+        missing = [n for i, n in enumerate(names) if i not in best[1]]
+        reason = (
+            f"published size = the listed files without {', '.join(missing)} (within {100 * best[0]:.2f}%)"
+        )
+        return replace(c, inconsistent=reason)
+    for other in checks:
+        if other.name == c.name or other.ours is None or other.files == c.files:
+            continue
+        if abs(other.published - c.published) <= 0.001 * c.published and abs(other.error or 1.0) <= tolerance:
+            return replace(c, inconsistent=f"published size is that of {other.name}, which lists other files")
+    return c
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tolerance", type=float, default=0.05)
+    parser.add_argument("--worst", type=int, default=10)
+    args = parser.parse_args(argv)
+    folder = templates_dir()
+    if folder is None:
+        print(f"{PACKAGE} is not installed: pip install comfyui-workflow-templates-json")
+        return 2
+    report = check(folder, args.tolerance)
+    print(report.summary(args.worst))
+    return 1 if report.outside else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,113 @@
+"""An independent brute-force optimiser of the planner's cost model, for tests and benchmarks.
+
+It enumerates every tier sequence of every component and prices each with scalar code written
+separately from memory/planner.py, so agreement between the two is evidence, not an echo.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from comfyui_headroom.memory.costmodel import IDLE_TIERS, USED_TIERS, Budget, Hardware, Tier
+from comfyui_headroom.memory.workload import Workload
+
+
+def _choices(w: Workload) -> list[tuple[Tier, ...]]:
+    out = []
+    for c in w.components:
+        uses = [s for s, step in enumerate(w.steps) if c.id in step.uses]
+        for s, step in enumerate(w.steps):
+            if not uses or s < uses[0] or s > uses[-1]:
+                out.append((Tier.DISK,))
+            elif c.id in step.uses:
+                out.append(tuple(t for t in USED_TIERS if c.blocks or t.gpu == "G"))
+            else:
+                out.append(IDLE_TIERS)
+    return out
+
+
+def search_space(w: Workload) -> int:
+    """How many tier sequences brute force would price."""
+    return math.prod(len(c) for c in _choices(w))
+
+
+def brute_force(w: Workload, budget: Budget, hw: Hardware) -> float:
+    """The least total transfer seconds over every tier sequence and prefetch depth (inf if none fits)."""
+    depths = (budget.prefetch_depth,) if budget.prefetch_depth else (1, 2, 3)
+    return min(_brute_force(w, budget, hw, depth) for depth in depths)
+
+
+def _resident(blocks: tuple[int, ...], room: float) -> int:
+    """Largest blocks first while they fit (the planner's documented rule)."""
+    resident = 0
+    for size in sorted(blocks, reverse=True):
+        if resident + size > room:
+            break
+        resident += size
+    return resident
+
+
+def _brute_force(w: Workload, budget: Budget, hw: Hardware, depth: int) -> float:
+    comps = list(w.components)
+    choices = _choices(w)
+    bw = {"P": hw.h2d_pinned, "R": hw.h2d_pageable, "D": hw.disk}
+    best = math.inf
+    for combo in itertools.product(*choices):
+        tier = {
+            (c.id, s): combo[k * len(w.steps) + s] for k, c in enumerate(comps) for s in range(len(w.steps))
+        }
+        total = 0.0
+        for s, step in enumerate(w.steps):
+            vram = step.activation
+            streams = 0
+            for c in comps:
+                t = tier[c.id, s]
+                if t.gpu == "G":
+                    vram += c.bytes
+                elif t.gpu == "S":
+                    vram += c.bytes - sum(c.blocks) + (depth + 1) * max(c.blocks)
+                    streams += 1
+            ram = pinned = 0
+            streamed = {}
+            for c in comps:
+                t = tier[c.id, s]
+                if t.gpu == "S":  # only the streamed blocks stay in RAM
+                    streamed[c.id] = sum(c.blocks) - _resident(c.blocks, budget.vram - vram)
+                    ram += streamed[c.id] if t.host in "PR" else 0
+                    continue
+                if t.host in "PR":
+                    ram += c.bytes
+                if t.host == "P":
+                    pinned += c.bytes
+            pinned_part = {}  # a stream from pinned RAM pins what the cap leaves; the rest is pageable
+            for c in comps:
+                if tier[c.id, s] == Tier.STREAM_PINNED:
+                    pinned_part[c.id] = min(streamed[c.id], max(0, budget.pinned - pinned))
+                    pinned += pinned_part[c.id]
+            if vram > budget.vram or ram > budget.ram or pinned > budget.pinned or streams > 1:
+                total = math.inf
+                break
+            for c in comps:
+                t = tier[c.id, s]
+                prev = tier[c.id, s - 1] if s else Tier.DISK
+                if t.host in "PR" and prev.host != t.host:
+                    sources = (
+                        [hw.disk]
+                        + ([hw.memcpy] if prev.host in "PR" else [])
+                        + ([hw.d2h] if prev.gpu == "G" else [])
+                    )
+                    total += c.bytes / max(sources)
+                if t.gpu == "G" and prev.gpu != "G":
+                    total += c.bytes / max(bw[prev.host], bw[t.host])
+                if t.gpu == "S":
+                    resident = sum(c.blocks) - streamed[c.id]
+                    total += (c.bytes - sum(c.blocks) + resident) / bw[t.host]
+                    if t == Tier.STREAM_PINNED:
+                        part = pinned_part[c.id]
+                        per_pass = part / hw.h2d_pinned + (streamed[c.id] - part) / hw.h2d_pageable
+                    else:
+                        per_pass = streamed[c.id] / bw[t.host]
+                    total += step.evaluations * per_pass
+        best = min(best, total)
+    return best

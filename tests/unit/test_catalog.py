@@ -1,0 +1,243 @@
+"""memory.catalog: known files by name, the header when the file is there, estimates otherwise; and the
+catalog checked against the official templates' published sizes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from comfyui_headroom.memory import catalog as cat
+from comfyui_headroom.memory.catalog import (
+    catalog_name,
+    estimate_from_name,
+    find_model_file,
+    lookup,
+    lookup_components,
+    normalise_name,
+)
+from comfyui_headroom.memory.components import KINDS, ComponentError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_check_script():
+    spec = importlib.util.spec_from_file_location(
+        "check_model_catalog", ROOT / "scripts" / "check_model_catalog.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    sys.modules[spec.name] = module  # its dataclasses resolve their annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+# --- the committed catalog ---------------------------------------------------------------------------
+
+
+def test_catalog_is_loaded_once_and_consistent() -> None:
+    assert cat.catalog() is cat.catalog()
+    assert len(cat.catalog()) >= 100
+    for name, entries in cat.catalog().items():
+        for entry in entries:
+            assert entry["directory"] in cat.ALL_FOLDERS, name
+            for record in entry["components"]:
+                info = cat._from_record(record, name)
+                assert info.kind in KINDS and info.source == "catalog", name
+                assert info.bytes > 0 and info.rest_bytes >= 0, name
+                assert info.dtype in ("fp32", "fp16", "bf16", "fp8_e4m3fn", "fp8_e4m3fn_scaled"), name
+
+
+def flux_double_block_params(h: int = 3072, mlp: int = 12288) -> int:
+    stream = (
+        (h * 6 * h + 6 * h) + (h * 3 * h + 3 * h) + 2 * 128 + (h * h + h) + (h * mlp + mlp) + (mlp * h + h)
+    )
+    return 2 * stream  # image and text streams
+
+
+def wan_block_params(dim: int, ffn: int) -> int:
+    attn = 4 * (dim * dim + dim) + 2 * dim  # q, k, v, o + RMS norms of q and k
+    return 2 * attn + 2 * dim + (dim * ffn + ffn) + (ffn * dim + dim) + 6 * dim  # + norm3, ffn, modulation
+
+
+def test_catalog_blocks_match_the_architectures_worked_by_hand() -> None:
+    flux = lookup("flux1-dev.safetensors", "diffusion_model")
+    assert (flux.family, flux.dtype, len(flux.blocks)) == ("flux", "bf16", 57)
+    assert [b.name for b in flux.blocks[18:20]] == ["double_blocks.18", "single_blocks.0"]
+    assert flux.blocks[0].bytes == 2 * flux_double_block_params()
+    fp8 = lookup("flux1-dev-fp8.safetensors", "diffusion_model")
+    assert fp8.bytes == pytest.approx(flux.bytes / 2, rel=0.01)
+    wan = lookup("wan2.1_t2v_14B_fp16.safetensors")
+    assert (wan.family, len(wan.blocks)) == ("wan21", 40)
+    assert wan.blocks[0].bytes == 2 * wan_block_params(5120, 13824)
+    small = lookup("wan2.1_t2v_1.3B_fp16.safetensors")
+    assert len(small.blocks) == 30 and small.blocks[0].bytes == 2 * wan_block_params(1536, 8960)
+    assert lookup("wan2.2_ti2v_5B_fp16.safetensors").family == "wan22"
+
+
+# --- lookup ------------------------------------------------------------------------------------------
+
+
+def test_exact_then_normalised_names() -> None:
+    assert normalise_name("models/unet/Flux1-Dev.SafeTensors") == "flux1dev"
+    assert catalog_name("flux1-dev.safetensors") == "flux1-dev.safetensors"
+    assert catalog_name("FLUX1_DEV.sft") == "flux1-dev.safetensors"
+    assert catalog_name("Wan2_1-T2V-14B_fp8_e4m3fn.safetensors") == "wan2.1_t2v_14B_fp8_e4m3fn.safetensors"
+    assert catalog_name("nothing-like-it.safetensors") is None
+    info = lookup("subdir/FLUX1_DEV.sft", "diffusion_model")
+    assert info.source == "catalog" and info.family == "flux"
+
+
+def test_a_checkpoint_by_kind() -> None:
+    whole = lookup("flux1-dev-fp8.safetensors", "checkpoint")
+    parts = lookup_components("flux1-dev-fp8.safetensors", "checkpoint")
+    assert whole.kind == "checkpoint" and whole.bytes == sum(p.bytes for p in parts)
+    assert [p.kind for p in parts] == ["diffusion_model", "text_encoder", "text_encoder", "vae"]
+    # the same name in diffusion_models/ is the diffusion model alone
+    assert lookup("flux1-dev-fp8.safetensors", "diffusion_model").bytes == parts[0].bytes
+    clip = lookup("sd_xl_base_1.0.safetensors", "text_encoder")
+    assert clip.family == "clip_l+clip_g" and len(clip.blocks) == 12 + 32
+    assert clip.blocks[0].name == "clip_l.text_model.encoder.layers.0"
+    assert lookup("sd_xl_base_1.0.safetensors", "vae").family == "sd_vae"
+    with pytest.raises(ComponentError, match="has no clip_vision"):
+        lookup("sd_xl_base_1.0.safetensors", "clip_vision")
+
+
+def test_estimates_from_the_name_are_flagged() -> None:
+    wan = estimate_from_name("MyWan_14B_T2V_merge_fp8.safetensors", "diffusion_model")
+    ref = lookup("wan2.1_t2v_14B_fp16.safetensors")
+    assert (wan.source, wan.family, wan.dtype) == ("estimate", "wan21", "fp8_e4m3fn")
+    assert wan.bytes == pytest.approx(ref.bytes / 2, rel=0.02) and len(wan.blocks) == 40
+    lora = lookup("wan2.2_i2v_lightx2v_4steps_lora_v1_high_noise_rank32.safetensors", "lora")
+    rank64 = lookup("lightx2v_T2V_14B_cfg_step_distill_v2_lora_rank64_bf16.safetensors", "lora")
+    assert lora.source == "estimate" and lora.kind == "lora" and lora.bytes < rank64.bytes
+    generic = lookup("acme_12B_fp8.safetensors")
+    assert (generic.bytes, generic.family, generic.source) == (12 * 10**9, None, "estimate")
+    default = lookup("mystery.safetensors", "vae")
+    assert (
+        default.source == "estimate"
+        and default.bytes == cat.DEFAULT_BYTES["vae"]
+        and "conservative" in default.note
+    )
+
+
+def models_dir(tmp_path: Path) -> Path:
+    for folder in ("diffusion_models", "checkpoints", "vae", "loras", "upscale_models"):
+        (tmp_path / folder).mkdir()
+    return tmp_path
+
+
+def test_the_header_wins_when_the_file_is_there(tmp_path: Path) -> None:
+    root = models_dir(tmp_path)
+    tensors = {"blocks.0.self_attn.q.weight": torch.zeros(8, 8), "head.modulation": torch.zeros(1, 2, 8)}
+    save_file(tensors, str(root / "diffusion_models" / "wan2.1_t2v_14B_fp16.safetensors"))
+    info = lookup("wan2.1_t2v_14B_fp16.safetensors", "diffusion_model", root)
+    assert (info.source, info.family, info.bytes) == ("header", "wan21", 4 * (64 + 16))
+    assert lookup("wan2.1_t2v_14B_fp16.safetensors", "diffusion_model").source == "catalog"
+    (root / "vae" / "broken.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{")
+    with pytest.raises(ComponentError, match="broken.safetensors"):
+        lookup("broken.safetensors", "vae", root)
+
+
+def test_pickle_and_gguf_files_are_sized_from_the_file_system(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = models_dir(tmp_path)
+    (root / "upscale_models" / "4x-Mine.pth").write_bytes(b"\x80" * 1234)
+    monkeypatch.setattr(Path, "open", lambda *a, **k: pytest.fail("a pickle file was opened"))
+    info = lookup("4x-Mine.pth", "upscale_model", root)
+    assert (info.bytes, info.source) == (1234, "estimate") and "never opened" in info.note
+
+
+def test_the_kinds_folder_is_searched_first(tmp_path: Path) -> None:
+    root = models_dir(tmp_path)
+    (root / "checkpoints" / "x.safetensors").write_bytes(b"")
+    (root / "loras" / "x.safetensors").write_bytes(b"")
+    assert find_model_file("x.safetensors", "lora", root) == root / "loras" / "x.safetensors"
+    assert find_model_file("x.safetensors", "checkpoint", root) == root / "checkpoints" / "x.safetensors"
+    assert find_model_file("y.safetensors", None, root) is None
+
+
+def test_a_templates_lookups_fit_the_planning_budget() -> None:
+    files = [
+        ("wan2.2_i2v_high_noise_14B_fp8_scaled.safetensors", "diffusion_model"),
+        ("wan2.2_i2v_low_noise_14B_fp8_scaled.safetensors", "diffusion_model"),
+        ("umt5_xxl_fp8_e4m3fn_scaled.safetensors", "text_encoder"),
+        ("wan_2.1_vae.safetensors", "vae"),
+        ("unknown_lora_rank16.safetensors", "lora"),
+        ("sd_xl_base_1.0.safetensors", "checkpoint"),
+    ]
+    cat.catalog.cache_clear()
+    cat._normalised_index.cache_clear()
+    cat._catalog_components.cache_clear()
+    start = time.perf_counter()
+    for name, kind in files:
+        lookup(name, kind)
+    cold = time.perf_counter() - start
+    warm = min(_timed(lambda: [lookup(n, k) for n, k in files]) for _ in range(5))
+    assert warm < 0.005, f"warm lookups took {warm * 1e3:.2f} ms"
+    assert cold < 0.05, f"first lookups (loading the catalog) took {cold * 1e3:.1f} ms"
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+# --- the official templates ----------------------------------------------------------------------------
+
+
+def test_catalog_against_the_official_templates() -> None:
+    check = load_check_script()
+    folder = check.templates_dir()
+    if folder is None:
+        pytest.skip("comfyui-workflow-templates-json is not installed (pip install -e .[test])")
+    report = check.check(folder, tolerance=0.05)
+    print("\n" + report.summary(worst=5))
+    assert len(report.checks) > 100 and len(report.known) >= 40
+    assert not report.outside, [(c.name, c.error) for c in report.outside]
+    # published sizes that do not describe their template's own files stay few and are each explained
+    assert len(report.suspect) <= 8 and all(c.inconsistent for c in report.suspect)
+    assert len(report.within) >= 35
+
+
+def test_the_check_flags_a_published_size_that_omits_a_file() -> None:
+    check = load_check_script()
+    files = (("vae", "ae.safetensors"), ("text_encoders", "clip_l.safetensors"))
+    sizes = (335278732, 247300608)
+    omitting = check.TemplateCheck("t", 335278732, sum(sizes), files, (), sizes)
+    assert "without clip_l.safetensors" in check._classify(omitting, [omitting], 0.05).inconsistent
+    honest = check.TemplateCheck("u", sum(sizes) * 2, sum(sizes), files, (), sizes)
+    assert check._classify(honest, [honest], 0.05).inconsistent == ""
+
+
+def test_committed_catalog_is_what_the_builder_writes(tmp_path: Path) -> None:
+    """Rebuild a few entries with the host the JSON was made with; skipped without that host."""
+    host = Path(os.environ.get("COMFYUI_ROOT", "/work/comfyui"))
+    version = host / "comfyui_version.py"
+    if not version.is_file() or '"0.3.64"' not in version.read_text():
+        pytest.skip("needs a ComfyUI v0.3.64 checkout in COMFYUI_ROOT (the host the catalog was built with)")
+    names = [
+        "flux1-dev-fp8.safetensors",
+        "umt5_xxl_fp8_e4m3fn_scaled.safetensors",
+        "Wan21_CausVid_14B_T2V_lora_rank32.safetensors",
+    ]
+    out = tmp_path / "catalog.json"
+    env = {**os.environ, "COMFYUI_ROOT": str(host)}
+    script = ROOT / "scripts" / "build_model_catalog.py"
+    subprocess.run(
+        [sys.executable, str(script), "--out", str(out), "--only", *names], check=True, env=env, timeout=300
+    )
+    rebuilt = json.loads(out.read_text())["files"]
+    assert sorted(rebuilt) == sorted(names)
+    for name in names:
+        assert rebuilt[name] == cat.catalog()[name], name

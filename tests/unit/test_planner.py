@@ -1,0 +1,126 @@
+"""The planner is the exact optimum of its cost model: checked against brute force, including random
+cases, and against the closed-form minimum VRAM."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import strategies as st
+
+from comfyui_headroom.memory.baselines import lower_bound
+from comfyui_headroom.memory.costmodel import GB, Budget, Hardware, Tier
+from comfyui_headroom.memory.planner import minimum_vram, plan
+from comfyui_headroom.memory.workload import Component, Step, Workload
+from headroom_testing.bruteforce import brute_force, search_space
+
+HW = Hardware.pcie(4)
+
+
+def flux_like() -> Workload:
+    te = Component("te", "t5xxl", int(9.8 * GB), blocks=(int(0.4 * GB),) * 24)
+    dm = Component("dm", "flux1-dev", int(23.8 * GB), blocks=(int(0.4 * GB),) * 57)
+    vae = Component("vae", "ae", int(0.17 * GB))
+    steps = (
+        Step("6", "CLIPTextEncode", ("te",), activation=int(0.5 * GB)),
+        Step("7", "CLIPTextEncode", ("te",), activation=int(0.5 * GB)),
+        Step("3", "KSampler", ("dm",), evaluations=20, activation=int(1.5 * GB), compute_s=20.0),
+        Step("8", "VAEDecode", ("vae",), activation=int(3 * GB)),
+        Step("9", "SaveImage"),
+    )
+    return Workload((te, dm, vae), steps)
+
+
+def test_everything_fits_in_a_big_card() -> None:
+    w = flux_like()
+    p = plan(w, Budget(vram=80 * 2**30, ram=128 * 2**30, pinned=64 * 2**30), HW)
+    assert p.feasible
+    assert p.steps[2].placements["dm"].tier.gpu == "G"
+    # each model is read once from disk and uploaded once: nothing streams, nothing returns
+    assert p.transfer_s == pytest.approx(brute_force(w, p.budget, HW))
+
+
+def test_flux_streams_on_an_8gb_card() -> None:
+    w = flux_like()
+    budget = Budget.from_card(8 * 2**30, 32 * 2**30)
+    p = plan(w, budget, HW)
+    assert p.feasible
+    dm = p.steps[2].placements["dm"]
+    assert dm.tier.gpu == "S" and 0 < dm.resident_blocks < dm.total_blocks
+    assert all(s.vram_peak <= budget.vram for s in p.steps)
+    assert all(s.ram <= budget.ram and s.pinned <= budget.pinned for s in p.steps)
+    assert any("stream flux1-dev" in a for a in p.steps[2].actions)
+
+
+def test_an_impossible_budget_reports_the_minimum() -> None:
+    w = flux_like()
+    need, where = minimum_vram(w, depth=1)
+    assert "VAEDecode" in where or "KSampler" in where
+    p = plan(w, Budget(vram=need - 1, ram=64 * 2**30, pinned=32 * 2**30), HW)
+    assert not p.feasible and p.min_vram == need
+    assert plan(w, Budget(vram=need, ram=64 * 2**30, pinned=32 * 2**30), HW).feasible
+
+
+def test_a_reused_model_stays_where_reuse_is_cheapest() -> None:
+    model = Component("m", "model", 4 * 2**30)
+    steps = (Step("1", "A", ("m",)), Step("2", "Other"), Step("3", "B", ("m",)))
+    w = Workload((model,), steps)
+    big = plan(w, Budget(vram=8 * 2**30, ram=16 * 2**30, pinned=8 * 2**30), HW)
+    assert big.steps[1].placements["m"].tier.gpu == "G"  # kept on the GPU across the gap
+    assert big.transfer_s == pytest.approx(model.bytes / HW.disk)
+    tight = Workload((model,), (steps[0], Step("2", "Other", activation=5 * 2**30), steps[2]))
+    small = plan(tight, Budget(vram=8 * 2**30, ram=16 * 2**30, pinned=8 * 2**30), HW)
+    assert small.steps[1].placements["m"].tier == Tier.PINNED  # parked in pinned RAM, not re-read
+
+
+sizes = st.integers(min_value=1, max_value=12).map(lambda g: g * 2**29)
+
+
+@st.composite
+def workloads(draw: st.DrawFn) -> tuple[Workload, Budget]:
+    n = draw(st.integers(1, 3))
+    comps = []
+    for i in range(n):
+        nbytes = draw(sizes)
+        nblocks = draw(st.sampled_from([0, 2, 3, 5]))
+        block = nbytes // (nblocks + 1) if nblocks else 0
+        comps.append(Component(f"c{i}", f"c{i}", nbytes, (block,) * nblocks if block else ()))
+    steps = []
+    for s in range(draw(st.integers(1, 4))):
+        uses = draw(st.lists(st.sampled_from([c.id for c in comps]), max_size=2, unique=True))
+        steps.append(
+            Step(
+                str(s),
+                "N",
+                tuple(uses),
+                evaluations=draw(st.integers(1, 30)),
+                activation=draw(st.integers(0, 3)) * 2**29,
+            )
+        )
+    ram = draw(st.integers(0, 24)) * 2**29
+    # VRAM around the biggest component's size, where the interesting choices (stream or not) live
+    vram = int(max(c.bytes for c in comps) * draw(st.sampled_from([0.3, 0.5, 0.7, 0.9, 1.2, 2.0, 4.0])))
+    budget = Budget(vram=vram, ram=ram, pinned=draw(st.integers(0, ram // 2**29)) * 2**29)
+    return Workload(tuple(comps), tuple(steps)), budget
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads())
+def test_planner_matches_brute_force(case: tuple[Workload, Budget]) -> None:
+    w, budget = case
+    assume(search_space(w) <= 60_000)
+    expected = brute_force(w, budget, HW)
+    p = plan(w, budget, HW)
+    event("feasible" if math.isfinite(expected) else "infeasible")
+    streams = any(pl.tier.gpu == "S" for s in p.steps for pl in s.placements.values())
+    event("streams" if streams else "no stream")
+    if math.isinf(expected):
+        assert not p.feasible
+    else:
+        assert p.feasible
+        assert p.transfer_s == pytest.approx(expected, rel=1e-9)
+        assert sum(s.transfer_s for s in p.steps) == pytest.approx(expected, rel=1e-9)
+        for s in p.steps:
+            assert s.ram <= budget.ram and s.pinned <= budget.pinned
+        assert lower_bound(w, budget, HW).transfer_s <= p.transfer_s * (1 + 1e-9)
