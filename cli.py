@@ -11,10 +11,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from .memory.costmodel import GB, GiB
+from .memory.optional import optional_module
 from .memory.units import parse_bytes
 from .version import __version__
 
-# Exit codes: 0 ok, 1 the workflow does not fit, 2 bad input or a feature that has not landed yet.
+# Exit codes: 0 it fits, 1 it does not fit (the output says what would make it fit), 2 bad input.
+EXIT_DOES_NOT_FIT = 1
 EXIT_BAD_INPUT = 2
 
 
@@ -46,41 +49,58 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--models-dir", type=Path, default=None, help="a models folder to read sizes from")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.add_argument("--png", type=Path, default=None, help="also draw a residency timeline to this PNG")
+    plan.add_argument("--pcie", type=int, choices=(3, 4, 5), default=4, help="PCIe generation (default 4)")
+    plan.add_argument("--h2d-pinned", type=float, default=None, help="measured pinned upload GB/s (override)")
+    plan.add_argument("--disk", type=float, default=None, help="measured disk read GB/s (override)")
+    plan.add_argument(
+        "--reserve", type=_size, default=GiB // 2, help="VRAM kept for the driver and host (default 0.5GB)"
+    )
     return parser
 
 
-def _load_workflow(path: Path) -> dict:
-    """Read and sanity-check the workflow file; raise ValueError with a message a person can act on."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ValueError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{path}: not a text file; expected a workflow saved as JSON") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        where = f"line {exc.lineno}, column {exc.colno}"
-        raise ValueError(f"{path}: malformed JSON at {where}: {exc.msg}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object (a ComfyUI workflow or API prompt)")
-    return data
+def _default_ram() -> int:
+    psutil = optional_module("psutil", "reading this machine's RAM for --ram")
+    return int(psutil.virtual_memory().total) if psutil else 32 * GiB
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from .memory.baselines import BASELINES
+    from .memory.costmodel import Budget, Hardware
+    from .memory.extract import workload_from_graph
+    from .memory.graph import WorkflowError, load_workflow
+    from .memory.order import predict_order
+    from .memory.planner import plan
+    from .memory.report import plan_json, plan_table, summary, timeline_png
+
     try:
-        _load_workflow(args.workflow)
-    except ValueError as exc:
+        graph = load_workflow(args.workflow)
+        order = predict_order(graph)
+        hw = Hardware.pcie(args.pcie).with_overrides(
+            h2d_pinned=args.h2d_pinned and args.h2d_pinned * GB, disk=args.disk and args.disk * GB
+        )
+        workload = workload_from_graph(graph, order, models_dir=args.models_dir, tflops=hw.tflops)
+        budget = Budget.from_card(args.vram, args.ram or _default_ram(), reserve=args.reserve)
+    except (WorkflowError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(
-        "error: the residency planner has not landed yet in Headroom "
-        f"{__version__} (tracked as issue #3); the workflow file was read and is valid JSON.",
-        file=sys.stderr,
-    )
-    return EXIT_BAD_INPUT
+    result = plan(workload, budget, hw)
+    baselines = {name: policy(workload, budget, hw) for name, policy in BASELINES.items()}
+    if args.json:
+        print(json.dumps(plan_json(result, workload, baselines), indent=2))
+    else:
+        print(f"{args.workflow}: {len(order)} nodes will run, {len(workload.components)} model components")
+        if result.feasible:
+            print(plan_table(result, workload))
+        print(summary(result, baselines))
+        for note in workload.notes:
+            print(f"note: {note}")
+    if args.png:
+        if optional_module("matplotlib", "the --png residency timeline") is None:
+            print("error: --png needs matplotlib (pip install matplotlib)", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        if result.feasible:
+            timeline_png(result, workload, args.png)
+    return 0 if result.feasible else EXIT_DOES_NOT_FIT
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,7 +7,8 @@
   unloads of just the shortfall; what does not fit is loaded "lowvram": the budget
   ``max(128 MB, free - minimum_memory_required, min(0.4 * free, free - minimum_inference))`` of
   weights stays resident and the rest is cast per operation from pageable RAM at every evaluation.
-  Offloading copies weights back to RAM. Weights come from disk into RAM at the first use.
+  Offloading copies weights back to RAM. Weights come from disk into RAM at the first use; what
+  exceeds the RAM budget is paged back in from the file whenever it streams.
 - ``model_offload``: diffusers' ``enable_model_cpu_offload``: each model moves whole to the GPU before
   it runs and back to RAM when the next one runs; a model that does not fit is out of memory.
 - ``lower_bound``: no policy does better: every component is read from disk once, and what exceeds
@@ -78,7 +79,10 @@ def comfyui_reactive(w: Workload, budget: Budget, hw: Hardware) -> Outcome:
             if resident + step.activation > free and out.oom_step is None:
                 out.oom_step = f"node {step.node_id} ({step.label})"
             seconds += max(0, resident - loaded.get(c.id, 0)) / hw.h2d_pageable
-            seconds += step.evaluations * (c.bytes - resident) / hw.h2d_pageable
+            # weights beyond the RAM budget are paged back in from the file at every pass
+            overflow = min(c.bytes - resident, max(0, sum(w.component(k).bytes for k in in_ram) - budget.ram))
+            streamed = c.bytes - resident - overflow
+            seconds += step.evaluations * (streamed / hw.h2d_pageable + overflow / hw.disk)
             loaded[c.id] = resident
             if c.id in order:
                 order.remove(c.id)

@@ -281,22 +281,29 @@ def estimate_from_name(file_name: str, kind: str | None = None) -> ComponentInfo
         )  # fmt: skip
     if params is not None:
         per = dtype[1] if dtype else 2.0
+        size = int(params * per)
         note = f"estimated from the name: {params / 1e9:g}B parameters x {per:g} B"
-        return ComponentInfo(
-            kind or "unknown",
-            base,
-            family,
-            dtype[0] if dtype else "bf16",
-            int(params * per),
-            (),
-            "estimate",
-            note,
-        )
-    size = DEFAULT_BYTES.get(kind or "", 24 * GIB)
-    note = f"unknown file: conservative default for a {kind or 'model'} ({size / GIB:g} GiB)"
+    else:
+        size = DEFAULT_BYTES.get(kind or "", 24 * GIB)
+        note = f"unknown file: conservative default for a {kind or 'model'} ({size / GIB:g} GiB)"
+    blocks = _assumed_blocks(size, kind)
+    if blocks:
+        note += f"; assumed {len(blocks)} equal blocks"
     return ComponentInfo(
-        kind or "unknown", base, family, dtype[0] if dtype else "bf16", size, (), "estimate", note
+        kind or "unknown", base, family, dtype[0] if dtype else "bf16", size, blocks, "estimate", note
     )
+
+
+ASSUMED_BLOCKS = 32  # transformer stacks of unknown models: typical depth, ~95% of the weights
+_LAYERED_KINDS = frozenset({"diffusion_model", "text_encoder", "controlnet", "checkpoint"})
+
+
+def _assumed_blocks(size: int, kind: str | None) -> tuple[Block, ...]:
+    """Equal blocks for an unknown transformer-like file, so the plan can stream it, as hosts can."""
+    if kind not in _LAYERED_KINDS:
+        return ()
+    each = int(size * 0.95) // ASSUMED_BLOCKS
+    return tuple(Block(f"block.{i}", each) for i in range(ASSUMED_BLOCKS)) if each else ()
 
 
 @functools.lru_cache(maxsize=128)
@@ -314,7 +321,7 @@ def _catalog_by_family(family: str, kind: str | None) -> list[ComponentInfo]:
     found = _catalog_by_family_cached(family, kind)
     if not found and kind not in (None, "lora"):  # e.g. a diffusion model named after a checkpoint family
         found = _catalog_by_family_cached(family, None)
-    return [c for c in found if (c.kind == "lora") == (kind == "lora")]
+    return [c for c in found if (c.kind == "lora") == (kind == "lora") and (kind is None or c.kind == kind)]
 
 
 def folder_kind(folder: str) -> str | None:

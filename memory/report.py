@@ -140,7 +140,7 @@ def timeline_png(plan: Plan, workload: Workload, path: Path) -> None:
             if placement and placement.total_blocks:
                 ax.text(s + 0.5, row, f"{placement.resident_blocks}/{placement.total_blocks}", ha="center",
                         va="center", fontsize=7)  # fmt: skip
-    ax.set_yticks(range(len(comps)), [c.label for c in comps])
+    ax.set_yticks(range(len(comps)), [c.label.replace(".safetensors", "") for c in comps], fontsize=8)
     ax.invert_yaxis()
     ax.legend(
         handles=[Patch(color=v, label=k) for k, v in zip(
@@ -151,7 +151,8 @@ def timeline_png(plan: Plan, workload: Workload, path: Path) -> None:
     vram_ax.bar(xs, [sp.vram_peak / GiB for sp in plan.steps], width=0.8, color="#455a64")
     vram_ax.axhline(plan.budget.vram / GiB, color="#c62828", linestyle="--", linewidth=1)
     vram_ax.set_ylabel("VRAM GiB")
-    vram_ax.set_xticks(xs, [f"{sp.step.node_id}\n{sp.step.label[:12]}" for sp in plan.steps], fontsize=7)
+    labels = [f"{sp.step.label[:18]} #{sp.step.node_id}" for sp in plan.steps]
+    vram_ax.set_xticks(xs, labels, fontsize=7, rotation=40, ha="right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

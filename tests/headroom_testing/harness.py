@@ -30,19 +30,6 @@ NODE_IDS = (
 )
 
 
-# Our models folder layout -> the folder_paths names that must list it, on every host.
-MODEL_FOLDERS = {
-    "checkpoints": ("checkpoints",),
-    "diffusion_models": ("diffusion_models", "unet"),
-    "text_encoders": ("text_encoders", "clip"),
-    "vae": ("vae",),
-    "loras": ("loras",),
-    "controlnet": ("controlnet",),
-    "clip_vision": ("clip_vision",),
-    "upscale_models": ("upscale_models",),
-}
-
-
 class HostUnavailable(RuntimeError):
     """No ComfyUI host can be found; the message says how to get one."""
 
@@ -94,6 +81,8 @@ def install_torchvision_placeholder() -> None:
     placeholder.__spec__ = importlib.machinery.ModuleSpec("torchvision", None)
 
     def __getattr__(name: str) -> Any:
+        if name.startswith("__"):  # introspection (torch's op registry, copy, pickle) must see "absent"
+            raise AttributeError(name)
         raise ImportError(f"torchvision is not installed (torchvision.{name} was needed)")
 
     placeholder.__getattr__ = __getattr__  # type: ignore[attr-defined]
@@ -141,6 +130,10 @@ class Host:
         from comfy.cli_args import args
 
         args.cpu = True  # must precede the first import of comfy.model_management
+        if (root / "utils" / "__init__.py").is_file():
+            # as main.py does: nodes.py puts comfy/ first on sys.path, after which "utils" would
+            # resolve to comfy/utils.py and the built-in nodes needing utils.* would fail to import
+            importlib.import_module("utils")
         self.model_management = importlib.import_module("comfy.model_management")
         self.nodes = importlib.import_module("nodes")
         self.execution = importlib.import_module("execution")
@@ -169,20 +162,11 @@ class Host:
         self.executor = self.execution.PromptExecutor(self.server)
 
     def register_models_dir(self, models_dir: Path) -> None:
-        """Make ``models_dir/<folder>`` a models folder the stock loaders (and ours) list.
+        """Make ``models_dir/<folder>`` models folders the stock loaders (and ours) list; re-callable
+        after writing files, to drop the host's cached listings."""
+        from .tiny_models import register_models_dir
 
-        2024 hosts call diffusion models "unet" and text encoders "clip"; current hosts use
-        "diffusion_models"/"text_encoders" and keep the old names as aliases of the same folders.
-        """
-        for folder, names in MODEL_FOLDERS.items():
-            path = models_dir / folder
-            path.mkdir(parents=True, exist_ok=True)
-            for name in names:
-                if name in self.folder_paths.folder_names_and_paths:
-                    self.folder_paths.add_model_folder_path(name, str(path))
-        cache = getattr(self.folder_paths, "filename_list_cache", None)
-        if isinstance(cache, dict):
-            cache.clear()  # the listing is cached per folder name
+        register_models_dir(models_dir)
 
     def _load_builtin_extras(self) -> None:
         """comfy_extras (latent ops, samplers, model families' loaders), as the host's startup does."""

@@ -38,13 +38,20 @@ def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert "plan" in capsys.readouterr().out
 
 
+WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
+FLUX = WORKFLOWS / "api" / "flux_dev_t2i.json"
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        (None, "no such file"),
-        ("{not json", "malformed JSON at line 1, column 2"),
-        ("[1, 2]", "expected a JSON object"),
-        (b"\xff\xfe\x00", "not a text file"),
+        (None, "No such file"),
+        (
+            "{not json",
+            "not valid JSON: Expecting property name enclosed in double quotes at line 1, column 2",
+        ),
+        ("[1, 2]", "workflow"),
+        (b"\xff\xfe\x00", "cannot read workflow"),
     ],
 )
 def test_plan_rejects_bad_files(
@@ -56,7 +63,8 @@ def test_plan_rejects_bad_files(
     elif content is not None:
         path.write_text(content)
     assert main(["plan", str(path), "--vram", "8GB"]) == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err
 
 
 def test_plan_rejects_a_bad_size(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -66,8 +74,27 @@ def test_plan_rejects_a_bad_size(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "not a size: 'lots'" in capsys.readouterr().err
 
 
-def test_plan_placeholder_says_what_is_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = tmp_path / "workflow.json"
-    path.write_text(json.dumps({"nodes": [], "links": []}))
-    assert main(["plan", str(path), "--vram", "8GB"]) == 2
-    assert "planner has not landed yet" in capsys.readouterr().err
+def test_plan_prints_a_table_and_a_summary(tmp_path: Path) -> None:
+    out = run("plan", str(FLUX), "--vram", "8GB", "--ram", "32GB", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "KSampler" in text and "stream" in text and "flux1-dev.safetensors" in text
+    assert "fits: yes" in text and "comfyui: transfer" in text and "less)" in text
+
+
+def test_plan_json_and_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    png = tmp_path / "timeline.png"
+    assert main(["plan", str(FLUX), "--vram", "12GB", "--ram", "32GB", "--json", "--png", str(png)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["fits"] is True
+    assert [s["class_type"] for s in data["steps"]][-1] == "SaveImage"
+    sampler = next(s for s in data["steps"] if s["class_type"] == "KSampler")
+    assert sampler["vram_peak"] <= data["budget"]["vram"]
+    assert set(data["baselines"]) == {"comfyui", "model_offload", "lower_bound"}
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plan_that_cannot_fit_says_what_would(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(FLUX), "--vram", "1GB", "--ram", "32GB"]) == 1
+    out = capsys.readouterr().out
+    assert "fits: NO" in out and "more usable VRAM" in out and "minimum VRAM for this workflow" in out

@@ -1,0 +1,165 @@
+"""Planner benchmark over every official workflow template (issue #3).
+
+    python bench/planner.py [--templates DIR] [--out bench/results/planner.md]
+
+For each template of the newest ``comfyui-workflow-templates-json`` and each VRAM size in
+{6, 8, 12, 16, 24, 48} GB with 32 GB RAM on PCIe 4: does it parse, does it fit, the minimum VRAM,
+predicted transfer seconds for Headroom / ComfyUI's reactive policy / diffusers model offload / the
+lower bound, and planning time (parse + order + components + plan). Where brute force is small
+enough, Headroom's plan is also checked against it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import importlib.util
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from comfyui_headroom.memory.baselines import BASELINES  # noqa: E402
+from comfyui_headroom.memory.costmodel import Budget, GiB, Hardware  # noqa: E402
+from comfyui_headroom.memory.extract import workload_from_graph  # noqa: E402
+from comfyui_headroom.memory.graph import WorkflowError, load_workflow  # noqa: E402
+from comfyui_headroom.memory.order import predict_order  # noqa: E402
+from comfyui_headroom.memory.planner import plan  # noqa: E402
+from headroom_testing.bruteforce import brute_force, search_space  # noqa: E402
+
+VRAM_GB = (6, 8, 12, 16, 24, 48)
+RAM = 32 * GiB
+BRUTE_FORCE_LIMIT = 20_000
+
+
+def templates_dir() -> Path:
+    spec = importlib.util.find_spec("comfyui_workflow_templates_json")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("pip install comfyui-workflow-templates-json (the newest) first")
+    return Path(next(iter(spec.submodule_search_locations))) / "templates"
+
+
+def template_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.glob("*.json") if not p.name.startswith("index"))
+
+
+def run(folder: Path) -> dict:
+    hw = Hardware.pcie(4)
+    rows, failures, times, checks = [], collections.Counter(), [], []
+    for path in template_files(folder):
+        start = time.perf_counter()
+        try:
+            graph = load_workflow(path)
+            order = predict_order(graph)
+            workload = workload_from_graph(graph, order, tflops=hw.tflops)
+        except (WorkflowError, ValueError) as exc:
+            failures[str(exc).split(":")[-1].strip()[:90]] += 1
+            rows.append({"template": path.stem, "parsed": False, "error": str(exc)})
+            continue
+        prep = time.perf_counter() - start
+        used = sorted({c for s in workload.steps for c in s.uses})
+        row = {"template": path.stem, "parsed": True, "components": len(used), "per_vram": {}}
+        for gb in VRAM_GB:
+            budget = Budget.from_card(gb * GiB, RAM)
+            t0 = time.perf_counter()
+            result = plan(workload, budget, hw)
+            times.append(prep + time.perf_counter() - t0)
+            outcomes = {name: policy(workload, budget, hw) for name, policy in BASELINES.items()}
+            row["per_vram"][gb] = {
+                "fits": result.feasible,
+                "min_vram": result.min_vram,
+                "headroom_s": result.transfer_s,
+                **{f"{n}_s": o.transfer_s for n, o in outcomes.items()},
+                **{f"{n}_fits": o.fits for n, o in outcomes.items()},
+            }
+            if result.feasible and search_space(workload) <= BRUTE_FORCE_LIMIT:
+                checks.append(result.transfer_s / max(brute_force(workload, budget, hw), 1e-12))
+        rows.append(row)
+    return {"rows": rows, "failures": failures, "times": times, "checks": checks}
+
+
+def report(data: dict, folder: Path, command: str) -> str:
+    rows = data["rows"]
+    parsed = [r for r in rows if r["parsed"]]
+    with_models = [r for r in parsed if r["components"] > 0]
+    multi = [r for r in parsed if r["components"] >= 2]
+    times = sorted(data["times"])
+    lines = [
+        "# Planner benchmark",
+        "",
+        f"- date: {datetime.date.today().isoformat()}",
+        f"- machine: {platform.processor() or platform.machine()}, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()} (CPU only; no GPU needed)",
+        f"- command: `{command}`",
+        f"- templates: {len(rows)} from `{folder}`",
+        "- budgets: card VRAM in the table minus a 0.5 GiB reserve, 32 GiB RAM (16 GiB pinnable), PCIe 4.0",
+        "",
+        "## Parsing",
+        "",
+        f"- parsed: {len(parsed)}/{len(rows)} ({100 * len(parsed) / max(len(rows), 1):.1f}%); "
+        f"{len(with_models)} use local models, {len(multi)} use two or more",
+    ]
+    for message, count in data["failures"].most_common():
+        lines.append(f"- refused ({count}): {message}")
+    lines += [
+        "",
+        "## Fit and transfer, per card",
+        "",
+        "Transfer sums are over the multi-model templates that every policy compared can run.",
+        "",
+        "| VRAM | Headroom fits | ComfyUI fits | model offload fits | median min VRAM (GiB) "
+        "| Headroom s | ComfyUI s | Headroom vs ComfyUI | lower bound s |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for gb in VRAM_GB:
+        cells = [r["per_vram"][gb] for r in with_models]
+        both = [
+            r["per_vram"][gb]
+            for r in multi
+            if r["per_vram"][gb]["fits"] and r["per_vram"][gb]["comfyui_fits"]
+        ]
+        ours = sum(c["headroom_s"] for c in both)
+        theirs = sum(c["comfyui_s"] for c in both)
+        bound = sum(c["lower_bound_s"] for c in both)
+        saving = f"{100 * (1 - ours / theirs):.0f}% less" if theirs else "-"
+        median_min = statistics.median(c["min_vram"] for c in cells) / GiB if cells else 0
+        fits = [sum(c[key] for c in cells) for key in ("fits", "comfyui_fits", "model_offload_fits")]
+        counts = " | ".join(f"{n}/{len(cells)}" for n in fits)
+        lines.append(
+            f"| {gb} GB | {counts} | {median_min:.1f} | {ours:.0f} | {theirs:.0f} | {saving} | {bound:.0f} |"
+        )
+    lines += [
+        "",
+        "## Optimality and planning time",
+        "",
+        f"- brute force ran on {len(data['checks'])} (template, VRAM) cases; worst Headroom/optimum ratio: "
+        f"{max(data['checks'], default=float('nan')):.6f}",
+        f"- planning time per (template, VRAM): median {1000 * statistics.median(times):.1f} ms, "
+        f"p95 {1000 * times[int(0.95 * (len(times) - 1))]:.1f} ms, max {1000 * times[-1]:.1f} ms",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--templates", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "planner.md")
+    parser.add_argument("--json", type=Path, default=None, help="also write every row as JSON")
+    args = parser.parse_args()
+    folder = args.templates or templates_dir()
+    data = run(folder)
+    text = report(data, folder, "python " + " ".join(sys.argv))
+    print(text)
+    args.out.write_text(text)
+    if args.json:
+        args.json.write_text(json.dumps(data["rows"], indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,326 @@
+"""From a parsed workflow to the planner's workload: components, and the steps that compute with them.
+
+Which loader produced each MODEL/CLIP/VAE/... value is traced along the links: a loader output
+carries its components; any other node's output of type T carries what its inputs carry of the
+kinds T can hold (a CONDITIONING carries the ControlNets applied to it, a GUIDER its model). A node
+computes with a component when one of its inputs carries it and none of its outputs does (a LoRA or
+model-sampling patch passes the model on; a sampler, an encoder or a decoder uses it up). LoRA
+loaders derive a value that shares the base weights and adds the LoRA's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .activations import activation_bytes
+from .catalog import lookup, lookup_components
+from .components import ComponentError, ComponentInfo
+from .graph import Graph, Link
+from .node_types import lookup as lookup_node_type
+from .workload import Component, Step, Workload
+
+# Output type -> the component kinds a value of that type can carry.
+CARRIES: dict[str, frozenset[str]] = {
+    "MODEL": frozenset({"diffusion_model", "lora", "model_patch"}),
+    "CLIP": frozenset({"text_encoder", "lora"}),
+    "VAE": frozenset({"vae"}),
+    "CONTROL_NET": frozenset({"controlnet"}),
+    "CONDITIONING": frozenset({"controlnet"}),
+    "GUIDER": frozenset({"diffusion_model", "lora", "model_patch", "controlnet"}),
+    "CLIP_VISION": frozenset({"clip_vision"}),
+    "UPSCALE_MODEL": frozenset({"upscale_model"}),
+    "MODEL_PATCH": frozenset({"model_patch"}),
+    "STYLE_MODEL": frozenset({"style_model"}),
+}
+# Outputs that never mean "the weights ran" (a scheduler reads the model's sigmas, not its weights).
+LIGHT_OUTPUTS = frozenset({"SIGMAS", "INT", "FLOAT", "STRING", "BOOLEAN", "SAMPLER", "NOISE", "COMBO"})
+
+
+@dataclass(frozen=True)
+class LoaderSpec:
+    """A loader node: which widget names a file, what kind it is, and which output carries it."""
+
+    files: tuple[tuple[str, str], ...]  # (input name, component kind)
+    outputs: tuple[str, ...]  # output types in order
+    patches: tuple[str, ...] = ()  # inputs whose value this loader patches (LoRA)
+
+
+_CKPT = (("ckpt_name", "checkpoint"),)
+LOADERS: dict[str, LoaderSpec] = {
+    "CheckpointLoaderSimple": LoaderSpec(_CKPT, ("MODEL", "CLIP", "VAE")),
+    "CheckpointLoader": LoaderSpec(_CKPT, ("MODEL", "CLIP", "VAE")),
+    "unCLIPCheckpointLoader": LoaderSpec(_CKPT, ("MODEL", "CLIP", "VAE", "CLIP_VISION")),
+    "ImageOnlyCheckpointLoader": LoaderSpec(_CKPT, ("MODEL", "CLIP_VISION", "VAE")),
+    "UNETLoader": LoaderSpec((("unet_name", "diffusion_model"),), ("MODEL",)),
+    "UnetLoaderGGUF": LoaderSpec((("unet_name", "diffusion_model"),), ("MODEL",)),
+    "CLIPLoader": LoaderSpec((("clip_name", "text_encoder"),), ("CLIP",)),
+    "CLIPLoaderGGUF": LoaderSpec((("clip_name", "text_encoder"),), ("CLIP",)),
+    "DualCLIPLoader": LoaderSpec((("clip_name1", "text_encoder"), ("clip_name2", "text_encoder")), ("CLIP",)),
+    "DualCLIPLoaderGGUF": LoaderSpec(
+        (("clip_name1", "text_encoder"), ("clip_name2", "text_encoder")), ("CLIP",)
+    ),
+    "TripleCLIPLoader": LoaderSpec(tuple((f"clip_name{i}", "text_encoder") for i in (1, 2, 3)), ("CLIP",)),
+    "QuadrupleCLIPLoader": LoaderSpec(
+        tuple((f"clip_name{i}", "text_encoder") for i in (1, 2, 3, 4)), ("CLIP",)
+    ),
+    "VAELoader": LoaderSpec((("vae_name", "vae"),), ("VAE",)),
+    "ControlNetLoader": LoaderSpec((("control_net_name", "controlnet"),), ("CONTROL_NET",)),
+    "DiffControlNetLoader": LoaderSpec((("control_net_name", "controlnet"),), ("CONTROL_NET",)),
+    "CLIPVisionLoader": LoaderSpec((("clip_name", "clip_vision"),), ("CLIP_VISION",)),
+    "UpscaleModelLoader": LoaderSpec((("model_name", "upscale_model"),), ("UPSCALE_MODEL",)),
+    "ModelPatchLoader": LoaderSpec((("name", "model_patch"),), ("MODEL_PATCH",)),
+    "StyleModelLoader": LoaderSpec((("style_model_name", "style_model"),), ("STYLE_MODEL",)),
+    "LoraLoader": LoaderSpec((("lora_name", "lora"),), ("MODEL", "CLIP"), patches=("model", "clip")),
+    "LoraLoaderModelOnly": LoaderSpec((("lora_name", "lora"),), ("MODEL",), patches=("model",)),
+    "HeadroomOffloadLoader": LoaderSpec(
+        (
+            ("checkpoint", "checkpoint"),
+            ("diffusion_model", "diffusion_model"),
+            ("text_encoder_1", "text_encoder"),
+            ("text_encoder_2", "text_encoder"),
+            ("text_encoder_3", "text_encoder"),
+            ("vae", "vae"),
+        ),
+        ("MODEL", "CLIP", "VAE"),
+    ),  # fmt: skip
+}
+_OUTPUT_KIND = {
+    "MODEL": "diffusion_model",
+    "CLIP": "text_encoder",
+    "VAE": "vae",
+    "CLIP_VISION": "clip_vision",
+}
+_NO_FILE = {"", "none", "None", None}
+
+# NodeIO: class_type -> (input name -> type, output types), or None for a node we know nothing about.
+NodeIO = Callable[[str], "tuple[dict[str, str], tuple[str, ...]] | None"]
+
+
+def node_io(class_type: str) -> tuple[dict[str, str], tuple[str, ...]] | None:
+    """Input and output types from the shipped node table (memory/data/node_types.json)."""
+    known = lookup_node_type(class_type)
+    return None if known is None else ({i.name: i.type for i in known.inputs}, known.outputs)
+
+
+class _Extractor:
+    def __init__(self, graph: Graph, order: list[str], node_io: NodeIO, models_dir: Path | None) -> None:
+        self.g, self.order, self.io, self.models_dir = graph, order, node_io, models_dir
+        self.components: dict[str, Component] = {}
+        self.info: dict[str, ComponentInfo] = {}
+        self.notes: list[str] = []
+        self._carried: dict[tuple[str, int], frozenset[str]] = {}
+        self.flops_per_s = 80e12
+
+    # --- components --------------------------------------------------------------------------------
+    def _add(self, cid: str, info: ComponentInfo, label: str) -> str:
+        if cid not in self.components:
+            blocks = tuple(b.bytes for b in info.blocks if b.bytes > 0)
+            self.components[cid] = Component(cid, label, info.bytes, blocks, info.kind, info.source)
+            self.info[cid] = info
+            if info.source == "estimate":
+                self.notes.append(
+                    f"{label}: unknown model file, size estimated ({info.note or 'from its name'})"
+                )
+        return cid
+
+    def _lookup(self, file: str, kind: str) -> list[ComponentInfo]:
+        try:
+            if kind == "checkpoint":
+                return lookup_components(file, "checkpoint", self.models_dir)
+            return [lookup(file, kind, self.models_dir)]
+        except ComponentError as exc:
+            raise ValueError(str(exc)) from None
+
+    def _loader_outputs(self, node_id: str, spec: LoaderSpec) -> list[frozenset[str]]:
+        node = self.g.nodes[node_id]
+        by_kind: dict[str, set[str]] = {}
+        for input_name, kind in spec.files:
+            file = node.inputs.get(input_name)
+            if isinstance(file, Link) or file in _NO_FILE:
+                continue
+            for part in self._lookup(str(file), kind):
+                part_kind = part.kind if kind == "checkpoint" else kind
+                cid = self._add(
+                    f"{node_id}:{input_name}:{part_kind}", part, f"{Path(str(file)).name} [{part_kind}]"
+                )
+                by_kind.setdefault(part_kind, set()).add(cid)
+        outputs = []
+        for out_type in spec.outputs:
+            carried = {c for k in CARRIES.get(out_type, ()) for c in by_kind.get(k, ())}
+            for patched in spec.patches:  # a LoRA shares the base weights and adds its own
+                link = node.inputs.get(patched)
+                if isinstance(link, Link) and CARRIES.get(out_type, frozenset()) & {
+                    "diffusion_model",
+                    "text_encoder",
+                }:
+                    base_type = "MODEL" if patched == "model" else "CLIP"
+                    if base_type == out_type:
+                        carried |= self.carried(link)
+            outputs.append(frozenset(carried))
+        return outputs
+
+    # --- tracing -----------------------------------------------------------------------------------
+    def carried(self, link: Link) -> frozenset[str]:
+        key = (link.node, link.output)
+        if key not in self._carried:
+            self._carried[key] = frozenset()  # cycle guard: a well-formed graph has none
+            self._carried[key] = self._carry(link)
+        return self._carried[key]
+
+    def _carry(self, link: Link) -> frozenset[str]:
+        node = self.g.nodes.get(link.node)
+        if node is None:
+            return frozenset()
+        spec = LOADERS.get(node.class_type)
+        if spec is not None:
+            outputs = self._loader_outputs(node.id, spec)
+            return outputs[link.output] if link.output < len(outputs) else frozenset()
+        io = self.io(node.class_type)
+        upstream = frozenset().union(*(self.carried(v) for v in node.inputs.values() if isinstance(v, Link)))
+        if io is None:
+            return upstream  # unknown node: assume it passes on whatever it was given (conservative)
+        out_types = io[1]
+        out_type = out_types[link.output] if link.output < len(out_types) else "*"
+        if out_type == "*":
+            return upstream
+        kinds = CARRIES.get(out_type, frozenset())
+        return frozenset(c for c in upstream if self.components[c].kind in kinds)
+
+    def uses(self, node_id: str) -> frozenset[str]:
+        node = self.g.nodes[node_id]
+        carried_in = frozenset().union(
+            *(self.carried(v) for v in node.inputs.values() if isinstance(v, Link))
+        )
+        if not carried_in:
+            return carried_in
+        io = self.io(node.class_type)
+        if io is None:
+            return carried_in
+        out_types = io[1]
+        if out_types and all(t in LIGHT_OUTPUTS for t in out_types):
+            return frozenset()
+        carried_out = frozenset().union(*(self.carried(Link(node_id, i)) for i in range(len(out_types))))
+        return carried_in - carried_out
+
+    # --- per-step figures --------------------------------------------------------------------------
+    def upstream_value(
+        self, node_id: str, names: Iterable[str], seen: set[str] | None = None
+    ) -> dict[str, Any]:
+        """The nearest upstream node (breadth first) that has all of ``names`` as plain values."""
+        frontier, seen = [node_id], seen or set()
+        while frontier:
+            nxt = []
+            for nid in frontier:
+                if nid in seen or nid not in self.g.nodes:
+                    continue
+                seen.add(nid)
+                inputs = self.g.nodes[nid].inputs
+                if all(
+                    isinstance(inputs.get(n), (int, float)) and not isinstance(inputs.get(n), bool)
+                    for n in names
+                ):
+                    return {n: inputs[n] for n in names} | {
+                        k: v
+                        for k, v in inputs.items()
+                        if k in ("length", "batch_size") and isinstance(v, int)
+                    }
+                nxt += [v.node for v in inputs.values() if isinstance(v, Link)]
+            frontier = nxt
+        return {}
+
+    def step(self, node_id: str) -> Step:
+        node = self.g.nodes[node_id]
+        used = self.uses(node_id)
+        ordered = tuple(sorted(used))
+        if not used:
+            return Step(node_id, node.class_type)
+        evaluations = self._evaluations(node_id)
+        shape = self.upstream_value(node_id, ("width", "height"))
+        width, height = int(shape.get("width", 1024)), int(shape.get("height", 1024))
+        frames, batch = int(shape.get("length", 1)), int(shape.get("batch_size", 1))
+        cfg = node.inputs.get("cfg", 1.0)
+        cfg_on = not isinstance(cfg, (int, float)) or float(cfg) != 1.0
+        activation = 0
+        for cid in ordered:
+            info = self.info[cid]
+            size = {"width": width, "height": height, "frames": frames, "batch": batch}
+            encode = info.kind == "vae" and "Decode" not in node.class_type
+            if info.kind == "vae":  # VAEs adapt: the host falls back to tiles, ours tiles to the plan
+                size = {
+                    "width": min(width, VAE_TILE),
+                    "height": min(height, VAE_TILE),
+                    "frames": min(frames, 17),
+                }
+            try:
+                # activations are in the compute dtype (bf16 on current cards), whatever the weights' dtype
+                need = activation_bytes(
+                    info.family or "unknown", info.kind, **size, cfg=cfg_on, encode=encode
+                )
+            except (KeyError, ValueError):
+                need = 0
+            activation = max(activation, need)
+        flops = sum(
+            _flops(self.info[c], width=width, height=height, frames=frames, batch=batch, cfg=cfg_on)
+            for c in ordered
+        )
+        return Step(
+            node_id, node.class_type, ordered, evaluations, activation, evaluations * flops / self.flops_per_s
+        )
+
+    def _evaluations(self, node_id: str) -> int:
+        inputs = self.g.nodes[node_id].inputs
+        steps = inputs.get("steps")
+        if isinstance(steps, int) and not isinstance(steps, bool):
+            start, end = inputs.get("start_at_step", 0), inputs.get("end_at_step", steps)
+            if isinstance(start, int) and isinstance(end, int):
+                return max(1, min(end, steps) - start)
+            return max(1, steps)
+        sigmas = inputs.get("sigmas")
+        if isinstance(sigmas, Link):  # SamplerCustom(Advanced): the scheduler node holds the steps
+            found = self.upstream_value(sigmas.node, ("steps",))
+            if found:
+                return max(1, int(found["steps"]))
+        return 1
+
+
+VAE_TILE = 512  # pixels: the tile a VAE step reserves room for (one tile of a tiled decode)
+_BYTES_PER_PARAM = {"fp8": 1, "fp8_e4m3fn": 1, "fp8_e5m2": 1, "fp16": 2, "bf16": 2, "fp32": 4}
+VAE_FLOPS_PER_PIXEL = 2.4e6  # an SD-class KL decoder: ~2.5 TFLOP for a 1024x1024 frame
+
+
+def _flops(info: ComponentInfo, *, width: int, height: int, frames: int, batch: int, cfg: bool) -> float:
+    """Coarse FLOPs of one evaluation, for the wall-time estimate only (the plan's objective is transfer).
+
+    A transformer or UNet pass costs about 2 x parameters x tokens; latent tokens are 16x16 pixels
+    (8x VAE, patch 2) and 4 frames; CFG doubles the batch; a prompt is ~256 tokens.
+    """
+    params = info.bytes / _BYTES_PER_PARAM.get(info.dtype.split("_scaled")[0], 2)
+    if info.kind == "vae":
+        return VAE_FLOPS_PER_PIXEL * width * height * frames * batch
+    if info.kind == "diffusion_model":
+        tokens = max(1, width // 16) * max(1, height // 16) * max(1, (frames + 3) // 4) * batch
+        return 2 * params * tokens * (2 if cfg else 1)
+    return 2 * params * 256
+
+
+def workload_from_graph(
+    graph: Graph,
+    order: list[str],
+    node_io: NodeIO = node_io,
+    models_dir: Path | None = None,
+    tflops: float = 80.0,
+) -> Workload:
+    """Components and steps of ``graph`` executed in ``order`` (see the module docstring).
+
+    ``tflops`` is the throughput the wall-time estimate assumes (``Hardware.tflops``).
+    """
+    ex = _Extractor(graph, order, node_io, models_dir)
+    ex.flops_per_s = tflops * 1e12
+    steps = tuple(ex.step(node_id) for node_id in order)
+    used = {c for s in steps for c in s.uses}
+    for cid in sorted(set(ex.components) - used):
+        ex.notes.append(f"{ex.components[cid].label} is loaded but nothing computes with it")
+    return Workload(tuple(ex.components.values()), steps, tuple(ex.notes))
