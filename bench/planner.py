@@ -16,6 +16,7 @@ import collections
 import datetime
 import importlib.util
 import json
+import os
 import platform
 import statistics
 import sys
@@ -46,7 +47,10 @@ def templates_dir() -> Path:
 
 
 def template_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.glob("*.json") if not p.name.startswith("index"))
+    """The templates index.json lists (the folder also holds search settings and translations)."""
+    index = json.loads((folder / "index.json").read_text(encoding="utf-8"))
+    names = {t["name"] for category in index for t in category["templates"]}
+    return sorted(folder / f"{name}.json" for name in names)
 
 
 def run(folder: Path) -> dict:
@@ -59,7 +63,7 @@ def run(folder: Path) -> dict:
             order = predict_order(graph)
             workload = workload_from_graph(graph, order, tflops=hw.tflops)
         except (WorkflowError, ValueError) as exc:
-            failures[str(exc).split(":")[-1].strip()[:90]] += 1
+            failures[f"{path.stem}: {str(exc).replace(str(path), '').lstrip(': ')[:160]}"] += 1
             rows.append({"template": path.stem, "parsed": False, "error": str(exc)})
             continue
         prep = time.perf_counter() - start
@@ -84,6 +88,12 @@ def run(folder: Path) -> dict:
     return {"rows": rows, "failures": failures, "times": times, "checks": checks}
 
 
+def _version() -> str:
+    from importlib.metadata import version
+
+    return version("comfyui-workflow-templates-json")
+
+
 def report(data: dict, folder: Path, command: str) -> str:
     rows = data["rows"]
     parsed = [r for r in rows if r["parsed"]]
@@ -94,10 +104,10 @@ def report(data: dict, folder: Path, command: str) -> str:
         "# Planner benchmark",
         "",
         f"- date: {datetime.date.today().isoformat()}",
-        f"- machine: {platform.processor() or platform.machine()}, {platform.system()} {platform.release()}, "
-        f"Python {platform.python_version()} (CPU only; no GPU needed)",
+        f"- machine: {platform.machine()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()} (CPU only; the planner needs no GPU)",
         f"- command: `{command}`",
-        f"- templates: {len(rows)} from `{folder}`",
+        f"- templates: {len(rows)} listed in index.json of comfyui-workflow-templates-json {_version()}",
         "- budgets: card VRAM in the table minus a 0.5 GiB reserve, 32 GiB RAM (16 GiB pinnable), PCIe 4.0",
         "",
         "## Parsing",

@@ -64,6 +64,7 @@ class Budget:
     pinned: int  # pinned-RAM cap (pinning more than ~half the RAM starves the OS, Windows caps it)
     # d: blocks uploaded ahead while one computes (the ring holds d+1 blocks); None lets the planner choose
     prefetch_depth: int | None = None
+    reserve: int = 0  # VRAM the card keeps for the driver, CUDA context and other programs (not usable)
 
     @classmethod
     def from_card(
@@ -72,7 +73,9 @@ class Budget:
         """A card's total VRAM minus what the driver, CUDA context and host keep (``reserve``)."""
         if card_vram <= 0 or ram <= 0:
             raise ValueError("VRAM and RAM must be positive")
-        return cls(vram=max(0, card_vram - reserve), ram=ram, pinned=int(ram * pinned_fraction))
+        return cls(
+            vram=max(0, card_vram - reserve), ram=ram, pinned=int(ram * pinned_fraction), reserve=reserve
+        )
 
 
 class Tier(IntEnum):

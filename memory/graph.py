@@ -12,8 +12,11 @@ UI workflows are flattened the way the frontend's ``graphToPrompt`` does before 
 - subgraphs under ``definitions.subgraphs`` are expanded, nested ones too; an inner node's id is the
   path of instance ids then its own id joined by ":" ("12:5", "12:7:3"), as the frontend names them.
 
-Group nodes (the pre-subgraph ``extra.groupNodes``) are refused with a WorkflowError that says how to
-convert them. Node classes unknown to the table are kept as opaque nodes (see node_types.py).
+Group nodes (the pre-subgraph ``extra.groupNodes``, instances typed ``workflow>NAME``) are expanded the
+way the frontend that pairs with the table's host (1.27) queues them: inner node ``i`` of instance 12 runs
+as "12:i"; the instance's inputs, outputs and flattened ``widgets_values`` map onto the inner nodes by the
+frontend's ``GroupNodeConfig`` rules (see _GroupDef). Node classes unknown to the table are kept as opaque
+nodes (see node_types.py).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 from .node_types import (
     CONTROL_VALUES,
     VIRTUAL_TYPES,
+    WIDGET_TYPES,
     InputSpec,
     guess_output_node,
     host_version,
@@ -41,6 +45,7 @@ SUBGRAPH_INPUT_NODE = -10  # origin id of links that start at a subgraph's input
 UPLOAD_VALUES = frozenset({"image", "video", "audio", "mesh"})  # what upload buttons store
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE)
 _JS_INDEX = re.compile(r"^(0|[1-9][0-9]{0,9})$")
+GROUP_PREFIXES = ("workflow>", "workflow/")  # group node instance types; "/" is the v1 separator
 
 
 class WorkflowError(ValueError):
@@ -180,15 +185,18 @@ class _Scope:
         definition: dict[str, Any] | None = None,
         instance: dict[str, Any] | None = None,
         parent: _Scope | None = None,
+        group: _GroupDef | None = None,
     ) -> None:
-        self.parser, self.path, self.definition, self.instance, self.parent = (
+        self.parser, self.path, self.definition, self.instance, self.parent, self.group = (
             parser,
             path,
             definition,
             instance,
             parent,
+            group,
         )
-        where = f" in subgraph {describe(instance, parent.path)}" if instance and parent else ""
+        kind = "group node" if group else "subgraph"
+        where = f" in {kind} {describe(instance, parent.path)}" if instance and parent else ""
         self.nodes: dict[str, dict[str, Any]] = {}
         for node in nodes:
             if not isinstance(node, dict) or "id" not in node or not isinstance(node.get("type"), str):
@@ -204,6 +212,7 @@ class _Scope:
             self.links[parsed[0]] = parsed[1]
         self.children: dict[str, _Scope] = {}
         self.promoted: dict[str, _Value] = {}
+        self.overrides: dict[str, dict[str, Any]] = {}  # group node widget values, by inner node id
 
     def exec_id(self, node: dict[str, Any]) -> str:
         return ":".join((*self.path, str(node["id"])))
@@ -229,6 +238,32 @@ class _Scope:
                 self,
             )
             scope.promoted = self.parser.promoted_values(scope)
+            self.children[key] = scope
+        return self.children[key]
+
+    def group_child(self, node: dict[str, Any]) -> _Scope:
+        """The scope of group node instance ``node``: its definition's nodes, ids "<instance>:<index>"."""
+        key = str(node["id"])
+        if key not in self.children:
+            if self.path:
+                # ExecutableGroupNodeChildDTO throws for these; nesting cannot be built in the UI.
+                raise WorkflowError(
+                    f"{describe(node, self.path)} is a group node nested in "
+                    f"{describe(self.instance or {}, self.parent.path if self.parent else ())}, which the "
+                    "frontend cannot run either: convert the group node to a subgraph"
+                )
+            group = self.parser.group_def(node, self.path)
+            overrides = self.parser.group_values(group, node, self.path)
+            nodes = []
+            for inner in group.nodes:
+                values = overrides.get(str(inner["id"]), {})
+                if inner["type"] == "PrimitiveNode" and "value" in values:
+                    old = inner.get("widgets_values")
+                    rest = old[1:] if isinstance(old, list) else []
+                    inner = inner | {"widgets_values": [values["value"], *rest]}
+                nodes.append(inner)
+            scope = _Scope(self.parser, nodes, [], (*self.path, key), None, node, self, group)
+            scope.overrides = overrides
             self.children[key] = scope
         return self.children[key]
 
@@ -261,6 +296,152 @@ def _inputs(node: dict[str, Any]) -> list[dict[str, Any]]:
     return [slot for slot in node.get("inputs") or [] if isinstance(slot, dict)]
 
 
+@dataclass(slots=True)
+class _GroupDef:
+    """One ``extra.groupNodes`` entry as the frontend's GroupNodeConfig reads it (groupNode.ts, 1.27).
+
+    Inner nodes are walked in definition order (execution order when the group was made). Of each
+    node's definition inputs, widget inputs become instance widgets, except those the node shows as
+    inputs ("converted"); sockets with no link inside the group become instance inputs, in order. After
+    all nodes, the converted widgets with no link inside the group become both instance inputs and
+    instance widgets. An output is an instance output unless it is linked inside the group and not
+    listed in ``external``. ``config`` can rename or hide slots; a hidden socket gets no instance input.
+    """
+
+    name: str
+    nodes: list[dict[str, Any]]  # inner nodes, "id" replaced by their index
+    # (inner node, input slot) -> (inner node, output slot) for links inside the group
+    links_to: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
+    inputs: dict[tuple[int, int], int] = field(default_factory=dict)  # (inner node, slot) -> instance input
+    outputs: list[tuple[int, int]] = field(default_factory=list)  # instance output -> (inner node, slot)
+    widgets: list[tuple[int, InputSpec]] = field(default_factory=list)  # instance widgets, in order
+    warnings: list[str] = field(default_factory=list)
+
+
+def _read_group(name: str, data: Any, instance: str) -> _GroupDef:
+    """Build a _GroupDef; ``instance`` names the node that uses it, for messages."""
+    where = f"{instance} is a group node whose definition extra.groupNodes[{name!r}]"
+    if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
+        raise WorkflowError(f"{where} has no nodes list")
+    nodes = []
+    for index, node in enumerate(data["nodes"]):
+        if not isinstance(node, dict) or not isinstance(node.get("type"), str):
+            raise WorkflowError(f"{where} has an inner node {index} without a type")
+        if node["type"].startswith(GROUP_PREFIXES):
+            raise WorkflowError(f"{where} contains group node {node['type']}, which the frontend cannot run")
+        nodes.append(node | {"id": index})
+    group = _GroupDef(name, nodes)
+    links_from: dict[tuple[int, int], list[list[Any]]] = {}
+    try:
+        for link in data.get("links") or []:
+            if link[0] is None:  # came from outside the group when it was made; the instance input has it
+                continue
+            origin, target = (int(link[0]), int(link[1])), (int(link[2]), int(link[3]))
+            group.links_to[target] = origin
+            links_from.setdefault(origin, []).append(link)
+        external = {(int(e[0]), int(e[1])) for e in data.get("external") or [] if len(e) > 2 and e[2]}
+    except (TypeError, ValueError, IndexError, KeyError) as exc:
+        raise WorkflowError(f"{where} has a malformed link: {exc!r}") from exc
+    config = data.get("config") if isinstance(data.get("config"), dict) else {}
+
+    def custom(index: int, side: str, key: str | int) -> dict[str, Any]:
+        entry = config.get(str(index))
+        slots = entry.get(side) if isinstance(entry, dict) else None
+        found = slots.get(str(key)) if isinstance(slots, dict) else None
+        return found if isinstance(found, dict) else {}
+
+    converted: list[tuple[int, list[tuple[int, InputSpec]]]] = []
+    for index, node in enumerate(nodes):
+        found = _group_inner_def(node, index, group, links_from, external)
+        if found is None:
+            continue
+        specs, outputs = found
+        saved = _inputs(node)
+        sockets, shown = [], []
+        for spec in specs:
+            if not spec.widget:
+                sockets.append(spec)
+                continue
+            slot = next(
+                (
+                    i
+                    for i, s in enumerate(saved)
+                    if s.get("name") == spec.name
+                    and isinstance(s.get("widget"), dict)
+                    and s["widget"].get("name") == spec.name
+                ),
+                None,
+            )
+            if slot is None:
+                group.widgets.append((index, spec))
+            else:
+                shown.append((slot, spec))
+        for position, spec in enumerate(sockets):
+            # Keyed by the real slot, found by name; a Reroute's slot is unnamed (positional).
+            slot = next((i for i, s in enumerate(saved) if s.get("name") == spec.name), position)
+            if (index, slot) in group.links_to or custom(index, "input", spec.name).get("visible") is False:
+                continue
+            group.inputs[(index, slot)] = len(group.inputs)
+        converted.append((index, sorted(shown, key=lambda item: item[0])))
+        for slot in range(len(outputs)):
+            hidden = (index, slot) in links_from and (index, slot) not in external
+            if custom(index, "output", slot).get("visible", not hidden):
+                group.outputs.append((index, slot))
+    for index, shown in converted:
+        for slot, spec in shown:
+            if (index, slot) not in group.links_to:
+                group.widgets.append((index, spec))
+                group.inputs[(index, slot)] = len(group.inputs)
+    return group
+
+
+def _group_inner_def(
+    node: dict[str, Any],
+    index: int,
+    group: _GroupDef,
+    links_from: dict[tuple[int, int], list[list[Any]]],
+    external: set[tuple[int, int]],
+) -> tuple[list[InputSpec], list[str]] | None:
+    """An inner node's definition inputs (in order) and output types; None when the group skips it."""
+    kind = node["type"]
+    known = lookup(kind)
+    if known is not None:
+        # The frontend adds a control_after_generate widget after any seed or noise_seed.
+        specs = [
+            replace(s, control=s.control or (s.name in ("seed", "noise_seed") and s.type == "INT"))
+            for s in known.inputs
+        ]
+        return specs, list(known.outputs)
+    linked_out = any(origin == index for origin, _ in links_from)
+    if kind == "PrimitiveNode":
+        if not linked_out:
+            return None  # not linked: skipped
+        first = links_from.get((index, 0), [[]])[0]
+        value_type = str(first[5]) if len(first) > 5 else "*"
+        widget = value_type in WIDGET_TYPES
+        return [InputSpec("value", value_type, widget, control=value_type in ("INT", "COMBO"))], [value_type]
+    if kind == "Reroute":
+        linked_in = any(target == index for target, _ in group.links_to)
+        if linked_in and linked_out and (index, 0) not in external:
+            return None  # used only inside the group
+        return [InputSpec("", "*")], ["*"]  # forceInput: always a socket
+    if kind in VIRTUAL_TYPES:
+        return None
+    # The frontend refuses groups with classes it lacks; we read what the inner node lists.
+    group.warnings.append(
+        f"group node {group.name!r}: inner node {index} ({kind}) is unknown to {host_version()}; its "
+        "inputs are read from the workflow, so the group's widget values may not line up"
+    )
+    specs = [
+        InputSpec(
+            str(s.get("name")), str(s.get("type")), widget=isinstance(s.get("widget"), dict), optional=True
+        )
+        for s in _inputs(node)
+    ]
+    outputs = [str(o.get("type")) for o in node.get("outputs") or [] if isinstance(o, dict)]
+    return specs, outputs
+
+
 class _UiParser:
     def __init__(self, data: dict[str, Any]) -> None:
         self.data = data
@@ -271,7 +452,9 @@ class _UiParser:
             if isinstance(definition, dict) and isinstance(definition.get("id"), str):
                 self.subgraphs[definition["id"]] = definition
         extra = data.get("extra") if isinstance(data.get("extra"), dict) else {}
-        self.group_nodes = set((extra.get("groupNodes") or {}) if isinstance(extra, dict) else ())
+        groups = extra.get("groupNodes") if isinstance(extra, dict) else None
+        self.group_nodes: dict[str, Any] = groups if isinstance(groups, dict) else {}
+        self.groups: dict[str, _GroupDef] = {}
         self.included: list[tuple[_Scope, dict[str, Any]]] = []
         self.where = "the top level"  # the node being read, for messages about malformed JSON
 
@@ -301,13 +484,9 @@ class _UiParser:
             self.where = describe(node, scope.path)
             if node.get("mode", 0) in (MUTED, BYPASSED):
                 continue  # a bypassed one is resolved through its own inputs, whatever it is
-            if kind in self.group_nodes or kind.startswith(("workflow>", "workflow/")):
-                raise WorkflowError(
-                    f"{describe(node, scope.path)} is a group node (extra.groupNodes), which Headroom does "
-                    "not read: open the workflow in a current ComfyUI and convert the group node to a "
-                    "subgraph, then save it again"
-                )
-            if kind in self.subgraphs:
+            if kind.startswith(GROUP_PREFIXES):
+                self._walk(scope.group_child(node))
+            elif kind in self.subgraphs:
                 self._walk(scope.child(node))
             elif _UUID.match(kind):
                 raise WorkflowError(
@@ -317,11 +496,90 @@ class _UiParser:
             elif kind not in VIRTUAL_TYPES:
                 self.included.append((scope, node))
 
+    # -- group nodes
+
+    def group_def(self, node: dict[str, Any], path: tuple[str, ...]) -> _GroupDef:
+        """The definition of group node instance ``node`` (read once per group name)."""
+        name = node["type"][len(GROUP_PREFIXES[0]) :]  # both prefixes are 9 characters
+        if name not in self.groups:
+            if name not in self.group_nodes:
+                raise WorkflowError(
+                    f"{describe(node, path)} is a group node whose definition is missing from "
+                    "extra.groupNodes"
+                )
+            self.groups[name] = _read_group(name, self.group_nodes[name], describe(node, path))
+            self.warnings.extend(self.groups[name].warnings)
+        return self.groups[name]
+
+    def group_values(
+        self, group: _GroupDef, node: dict[str, Any], path: tuple[str, ...]
+    ) -> dict[str, dict[str, Any]]:
+        """The instance's widgets_values by inner node id and input name (GroupNodeHandler.populateWidgets).
+
+        Its widgets are the group's in order, each followed by the extras the frontend stores; an
+        instance that saved none leaves the inner nodes' own values.
+        """
+        values = node.get("widgets_values")
+        if not isinstance(values, list) or not values:
+            return {}
+        # Unique names for _align; two inner nodes may share an input name.
+        specs = [replace(spec, name=f"{i}:{spec.name}") for i, spec in group.widgets]
+        mapped, leftover = _align(specs, values)
+        if leftover or len(mapped) < len(specs):
+            self.warnings.append(
+                f"group node {describe(node, path)}: {len(values)} widget values for {len(specs)} group "
+                "widgets; mapped by position"
+            )
+        overrides: dict[str, dict[str, Any]] = {}
+        for key, value in mapped.items():
+            inner, name = key.split(":", 1)
+            overrides.setdefault(inner, {})[name] = value
+        return overrides
+
+    def resolve_group_input(self, scope: _Scope, node: dict[str, Any], index: int, seen: set) -> Any:
+        """Input ``index`` of an inner node: the instance input it maps to, or the link inside the group."""
+        assert scope.group is not None and scope.instance is not None and scope.parent is not None
+        inner = int(node["id"])
+        outer = scope.group.inputs.get((inner, index))
+        if outer is not None:
+            if outer >= len(_inputs(scope.instance)):
+                self.warnings.append(
+                    f"group node {describe(scope.instance, scope.parent.path)} has no input {outer} for "
+                    f"{describe(node, scope.path)}; left unconnected"
+                )
+                return None
+            return self.resolve_input(scope.parent, scope.instance, outer, seen)
+        origin = scope.group.links_to.get((inner, index))
+        if origin is None:
+            return None
+        source = scope.nodes.get(str(origin[0]))
+        if source is None:
+            self.warnings.append(
+                f"{describe(node, scope.path)}: linked inner node {origin[0]} does not exist; "
+                "left unconnected"
+            )
+            return None
+        slots = _inputs(node)
+        want = slots[index].get("type") if index < len(slots) else None
+        return self.resolve_output(scope, source, origin[1], want, seen)
+
+    def _group_output(self, inner: _Scope, slot: int, want: Any, seen: set) -> Any:
+        assert inner.group is not None and inner.instance is not None and inner.parent is not None
+        if slot >= len(inner.group.outputs):
+            self.warnings.append(
+                f"group node {describe(inner.instance, inner.parent.path)} has no output {slot}; the input "
+                "it feeds is left unconnected"
+            )
+            return None
+        index, inner_slot = inner.group.outputs[slot]
+        return self.resolve_output(inner, inner.nodes[str(index)], inner_slot, want, seen)
+
     # -- one node
 
     def _build(self, scope: _Scope, node: dict[str, Any]) -> Node:
         self.where = describe(node, scope.path)
         inputs = self.widget_values(scope, node)
+        inputs.update(scope.overrides.get(str(node["id"]), {}))
         for index, slot in enumerate(_inputs(node)):
             name = slot.get("name")
             if not isinstance(name, str):
@@ -399,6 +657,8 @@ class _UiParser:
 
     def resolve_input(self, scope: _Scope, node: dict[str, Any], index: int, seen: set) -> Any:
         """What feeds input ``index`` of ``node``: a Link, a _Value, or None (unconnected)."""
+        if scope.group is not None:
+            return self.resolve_group_input(scope, node, index, seen)
         slots = _inputs(node)
         if index >= len(slots) or slots[index].get("link") is None:
             return None
@@ -444,7 +704,8 @@ class _UiParser:
         if mode == MUTED:
             return None
         if mode == BYPASSED:
-            index = _bypass_slot(node, slot, want)
+            group = kind.startswith(GROUP_PREFIXES)
+            index = _group_bypass_slot(node, slot, want) if group else _bypass_slot(node, slot, want)
             if index is None:
                 self.warnings.append(
                     f"bypassed {describe(node, scope.path)} has no input of type {want} to pass through "
@@ -454,6 +715,8 @@ class _UiParser:
             return self.resolve_input(scope, node, index, seen)
         if kind in self.subgraphs:
             return self._subgraph_output(scope.child(node), slot, want, seen)
+        if kind.startswith(GROUP_PREFIXES):
+            return self._group_output(scope.group_child(node), slot, want, seen)
         if kind == "Reroute":
             return self.resolve_input(scope, node, 0, seen)
         if kind == "PrimitiveNode":
@@ -542,6 +805,14 @@ def _bypass_slot(node: dict[str, Any], slot: int, want: Any) -> int | None:
         ):
             return index
     return None
+
+
+def _group_bypass_slot(node: dict[str, Any], slot: int, want: Any) -> int | None:
+    """A bypassed group node passes the first input of exactly the requested type, its own slot first
+    (ExecutableGroupNodeDTO.resolveOutput)."""
+    inputs = _inputs(node)
+    order = (slot, *range(len(inputs)))
+    return next((i for i in order if i < len(inputs) and inputs[i].get("type") == want), None)
 
 
 def _align(specs: list[InputSpec], values: list[Any]) -> tuple[dict[str, Any], int]:

@@ -78,11 +78,17 @@ def minimum_vram(workload: Workload, depth: int) -> tuple[int, str]:
         for c in used:
             if c.streamable and whole - c.bytes + c.rest + c.ring(depth) < need:
                 need, streamed = whole - c.bytes + c.rest + c.ring(depth), c
+        weights = need
         need += step.activation
         if need > worst:
             how = f", streaming {streamed.label}" if streamed else ""
-            worst, where = need, f"node {step.node_id} ({step.label}){how}"
+            split = f": {_gib(weights)} GiB of weights, {_gib(step.activation)} GiB of activations"
+            worst, where = need, f"node {step.node_id} ({step.label}){how}{split}"
     return worst, where
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f}"
 
 
 def _allowed(c: Component, used: bool) -> tuple[Tier, ...]:

@@ -54,6 +54,7 @@ def summary(plan: Plan, baselines: dict[str, Outcome]) -> str:
     else:
         short = plan.min_vram - plan.budget.vram
         lines.append(f"fits: NO; it needs {format_bytes(short)} more usable VRAM ({plan.bottleneck})")
+        lines.append(f"to fit: {fit_advice(plan)}")
     for name, outcome in baselines.items():
         fit = "fits" if outcome.fits else f"out of memory at {outcome.oom_step}"
         ratio = ""
@@ -63,6 +64,21 @@ def summary(plan: Plan, baselines: dict[str, Outcome]) -> str:
     return "\n".join(lines)
 
 
+def fit_advice(plan: Plan) -> str:
+    """What would make an infeasible plan fit, from the bottleneck node's weights/activations split."""
+    short = plan.min_vram - plan.budget.vram
+    advice = [f"a card with {format_bytes(plan.min_vram + plan.budget.reserve)} of VRAM or more"]
+    if "activations" in plan.bottleneck:
+        advice.append("a smaller resolution, fewer frames or a smaller batch at that node")
+    if "streaming" not in plan.bottleneck:
+        advice.append("fp8 weights for the models that node uses")
+    if 0 < short <= plan.budget.reserve:
+        advice.append(
+            f"--reserve below {format_bytes(plan.budget.reserve - short)} if nothing else uses the GPU"
+        )
+    return "; or ".join(advice)
+
+
 def plan_json(plan: Plan, workload: Workload, baselines: dict[str, Outcome]) -> dict[str, Any]:
     def num(x: float) -> float | None:
         return x if math.isfinite(x) else None
@@ -70,6 +86,7 @@ def plan_json(plan: Plan, workload: Workload, baselines: dict[str, Outcome]) -> 
     return {
         "fits": plan.feasible,
         "min_vram_bytes": plan.min_vram,
+        "advice": None if plan.feasible else fit_advice(plan),
         "bottleneck": plan.bottleneck,
         "budget": {"vram": plan.budget.vram, "ram": plan.budget.ram, "pinned": plan.budget.pinned},
         "hardware": plan.hardware.__dict__,

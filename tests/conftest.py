@@ -7,6 +7,7 @@ HEADROOM_REQUIRE_HOST=1 so that a missing host fails the run instead of skipping
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -14,12 +15,17 @@ from headroom_testing.harness import Host, HostUnavailable, find_host_root
 
 
 @pytest.fixture(scope="session")
-def host(tmp_path_factory: pytest.TempPathFactory) -> Host:
-    """A real ComfyUI in this process with the pack loaded (see headroom_testing.harness)."""
+def host_root() -> Path:
+    """The ComfyUI folder the host tests use; skipped (or failed, under CI) when there is none."""
     try:
-        root = find_host_root()
+        return find_host_root()
     except HostUnavailable as exc:
         if os.environ.get("HEADROOM_REQUIRE_HOST") == "1":
             pytest.fail(f"HEADROOM_REQUIRE_HOST=1 but {exc}")
         pytest.skip(str(exc))
-    return Host(root, tmp_path_factory.mktemp("comfyui"))
+
+
+@pytest.fixture(scope="session")
+def host(host_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Host:
+    """A real ComfyUI in this process with the pack loaded (see headroom_testing.harness)."""
+    return Host(host_root, tmp_path_factory.mktemp("comfyui"))

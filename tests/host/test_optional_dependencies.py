@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from headroom_testing.harness import NODE_IDS, HostUnavailable, find_host_root
+from headroom_testing.harness import NODE_IDS
 
 pytestmark = pytest.mark.host
 TESTS = Path(__file__).resolve().parents[1]
@@ -33,13 +33,8 @@ PROBE = textwrap.dedent(
 )
 
 
-def test_pack_loads_without_optional_dependencies(tmp_path: Path) -> None:
-    try:
-        root = find_host_root()
-    except HostUnavailable as exc:
-        if os.environ.get("HEADROOM_REQUIRE_HOST") == "1":
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
+def test_pack_loads_without_optional_dependencies(host_root: Path, tmp_path: Path) -> None:
+    root = host_root
     code = PROBE.format(optional=OPTIONAL, root=str(root), work=str(tmp_path))
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)

@@ -4,7 +4,6 @@ the four nodes listed in /object_info, and no error about us in the log."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import socket
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from headroom_testing.harness import NODE_IDS, PACK_ROOT, HostUnavailable, find_host_root
+from headroom_testing.harness import NODE_IDS, PACK_ROOT
 
 pytestmark = pytest.mark.host
 LAUNCHER = Path(__file__).resolve().parents[1] / "headroom_testing" / "launch_comfyui.py"
@@ -41,13 +40,8 @@ def get_json(url: str) -> dict:
         return json.loads(response.read())
 
 
-def test_main_py_lists_the_nodes_in_object_info(tmp_path: Path) -> None:
-    try:
-        root = find_host_root()
-    except HostUnavailable as exc:
-        if os.environ.get("HEADROOM_REQUIRE_HOST") == "1":
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
+def test_main_py_lists_the_nodes_in_object_info(host_root: Path, tmp_path: Path) -> None:
+    root = host_root
     custom_nodes = tmp_path / "custom_nodes"
     copy_pack(custom_nodes / "comfyui-headroom")
     config = tmp_path / "extra_model_paths.yaml"

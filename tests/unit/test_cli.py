@@ -98,3 +98,4 @@ def test_plan_that_cannot_fit_says_what_would(tmp_path: Path, capsys: pytest.Cap
     assert main(["plan", str(FLUX), "--vram", "1GB", "--ram", "32GB"]) == 1
     out = capsys.readouterr().out
     assert "fits: NO" in out and "more usable VRAM" in out and "minimum VRAM for this workflow" in out
+    assert "to fit: a card with" in out and "GiB of activations" in out
