@@ -228,8 +228,9 @@ _DTYPE_TOKENS: tuple[tuple[str, str, float], ...] = (
     ("fp16", "fp16", 2.0), ("fp32", "fp32", 4.0),
 )  # fmt: skip
 _BYTES_PER: dict[str, float] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8_e4m3fn": 1, "fp8_e5m2": 1}
-_PARAMS = re.compile(r"(?<![a-z0-9])(\d+)(?:[._](\d+))?b(?![a-z])")
-_RANK = re.compile(r"rank[_-]?(\d+)")
+# "14B", "1.3B", "llama_3.1_8b" (8B, not 1.8B), "gemma_3_12B" (12B, not 3.12B)
+_PARAMS = re.compile(r"(?<![a-z0-9.])(\d+)(?:\.(\d+))?b(?![a-z])")
+_RANK = re.compile(r"(?:rank|lora)[_-]?(\d+)(?![\d.]*b(?![a-z]))")  # "rank32", "lora-384"
 
 
 def _name_dtype(name: str) -> tuple[str, float] | None:
@@ -279,7 +280,17 @@ def estimate_from_name(file_name: str, kind: str | None = None) -> ComponentInfo
             ref.kind if kind is None else kind, base, ref.family, dtype[0] if dtype else ref.dtype,
             int(ref.bytes * scale), blocks, "estimate", "; ".join(notes),
         )  # fmt: skip
-    if params is not None:
+    if params is not None and kind == "lora":  # the name gives the base model's size, not the LoRA's
+        per = dtype[1] if dtype else 2.0
+        rank_match = _RANK.search(name)
+        rank = int(rank_match.group(1)) if rank_match else LORA_DEFAULT_RANK
+        share = min(1.0, 2 * rank / LORA_TYPICAL_WIDTH)
+        size = int(params * share * per)
+        note = (
+            f"estimated from the name: a rank-{rank} LoRA of a {params / 1e9:g}B model, "
+            f"2 x {rank}/{LORA_TYPICAL_WIDTH} of its weights x {per:g} B"
+        )
+    elif params is not None:
         per = dtype[1] if dtype else 2.0
         size = int(params * per)
         note = f"estimated from the name: {params / 1e9:g}B parameters x {per:g} B"
@@ -294,8 +305,11 @@ def estimate_from_name(file_name: str, kind: str | None = None) -> ComponentInfo
     )
 
 
+# A rank-r LoRA of a d_in x d_out layer holds r (d_in + d_out) values, ~2r/width of the layer's.
+LORA_TYPICAL_WIDTH = 3072  # hidden size of the common DiTs (Flux, SD3.5, Wan 14B is 5120, LTX 4096)
+LORA_DEFAULT_RANK = 64
 ASSUMED_BLOCKS = 32  # transformer stacks of unknown models: typical depth, ~95% of the weights
-_LAYERED_KINDS = frozenset({"diffusion_model", "text_encoder", "controlnet", "checkpoint"})
+_LAYERED_KINDS = frozenset({"diffusion_model", "text_encoder", "controlnet", "checkpoint", "lora"})
 
 
 def _assumed_blocks(size: int, kind: str | None) -> tuple[Block, ...]:

@@ -18,19 +18,20 @@ from typing import Any
 from .activations import activation_bytes
 from .catalog import lookup, lookup_components
 from .components import ComponentError, ComponentInfo
-from .graph import Graph, Link
+from .graph import Graph, Link, Node
 from .node_types import lookup as lookup_node_type
 from .workload import Component, Step, Workload
 
 # Output type -> the component kinds a value of that type can carry.
+# "checkpoint" is a checkpoint nobody catalogued, one estimated file behind all of its outputs.
 CARRIES: dict[str, frozenset[str]] = {
-    "MODEL": frozenset({"diffusion_model", "lora", "model_patch"}),
-    "CLIP": frozenset({"text_encoder", "lora"}),
-    "VAE": frozenset({"vae"}),
+    "MODEL": frozenset({"diffusion_model", "lora", "model_patch", "checkpoint"}),
+    "CLIP": frozenset({"text_encoder", "lora", "checkpoint"}),
+    "VAE": frozenset({"vae", "checkpoint"}),
     "CONTROL_NET": frozenset({"controlnet"}),
     "CONDITIONING": frozenset({"controlnet"}),
-    "GUIDER": frozenset({"diffusion_model", "lora", "model_patch", "controlnet"}),
-    "CLIP_VISION": frozenset({"clip_vision"}),
+    "GUIDER": frozenset({"diffusion_model", "lora", "model_patch", "controlnet", "checkpoint"}),
+    "CLIP_VISION": frozenset({"clip_vision", "checkpoint"}),
     "UPSCALE_MODEL": frozenset({"upscale_model"}),
     "MODEL_PATCH": frozenset({"model_patch"}),
     "STYLE_MODEL": frozenset({"style_model"}),
@@ -105,6 +106,25 @@ def node_io(class_type: str) -> tuple[dict[str, str], tuple[str, ...]] | None:
     return None if known is None else ({i.name: i.type for i in known.inputs}, known.outputs)
 
 
+MODEL_EXTENSIONS = (".safetensors", ".sft", ".gguf", ".ckpt", ".pt", ".pth", ".bin")
+
+
+def generic_loader(node: Node, io: tuple[dict[str, str], tuple[str, ...]] | None) -> LoaderSpec | None:
+    """A loader we have no spec for (a new family's CLIP or VAE loader): it names model files and
+    outputs one of MODEL/CLIP/VAE/CLIP_VISION. Each file is taken as that output's kind. A
+    ``ckpt_name`` is skipped: such loaders read one part of a checkpoint (LTX-2's text projection or
+    audio VAE), whose size a name cannot tell; a checkpoint loader counts the file where it loads it."""
+    if io is None or len(io[1]) != 1 or io[1][0] not in _OUTPUT_KIND:
+        return None
+    names = [
+        name
+        for name, value in node.inputs.items()
+        if name != "ckpt_name" and isinstance(value, str) and value.lower().endswith(MODEL_EXTENSIONS)
+    ]
+    kind = _OUTPUT_KIND[io[1][0]]
+    return LoaderSpec(tuple((n, kind) for n in names), io[1]) if names else None
+
+
 class _Extractor:
     def __init__(self, graph: Graph, order: list[str], node_io: NodeIO, models_dir: Path | None) -> None:
         self.g, self.order, self.io, self.models_dir = graph, order, node_io, models_dir
@@ -170,15 +190,22 @@ class _Extractor:
             self._carried[key] = self._carry(link)
         return self._carried[key]
 
+    def io_of(self, node: Node) -> tuple[dict[str, str], tuple[str, ...]] | None:
+        """The node's types from the table, else the output types a UI workflow recorded for it."""
+        known = self.io(node.class_type)
+        if known is None and node.outputs is not None:
+            return {}, node.outputs
+        return known
+
     def _carry(self, link: Link) -> frozenset[str]:
         node = self.g.nodes.get(link.node)
         if node is None:
             return frozenset()
-        spec = LOADERS.get(node.class_type)
+        spec = LOADERS.get(node.class_type) or generic_loader(node, self.io_of(node))
         if spec is not None:
             outputs = self._loader_outputs(node.id, spec)
             return outputs[link.output] if link.output < len(outputs) else frozenset()
-        io = self.io(node.class_type)
+        io = self.io_of(node)
         upstream = frozenset().union(*(self.carried(v) for v in node.inputs.values() if isinstance(v, Link)))
         if io is None:
             return upstream  # unknown node: assume it passes on whatever it was given (conservative)
@@ -196,7 +223,7 @@ class _Extractor:
         )
         if not carried_in:
             return carried_in
-        io = self.io(node.class_type)
+        io = self.io_of(node)
         if io is None:
             return carried_in
         out_types = io[1]

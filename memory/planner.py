@@ -4,8 +4,10 @@ Decision space: at each step every live component (between its first and last us
 ``costmodel.Tier``); a component that computes at that step is on the GPU, fully or streamed; before
 its first use and after its last it is on disk. Cost: transfer seconds (``costmodel``) of every tier
 change plus, for a streamed component, uploading its resident blocks and streaming the others once
-per evaluation. Constraints per step: VRAM (weights, streaming ring, activations), RAM, pinned RAM;
-at most one component streams per step.
+per evaluation. Constraints per step: VRAM (weights, streaming ring, activations), RAM, pinned RAM.
+Several components may stream in one step (a sampler's model and its ControlNet, a CLIP of four text
+encoders): they run one after another, so they share one ring sized for the largest block, and the
+VRAM left after every non-streamed byte goes to their resident blocks in component order.
 
 The optimiser is a dynamic programme over steps whose state is the joint tier of the live
 components. Costs between steps are a sum over components, so the min over previous states is taken
@@ -66,22 +68,23 @@ class Plan:
 def minimum_vram(workload: Workload, depth: int) -> tuple[int, str]:
     """The least VRAM any plan needs, and the step that needs it (closed form, no search).
 
-    At each step the used components must be on the GPU; the cheapest way is to stream the one whose
-    resident minimum (non-block bytes plus the ring) saves the most, and keep the others whole.
+    At each step the used components must be on the GPU. Streamed ones share one ring, so for a ring
+    of size r it pays to stream every component whose ring fits in r (streaming never adds bytes
+    beyond the ring); the least need is the best r, or streaming nothing.
     """
     worst, where = 0, "no step computes with a model"
     for step in workload.steps:
         used = [workload.component(c) for c in step.uses]
-        whole = sum(c.bytes for c in used)
-        need = whole
-        streamed = None
-        for c in used:
-            if c.streamable and whole - c.bytes + c.rest + c.ring(depth) < need:
-                need, streamed = whole - c.bytes + c.rest + c.ring(depth), c
+        need, streamed = sum(c.bytes for c in used), []
+        for ring in sorted({c.ring(depth) for c in used if c.streamable}):
+            chosen = [c for c in used if c.streamable and c.ring(depth) <= ring]
+            candidate = sum(c.bytes for c in used) - sum(sum(c.blocks) for c in chosen) + ring
+            if candidate < need:
+                need, streamed = candidate, chosen
         weights = need
         need += step.activation
         if need > worst:
-            how = f", streaming {streamed.label}" if streamed else ""
+            how = f", streaming {', '.join(c.label for c in streamed)}" if streamed else ""
             split = f": {_gib(weights)} GiB of weights, {_gib(step.activation)} GiB of activations"
             worst, where = need, f"node {step.node_id} ({step.label}){how}{split}"
     return worst, where
@@ -125,28 +128,29 @@ class _Problem:
 
         A streamed component keeps in RAM (pinned or pageable) only the blocks it streams: the
         resident ones were uploaded once and live on the GPU. Streaming "from pinned" pins what the
-        pinned cap leaves and streams the rest from pageable RAM.
+        pinned cap leaves and streams the rest from pageable RAM. Streamed components share one ring
+        (the largest of theirs) and take resident blocks from the room left, in component order.
         """
         step, depth = self.w.steps[s], self.depth
         comps = self.alive(s)
         shape = [len(self.allowed(s, i)) for i in comps]
         vram = np.full(shape, float(step.activation))
-        ram, pinned, streams = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+        ring = np.zeros(shape)
+        ram, pinned = np.zeros(shape), np.zeros(shape)
         for axis, i in enumerate(comps):
             c, tiers = self.w.components[i], self.allowed(s, i)
             view = [1] * len(comps)
             view[axis] = len(tiers)
-            on_gpu = [
-                c.bytes if t.gpu == "G" else c.rest + c.ring(depth) if t.gpu == "S" else 0 for t in tiers
-            ]
+            on_gpu = [c.bytes if t.gpu == "G" else c.rest if t.gpu == "S" else 0 for t in tiers]
             vram = vram + np.reshape(on_gpu, view)
+            ring = np.maximum(ring, np.reshape([c.ring(depth) if t.gpu == "S" else 0 for t in tiers], view))
             ram = ram + np.reshape([c.bytes if t.host in "PR" and t.gpu != "S" else 0 for t in tiers], view)
             pinned = pinned + np.reshape(
                 [c.bytes if t.host == "P" and t.gpu != "S" else 0 for t in tiers], view
             )
-            streams = streams + np.reshape([t.gpu == "S" for t in tiers], view)
+        vram = vram + ring
         cost = np.zeros(shape)
-        room = self.budget.vram - vram  # what a streamed component may keep resident
+        room = self.budget.vram - vram  # what streamed components may keep resident, shared in order
         for axis, i in enumerate(comps):
             c, tiers = self.w.components[i], self.allowed(s, i)
             for k, t in enumerate(tiers):
@@ -156,6 +160,7 @@ class _Problem:
                 index[axis] = k
                 at = tuple(index)
                 resident = np.vectorize(lambda r, c=c: c.resident_fit(int(r))[1], otypes=[float])(room[at])
+                room[at] -= resident
                 streamed = sum(c.blocks) - resident
                 bw = upload_bandwidth(self.hw, t.host)
                 if t.host in "PR":
@@ -168,7 +173,6 @@ class _Problem:
                 else:
                     cost[at] += (c.rest + resident + step.evaluations * streamed) / bw
         feasible = (vram <= self.budget.vram) & (ram <= self.budget.ram) & (pinned <= self.budget.pinned)
-        feasible &= streams <= 1
         return np.where(feasible, cost, INF)
 
     def move(self, i: int, a: tuple[Tier, ...], b: tuple[Tier, ...]) -> np.ndarray:
@@ -263,10 +267,9 @@ def _describe(problem: _Problem, states: list[tuple[int, ...]]) -> list[StepPlan
     for s, step in enumerate(w.steps):
         tiers = tiers_of(problem, s, states[s])
         vram = step.activation + sum(
-            w.components[i].bytes if t.gpu == "G" else w.components[i].rest + w.components[i].ring(depth)
-            for i, t in tiers.items()
-            if t.gpu
+            w.components[i].bytes if t.gpu == "G" else w.components[i].rest for i, t in tiers.items() if t.gpu
         )
+        vram += max((w.components[i].ring(depth) for i, t in tiers.items() if t.gpu == "S"), default=0)
         placements: dict[str, Placement] = {}
         transfer = float(problem.step_cost(s)[states[s]])
         actions = []
@@ -294,11 +297,9 @@ def _describe(problem: _Problem, states: list[tuple[int, ...]]) -> list[StepPlan
         }
         ram = sum(host[i] for i, t in tiers.items() if t.host in "PR")
         pinned = sum(host[i] for i, t in tiers.items() if t.host == "P" and t.gpu != "S")
-        pinned += sum(
-            min(host[i], max(0, problem.budget.pinned - pinned))
-            for i, t in tiers.items()
-            if t == Tier.STREAM_PINNED
-        )
+        for i, t in tiers.items():  # streams from pinned RAM pin what the cap leaves, in order
+            if t == Tier.STREAM_PINNED:
+                pinned += min(host[i], max(0, problem.budget.pinned - pinned))
         plans.append(StepPlan(step, placements, vram, ram, pinned, transfer, actions))
         previous = tiers
     return plans

@@ -60,20 +60,24 @@ def _brute_force(w: Workload, budget: Budget, hw: Hardware, depth: int) -> float
         total = 0.0
         for s, step in enumerate(w.steps):
             vram = step.activation
-            streams = 0
+            ring = 0  # streamed components run one after another and share one ring
             for c in comps:
                 t = tier[c.id, s]
                 if t.gpu == "G":
                     vram += c.bytes
                 elif t.gpu == "S":
-                    vram += c.bytes - sum(c.blocks) + (depth + 1) * max(c.blocks)
-                    streams += 1
+                    vram += c.bytes - sum(c.blocks)
+                    ring = max(ring, (depth + 1) * max(c.blocks))
+            vram += ring
             ram = pinned = 0
             streamed = {}
+            room = budget.vram - vram  # resident blocks take what is left, component by component
             for c in comps:
                 t = tier[c.id, s]
                 if t.gpu == "S":  # only the streamed blocks stay in RAM
-                    streamed[c.id] = sum(c.blocks) - _resident(c.blocks, budget.vram - vram)
+                    resident = _resident(c.blocks, room)
+                    room -= resident
+                    streamed[c.id] = sum(c.blocks) - resident
                     ram += streamed[c.id] if t.host in "PR" else 0
                     continue
                 if t.host in "PR":
@@ -85,7 +89,7 @@ def _brute_force(w: Workload, budget: Budget, hw: Hardware, depth: int) -> float
                 if tier[c.id, s] == Tier.STREAM_PINNED:
                     pinned_part[c.id] = min(streamed[c.id], max(0, budget.pinned - pinned))
                     pinned += pinned_part[c.id]
-            if vram > budget.vram or ram > budget.ram or pinned > budget.pinned or streams > 1:
+            if vram > budget.vram or ram > budget.ram or pinned > budget.pinned:
                 total = math.inf
                 break
             for c in comps:

@@ -115,6 +115,8 @@ def test_planner_matches_brute_force(case: tuple[Workload, Budget]) -> None:
     event("feasible" if math.isfinite(expected) else "infeasible")
     streams = any(pl.tier.gpu == "S" for s in p.steps for pl in s.placements.values())
     event("streams" if streams else "no stream")
+    if any(sum(pl.tier.gpu == "S" for pl in s.placements.values()) > 1 for s in p.steps):
+        event("two stream in one step")
     if math.isinf(expected):
         assert not p.feasible
     else:
@@ -124,3 +126,23 @@ def test_planner_matches_brute_force(case: tuple[Workload, Budget]) -> None:
         for s in p.steps:
             assert s.ram <= budget.ram and s.pinned <= budget.pinned
         assert lower_bound(w, budget, HW).transfer_s <= p.transfer_s * (1 + 1e-9)
+
+
+def test_two_models_of_one_step_stream_together_sharing_one_ring() -> None:
+    # HiDream's text encode runs four encoders in one node; none fits beside the others on 6 GB
+    block = int(0.25 * GB)
+    llama = Component("llama", "llama", 9 * GB, (block,) * 32)
+    t5 = Component("t5", "t5", 5 * GB, (block,) * 19)
+    w = Workload((llama, t5), (Step("1", "CLIPTextEncode", ("llama", "t5")),))
+    budget = Budget(vram=6 * GB, ram=32 * GB, pinned=16 * GB)
+    p = plan(w, budget, HW)
+    assert p.feasible
+    placements = p.steps[0].placements
+    assert placements["llama"].tier.gpu == "S" and placements["t5"].tier.gpu == "S"
+    assert p.steps[0].vram_peak <= budget.vram
+    # one ring of the largest block, whatever the depth, plus the non-block bytes of each
+    depth = p.prefetch_depth
+    rest = llama.bytes + t5.bytes - 51 * block
+    assert minimum_vram(w, depth)[0] == rest + (depth + 1) * block
+    assert "streaming llama, t5" in minimum_vram(w, depth)[1]
+    assert brute_force(w, budget, HW) == pytest.approx(p.transfer_s, rel=1e-9)

@@ -1,0 +1,172 @@
+"""Workload extraction where the node table or the catalog knows nothing: loaders of new families,
+nodes newer than the table, checkpoints and LoRAs nobody catalogued."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from comfyui_headroom.memory.catalog import lookup
+from comfyui_headroom.memory.extract import workload_from_graph
+from comfyui_headroom.memory.graph import parse_workflow
+from comfyui_headroom.memory.order import predict_order
+from comfyui_headroom.memory.workload import Workload
+
+
+def _ui(nodes: list[tuple[int, str, list[tuple[str, str, int | None]], list[str], list[Any]]]) -> dict:
+    """A UI workflow from (id, type, [(input, type, link id)], [output types], widgets_values).
+
+    Links are numbered by the caller; an output's links are found from the inputs that use them.
+    """
+    links, ui_nodes = [], []
+    feeds: dict[int, tuple[int, int, str]] = {}
+    for node_id, _, _, outputs, _ in nodes:
+        for slot, out_type in enumerate(outputs):
+            feeds[(node_id * 10 + slot)] = (node_id, slot, out_type)
+    for node_id, kind, inputs, outputs, widgets in nodes:
+        ui_inputs = []
+        for slot, (name, in_type, link) in enumerate(inputs):
+            widget = {"widget": {"name": name}} if link is None else {}  # a widget shown as a socket
+            ui_inputs.append({"name": name, "type": in_type, "link": link} | widget)
+            if link is not None:
+                origin, origin_slot, out_type = feeds[link]
+                links.append([link, origin, origin_slot, node_id, slot, out_type])
+        ui_outputs = [
+            {"name": t, "type": t, "links": [link for link in feeds if feeds[link][:2] == (node_id, s)]}
+            for s, t in enumerate(outputs)
+        ]
+        ui_nodes.append(
+            {
+                "id": node_id,
+                "type": kind,
+                "mode": 0,
+                "inputs": ui_inputs,
+                "outputs": ui_outputs,
+                "widgets_values": widgets,
+            }
+        )
+    return {"last_node_id": max(n[0] for n in nodes), "nodes": ui_nodes, "links": links, "version": 0.4}
+
+
+def _workload(data: dict) -> Workload:
+    graph = parse_workflow(data)
+    return workload_from_graph(graph, predict_order(graph))
+
+
+def _uses(w: Workload) -> dict[str, set[str]]:
+    labels = {c.id: c.label for c in w.components}
+    return {s.node_id: {labels[c] for c in s.uses} for s in w.steps if s.uses}
+
+
+def test_a_loader_newer_than_the_node_table_is_read_from_its_file_input() -> None:
+    # a family's own CLIP loader (LTX-2's): the file names the text encoder, ckpt_name only a part
+    w = _workload(
+        _ui(
+            [
+                (
+                    1,
+                    "NewFamilyTextEncoderLoader",
+                    [("text_encoder", "COMBO", None), ("ckpt_name", "COMBO", None)],
+                    ["CLIP"],
+                    ["gemma_3_12B_it.safetensors", "x.safetensors"],
+                ),
+                (2, "CLIPTextEncode", [("clip", "CLIP", 10)], ["CONDITIONING"], ["a cat"]),
+                (3, "ConditioningZeroOut", [("conditioning", "CONDITIONING", 20)], ["CONDITIONING"], []),
+                (4, "PreviewAny", [("source", "*", 30)], [], []),
+            ]
+        )
+    )
+    labels = [c.label for c in w.components]
+    assert labels == ["gemma_3_12B_it.safetensors [text_encoder]"]
+    assert _uses(w) == {"2": {"gemma_3_12B_it.safetensors [text_encoder]"}}
+
+
+def test_an_unknown_node_passes_on_only_what_its_recorded_outputs_can_carry() -> None:
+    # LTXVLatentUpsampler-like: VAE in, LATENT out -> it computes with the VAE and passes nothing on
+    api_ckpt = "sd_xl_base_1.0.safetensors"
+    w = _workload(
+        _ui(
+            [
+                (1, "CheckpointLoaderSimple", [], ["MODEL", "CLIP", "VAE"], [api_ckpt]),
+                (2, "EmptyLatentImage", [], ["LATENT"], [1024, 1024, 1]),
+                (
+                    3,
+                    "BrandNewLatentUpsampler",
+                    [("samples", "LATENT", 20), ("vae", "VAE", 12)],
+                    ["LATENT"],
+                    [],
+                ),
+                (6, "LatentUpscaleBy", [("samples", "LATENT", 30)], ["LATENT"], ["nearest-exact", 1.5]),
+                (4, "VAEDecode", [("samples", "LATENT", 60), ("vae", "VAE", 12)], ["IMAGE"], []),
+                (5, "SaveImage", [("images", "IMAGE", 40)], [], ["out"]),
+            ]
+        )
+    )
+    uses = _uses(w)
+    assert uses["3"] == uses["4"] == {f"{api_ckpt} [vae]"}
+    assert "6" not in uses, "a latent from the unknown node carries no weights"
+
+
+def test_an_uncatalogued_checkpoint_reaches_the_sampler_through_a_guider() -> None:
+    prompt = {
+        "1": {
+            "class_type": "CheckpointLoaderSimple",
+            "inputs": {"ckpt_name": "brandnew-19b-fp8.safetensors"},
+        },
+        "2": {"class_type": "CLIPTextEncode", "inputs": {"text": "a", "clip": ["1", 1]}},
+        "3": {
+            "class_type": "CFGGuider",
+            "inputs": {"model": ["1", 0], "positive": ["2", 0], "negative": ["2", 0], "cfg": 4.0},
+        },
+        "4": {"class_type": "RandomNoise", "inputs": {"noise_seed": 1}},
+        "5": {"class_type": "KSamplerSelect", "inputs": {"sampler_name": "euler"}},
+        "6": {
+            "class_type": "BasicScheduler",
+            "inputs": {"model": ["1", 0], "scheduler": "simple", "steps": 20, "denoise": 1.0},
+        },
+        "7": {"class_type": "EmptyLatentImage", "inputs": {"width": 512, "height": 512, "batch_size": 1}},
+        "8": {
+            "class_type": "SamplerCustomAdvanced",
+            "inputs": {
+                "noise": ["4", 0],
+                "guider": ["3", 0],
+                "sampler": ["5", 0],
+                "sigmas": ["6", 0],
+                "latent_image": ["7", 0],
+            },
+        },
+        "9": {"class_type": "VAEDecode", "inputs": {"samples": ["8", 0], "vae": ["1", 2]}},
+        "10": {"class_type": "SaveImage", "inputs": {"images": ["9", 0], "filename_prefix": "x"}},
+    }
+    w = _workload(prompt)
+    (ckpt,) = w.components
+    assert ckpt.kind == "checkpoint" and ckpt.source == "estimate" and ckpt.streamable
+    uses = _uses(w)
+    assert set(uses) == {"2", "8", "9"}, "the guider passes the model on; the sampler computes with it"
+    assert any("unknown model file" in note for note in w.notes)
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("llama_3.1_8b_instruct_unknown.safetensors", 8e9),
+        ("gemma_3_12B_it_unknown.safetensors", 12e9),
+        ("wan2.1_t2v_1.3B_unknown.safetensors", 1.3e9),
+        ("brandnew_14B_bf16.safetensors", 14e9),
+    ],
+)
+def test_parameter_counts_in_names(name: str, params: float) -> None:
+    info = lookup(name, "diffusion_model")
+    assert info.source == "estimate"
+    assert re.search(rf"(?<![\d.]){params / 1e9:g}B", info.note), info.note
+
+
+def test_a_lora_named_after_its_base_model_is_sized_by_its_rank() -> None:
+    big = lookup("brandnew-19b-distilled-lora-384.safetensors", "lora")
+    small = lookup("brandnew-19b-style-lora-rank16.safetensors", "lora")
+    # rank 384 of a 19B model: ~2*384/3072 = 25% of the base, never the base's own size
+    assert 0.2 * 19e9 * 2 < big.bytes < 0.3 * 19e9 * 2
+    assert small.bytes == pytest.approx(big.bytes * 16 / 384, rel=0.01)
+    assert big.blocks, "a LoRA patches every block, so it streams with them"
