@@ -1,0 +1,16 @@
+"""Block streaming: run a model whose blocks do not all fit in VRAM at the speed of the PCIe link.
+
+``discovery`` finds a model's blocks, ``residency`` chooses which stay on the device, ``streamer``
+keeps the rest in host memory allocated once and uploads them into a fixed ring of device slots
+ahead of the block that needs them, and ``ledger`` accounts for every byte placed on the device.
+"""
+
+from .discovery import BlockLayout, discover_blocks
+from .ledger import BudgetExceeded, DeviceLedger
+from .residency import StreamingChoice, choose_streaming
+from .streamer import BlockStreamer, StreamStats
+
+__all__ = [
+    "BlockLayout", "BlockStreamer", "BudgetExceeded", "DeviceLedger", "StreamStats", "StreamingChoice",
+    "choose_streaming", "discover_blocks",
+]  # fmt: skip

@@ -1,0 +1,406 @@
+"""Stream a model's blocks through a fixed ring of device slots, uploads ahead of compute.
+
+``attach`` puts the non-block weights and the resident blocks on the device (their host tensors
+are kept, so ``detach`` only rebinds: nothing is ever copied back), and moves every streamed
+block's tensors into one host buffer allocated once (pinned when the device is CUDA and pinning
+works; pinned bytes = streamed bytes plus alignment). It then hooks each streamed block: before it
+runs, compute waits for its upload's event and its parameters become views of its ring slot; after
+it runs, they point back at the host buffer and the slot takes the next upload. Uploads go on a
+side CUDA stream into ``depth + 1`` slots, each the size of the largest streamed block, so once
+warm nothing is allocated per step. The order of uploads is learnt from the first step (a block
+called out of order is uploaded on demand and counted as a miss). On a CPU device the same code
+runs with synchronous copies, which is how the tests check it bit for bit.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from .discovery import BlockLayout
+from .ledger import DeviceLedger
+from .residency import StreamingChoice
+
+log = logging.getLogger(__name__)
+ALIGN = 64  # bytes: every tensor in the buffers starts aligned for any dtype's view
+
+
+@dataclass
+class StreamStats:
+    uploads: int = 0
+    uploaded_bytes: int = 0
+    misses: int = 0  # blocks called out of the learnt order (uploaded on demand)
+    steps: int = 0
+    pinned: bool = False
+    host_bytes: int = 0  # the streamed blocks' host buffer
+    streamed_bytes: int = 0
+    block_compute_s: dict[int, list[float]] = field(default_factory=dict)
+    upload_s: list[tuple[int, float]] = field(default_factory=list)  # (bytes, seconds)
+    step_s: list[float] = field(default_factory=list)
+    # timing marks not yet read: perf_counter floats on CPU, CUDA events (read after a sync) on GPU
+    _compute_marks: list[tuple[int, Any, Any]] = field(default_factory=list)
+    _upload_marks: list[tuple[int, Any, Any]] = field(default_factory=list)
+    _step_marks: list[Any] = field(default_factory=list)
+
+    def resolve(self) -> None:
+        """Turn the timing marks into seconds (synchronises the device once, after the fact)."""
+        marks = self._compute_marks + self._upload_marks
+        if any(not isinstance(m, float) for _, a, b in marks for m in (a, b)) or any(
+            not isinstance(m, float) for m in self._step_marks
+        ):
+            torch.cuda.synchronize()
+        for block, a, b in self._compute_marks:
+            self.block_compute_s.setdefault(block, []).append(_seconds(a, b))
+        for nbytes, a, b in self._upload_marks:
+            self.upload_s.append((nbytes, _seconds(a, b)))
+        steps = self._step_marks
+        self.step_s += [_seconds(a, b) for a, b in zip(steps, steps[1:], strict=False)]
+        self._compute_marks, self._upload_marks = [], []
+        self._step_marks = steps[-1:]
+
+    def bandwidth(self) -> float | None:
+        """Measured host-to-device bytes per second (median of the timed uploads)."""
+        rates = [b / s for b, s in self.upload_s if s > 0]
+        return statistics.median(rates) if rates else None
+
+    def compute_s(self) -> float:
+        """Median compute per step of the streamed blocks."""
+        return sum(statistics.median(v) for v in self.block_compute_s.values() if v)
+
+    def bound_s(self) -> float | None:
+        """max(compute, streamed bytes / bandwidth): no streamer can run a step faster."""
+        bw = self.bandwidth()
+        return None if bw is None else max(self.compute_s(), self.streamed_bytes / bw)
+
+
+def _seconds(a: Any, b: Any) -> float:
+    return b - a if isinstance(a, float) else a.elapsed_time(b) / 1000
+
+
+@dataclass
+class _Slot:
+    index: int
+    buffer: torch.Tensor  # uint8 on the device
+    done: Any = None  # CUDA event: the last block computed from this slot has finished
+
+
+@dataclass
+class _Upload:
+    block: int
+    slot: _Slot
+    ready: Any  # CUDA event recorded after the copy (a time or None on CPU)
+
+
+@dataclass
+class _Entry:
+    """One tensor of a streamed block: where it lives in the host buffer and a slot."""
+
+    module: nn.Module
+    name: str
+    is_param: bool
+    dtype: torch.dtype
+    shape: torch.Size
+    offset: int  # within the block's span
+    nbytes: int
+
+
+class BlockStreamer:
+    def __init__(
+        self,
+        model: nn.Module,
+        layout: BlockLayout,
+        choice: StreamingChoice,
+        device: torch.device | str,
+        *,
+        pin: bool = True,
+        ledger: DeviceLedger | None = None,
+        calibrate_steps: int = 1,
+    ) -> None:
+        self.model, self.layout, self.choice = model, layout, choice
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        self.want_pin = pin
+        self.ledger = ledger or DeviceLedger()
+        self.calibrate_steps = calibrate_steps
+        self.stats = StreamStats()
+        self.streamed = [i for i in range(len(layout.blocks)) if i not in choice.resident]
+        self.order: list[int] = list(self.streamed)  # learnt on the first step
+        self._observed: list[int] = []
+        self._order_known = False
+        self._host_tensors: dict[tuple[int, str], torch.Tensor] = {}  # rest/resident: their host copies
+        self._entries: dict[int, list[_Entry]] = {}
+        self._span: dict[int, tuple[int, int]] = {}  # block -> (offset, nbytes) in the host buffer
+        self._host: torch.Tensor | None = None
+        self._slots: list[_Slot] = []
+        self._free: deque[_Slot] = deque()
+        self._inflight: deque[_Upload] = deque()
+        self._current: dict[int, tuple[_Slot, float]] = {}
+        self._pos = 0
+        self._hooks: list[Any] = []
+        self._side = None
+        self.attached = False
+
+    # --- setup -----------------------------------------------------------------------------------
+    def attach(self) -> StreamingChoice:
+        """Place the model for streaming (see the module docstring); returns the choice in force."""
+        if self.attached:
+            return self.choice
+        block_of = {id(m): i for i, (_, m) in enumerate(self.layout.blocks)}
+        try:
+            self._place_resident(block_of)
+            self._build_host_buffer()
+            self._build_ring()
+            self._hook()
+            if self.streamed:
+                self._top_up()  # the first blocks upload while the model's head runs
+        except BaseException:
+            self.detach(release=True)
+            raise
+        self.attached = True
+        return self.choice
+
+    def _owned(self, module: nn.Module) -> list[tuple[nn.Module, str, bool, torch.Tensor]]:
+        out = []
+        for sub in module.modules():
+            out += [(sub, n, True, p) for n, p in sub._parameters.items() if p is not None]
+            out += [(sub, n, False, b) for n, b in sub._buffers.items() if b is not None]
+        return out
+
+    def _place_resident(self, block_of: dict[int, int]) -> None:
+        """Non-block tensors and resident blocks go to the device; their host tensors are kept."""
+        streamed_ids = {id(self.layout.blocks[i][1]) for i in self.streamed}
+        stack: list[tuple[nn.Module, str]] = [(self.model, "rest")]
+        while stack:
+            module, owner = stack.pop()
+            if id(module) in streamed_ids:
+                continue
+            if id(module) in block_of and owner == "rest":
+                owner = f"resident:{self.layout.blocks[block_of[id(module)]][0]}"
+            direct = [(module, n, True, p) for n, p in module._parameters.items() if p is not None]
+            direct += [(module, n, False, b) for n, b in module._buffers.items() if b is not None]
+            for sub, name, is_param, tensor in direct:
+                self.ledger.add(owner, tensor.numel() * tensor.element_size())
+                self._host_tensors[(id(sub), name)] = tensor.data if is_param else tensor
+                _bind(sub, name, is_param, tensor.data.to(self.device))
+            stack += [(child, owner) for child in module.children()]
+
+    def _build_host_buffer(self) -> None:
+        offset = 0
+        for i in self.streamed:
+            start = offset
+            entries = []
+            for sub, name, is_param, tensor in self._owned(self.layout.blocks[i][1]):
+                nbytes = tensor.numel() * tensor.element_size()
+                entries.append(
+                    _Entry(sub, name, is_param, tensor.dtype, tensor.shape, offset - start, nbytes)
+                )
+                offset += -(-nbytes // ALIGN) * ALIGN
+            self._entries[i] = entries
+            self._span[i] = (start, offset - start)
+        self.stats.streamed_bytes = sum(e.nbytes for v in self._entries.values() for e in v)
+        if not self.streamed:
+            return
+        self._host = self._allocate_host(offset)
+        for i in self.streamed:
+            start, _ = self._span[i]
+            for e in self._entries[i]:
+                source = getattr(e.module, e.name)
+                view = self._view(self._host, start + e.offset, e)
+                view.copy_(source.detach().reshape(e.shape))
+                _bind(e.module, e.name, e.is_param, view)
+        self.stats.host_bytes = offset
+
+    def _allocate_host(self, nbytes: int) -> torch.Tensor:
+        if self.cuda and self.want_pin:
+            try:
+                buffer = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+                self.stats.pinned = True
+                return buffer
+            except RuntimeError as exc:  # the OS or the driver caps pinned memory
+                log.warning(
+                    "Headroom: pinning %.2f GB failed (%s); streaming from pageable RAM", nbytes / 1e9, exc
+                )
+        return torch.empty(nbytes, dtype=torch.uint8)
+
+    def _build_ring(self) -> None:
+        if not self.streamed:
+            return
+        slot_bytes = max(n for _, n in self._span.values())
+        for k in range(self.choice.depth + 1):
+            self.ledger.add(f"ring:{k}", slot_bytes)
+            self._slots.append(_Slot(k, torch.empty(slot_bytes, dtype=torch.uint8, device=self.device)))
+        self._free = deque(self._slots)
+        if self.cuda:
+            self._side = torch.cuda.Stream(self.device)
+
+    def _hook(self) -> None:
+        for i in self.streamed:
+            module = self.layout.blocks[i][1]
+            self._hooks.append(module.register_forward_pre_hook(lambda m, a, i=i: self._before(i)))
+            self._hooks.append(module.register_forward_hook(lambda m, a, o, i=i: self._after(i)))
+
+    # --- timing -----------------------------------------------------------------------------------
+    def _mark(self, stream: Any = None) -> Any:
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(stream or torch.cuda.current_stream(self.device))
+        return event
+
+    @property
+    def _timing(self) -> bool:
+        return self.stats.steps <= self.calibrate_steps
+
+    # --- the ring ----------------------------------------------------------------------------------
+    @staticmethod
+    def _view(buffer: torch.Tensor, offset: int, e: _Entry) -> torch.Tensor:
+        return buffer[offset : offset + e.nbytes].view(e.dtype).view(e.shape)
+
+    def _issue(self, block: int) -> None:
+        """Upload ``block`` into a free slot (on the side stream, after the slot's last compute)."""
+        slot = self._free.popleft()
+        start, nbytes = self._span[block]
+        assert self._host is not None
+        source = self._host[start : start + nbytes]
+        timing = self._timing
+        if self.cuda:
+            with torch.cuda.stream(self._side):
+                if slot.done is not None:
+                    self._side.wait_event(slot.done)
+                began = self._mark(self._side) if timing else None
+                slot.buffer[:nbytes].copy_(source, non_blocking=True)
+                ready = torch.cuda.Event(enable_timing=timing)
+                ready.record(self._side)
+        else:
+            began = self._mark() if timing else None
+            slot.buffer[:nbytes].copy_(source)
+            ready = self._mark() if timing else None
+        if timing:
+            self.stats._upload_marks.append((nbytes, began, ready))
+        self._inflight.append(_Upload(block, slot, ready))
+        self.stats.uploads += 1
+        self.stats.uploaded_bytes += nbytes
+
+    def _top_up(self) -> None:
+        n = len(self.order)
+        while self._free and len(self._inflight) < self.choice.depth + (0 if self._current else 1):
+            self._issue(self.order[(self._pos + len(self._inflight)) % n])
+
+    def _before(self, block: int) -> None:
+        self._track_order(block)
+        if not self._inflight or self._inflight[0].block != block:
+            self._miss(block)
+        upload = self._inflight.popleft()
+        if self.cuda:
+            torch.cuda.current_stream(self.device).wait_event(upload.ready)
+        for e in self._entries[block]:
+            _bind(e.module, e.name, e.is_param, self._view(upload.slot.buffer, e.offset, e))
+        self._current[block] = (upload.slot, self._mark() if self._timing else None)
+        self._pos = (self.order.index(block) + 1) % len(self.order)
+        self._top_up()
+
+    def _after(self, block: int) -> None:
+        slot, began = self._current.pop(block)
+        if self.cuda:
+            slot.done = torch.cuda.Event()
+            slot.done.record(torch.cuda.current_stream(self.device))
+        if began is not None:
+            self.stats._compute_marks.append((block, began, self._mark()))
+        assert self._host is not None
+        start = self._span[block][0]
+        for e in self._entries[block]:
+            _bind(e.module, e.name, e.is_param, self._view(self._host, start + e.offset, e))
+        self._free.append(slot)
+        self._top_up()
+
+    def _miss(self, block: int) -> None:
+        """``block`` is not next in the ring: drop the prefetched uploads and fetch it now."""
+        self.stats.misses += 1
+        if self.cuda:
+            torch.cuda.current_stream(self.device).wait_stream(self._side)
+        while self._inflight:
+            self._free.append(self._inflight.pop().slot)
+        if block not in self.order:
+            self.order.append(block)
+        self._pos = self.order.index(block)
+        self._issue(block)
+
+    def _track_order(self, block: int) -> None:
+        """Learn the call order on the first step; the first block called again starts a step."""
+        first = self.order[0] if self._order_known else (self._observed[0] if self._observed else block)
+        if block == first:
+            self.stats.steps += 1
+            self.stats._step_marks.append(self._mark())
+            if not self._order_known and self._observed:
+                if self._observed != self.order:
+                    log.info("Headroom: blocks run in another order than the layout's; using the order seen")
+                    self.order = list(self._observed)
+                self._order_known = True
+        if not self._order_known and block not in self._observed:
+            self._observed.append(block)
+
+    # --- teardown ----------------------------------------------------------------------------------
+    def detach(self, release: bool = False) -> None:
+        """Unhook and put every tensor back on the host (rebinding only: nothing is copied back).
+
+        Streamed blocks stay views of the host buffer (pinned memory is kept for the next run)
+        unless ``release``, which copies them into ordinary tensors and frees the buffer.
+        """
+        if self.cuda and self._side is not None:
+            torch.cuda.current_stream(self.device).wait_stream(self._side)
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks.clear()
+        for sub, name, is_param, _ in self._owned(self.model):
+            host = self._host_tensors.get((id(sub), name))
+            if host is not None:
+                _bind(sub, name, is_param, host)
+        self._host_tensors.clear()
+        if self._host is not None:
+            for i, entries in self._entries.items():
+                start = self._span[i][0]
+                for e in entries:
+                    view = self._view(self._host, start + e.offset, e)
+                    _bind(e.module, e.name, e.is_param, view.clone() if release else view)
+            if release:
+                self._host = None
+        self._slots.clear()
+        self._free.clear()
+        self._inflight.clear()
+        self._current.clear()
+        self.ledger.clear()
+        self.attached = False
+
+    def summary(self) -> dict[str, Any]:
+        self.stats.resolve()
+        bw = self.stats.bandwidth()
+        return {
+            "family": self.layout.family,
+            "generic_layout": self.layout.generic,
+            "blocks": len(self.layout.blocks),
+            "resident_blocks": len(self.choice.resident),
+            "prefetch": self.choice.depth,
+            "streamed_bytes": self.stats.streamed_bytes,
+            "host_bytes": self.stats.host_bytes,
+            "pinned": self.stats.pinned,
+            "device_peak_bytes": self.ledger.peak,
+            "uploads": self.stats.uploads,
+            "misses": self.stats.misses,
+            "h2d_bytes_per_s": bw,
+            "step_s": statistics.median(self.stats.step_s) if self.stats.step_s else None,
+            "bound_s": self.stats.bound_s(),
+        }
+
+
+def _bind(module: nn.Module, name: str, is_param: bool, tensor: torch.Tensor) -> None:
+    if is_param:
+        module._parameters[name].data = tensor
+    else:
+        module._buffers[name] = tensor

@@ -1,0 +1,86 @@
+"""The block streamer on CUDA: same result as the resident forward, device memory within the budget,
+no allocator growth across steps. Skipped (with the reason) where there is no CUDA device."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from comfyui_headroom.memory.streaming import BlockStreamer, DeviceLedger, choose_streaming, discover_blocks
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none on this machine)"),
+]
+
+
+class Block(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.mlp_in = nn.Linear(width, 4 * width)
+        self.mlp_out = nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        x = x + self.proj(torch.nn.functional.scaled_dot_product_attention(q, k, v))
+        return x + self.mlp_out(torch.nn.functional.gelu(self.mlp_in(x)))
+
+
+class Dit(nn.Module):
+    def __init__(self, width: int = 512, depth: int = 12) -> None:
+        super().__init__()
+        self.embed = nn.Linear(64, width)
+        self.blocks = nn.ModuleList(Block(width) for _ in range(depth))
+        self.head = nn.Linear(width, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.embed(x)
+        for block in self.blocks:
+            h = block(h)
+        return self.head(h)
+
+
+@pytest.mark.parametrize("share", [0.25, 0.5, 0.75])
+def test_streamed_equals_resident_within_budget_and_without_growth(share: float) -> None:
+    torch.manual_seed(0)
+    model = Dit().to(torch.bfloat16)
+    x = torch.randn(1, 256, 64, device="cuda", dtype=torch.bfloat16)
+    torch.backends.cudnn.deterministic = True
+    resident_model = Dit().to(torch.bfloat16)
+    resident_model.load_state_dict(model.state_dict())
+    resident_model.cuda()
+    with torch.no_grad():
+        expected = resident_model(x)
+    del resident_model
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    layout = discover_blocks(model)
+    blocks = layout.block_bytes()
+    rest = sum(p.numel() * p.element_size() for p in model.parameters()) - sum(blocks)
+    budget = rest + int(share * sum(blocks)) + 2 * max(blocks)
+    choice = choose_streaming(blocks, rest, budget)
+    base = torch.cuda.memory_allocated()
+    streamer = BlockStreamer(model, layout, choice, "cuda", ledger=DeviceLedger(budget))
+    streamer.attach()
+    torch.cuda.reset_peak_memory_stats()
+    with torch.no_grad():
+        first = model(x)
+        torch.cuda.synchronize()
+        after_first = torch.cuda.memory_allocated()
+        outs = [model(x) for _ in range(3)]
+        torch.cuda.synchronize()
+    weights_peak = streamer.ledger.peak
+    assert torch.cuda.memory_allocated() == after_first, "nothing allocated per step once warm"
+    streamer.detach(release=True)
+    for out in [first, *outs]:
+        assert torch.equal(out, expected)
+    assert weights_peak <= budget
+    assert all(p.device.type == "cpu" for p in model.parameters())
+    del first, outs
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() <= base, "every device byte is returned"
+    summary = streamer.summary()
+    assert summary["pinned"] and summary["host_bytes"] <= 1.1 * summary["streamed_bytes"]

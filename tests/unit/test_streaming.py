@@ -1,0 +1,227 @@
+"""The block streamer on CPU: same bits as the resident forward, bytes within the budget, one upload
+per streamed block per step, the order learnt, every tensor back on the host after detach."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from comfyui_headroom.memory.streaming import (
+    BlockStreamer,
+    BudgetExceeded,
+    DeviceLedger,
+    choose_streaming,
+    discover_blocks,
+)
+from comfyui_headroom.memory.streaming.residency import step_time
+
+
+class Block(nn.Module):
+    def __init__(self, width: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.up = nn.Linear(width, 2 * width).to(dtype)
+        self.down = nn.Linear(2 * width, width).to(dtype)
+        self.register_buffer("scale", torch.ones(width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # cast weights to the activations' dtype per op, as the host's manual-cast ops do
+        h = nn.functional.linear(self.norm(x), self.up.weight.to(x.dtype), self.up.bias.to(x.dtype))
+        h = nn.functional.linear(
+            torch.nn.functional.gelu(h), self.down.weight.to(x.dtype), self.down.bias.to(x.dtype)
+        )
+        return x + h * self.scale
+
+
+class TinyDiT(nn.Module):
+    def __init__(
+        self, width: int = 32, depth: int = 8, dtype: torch.dtype = torch.float32, order=None
+    ) -> None:
+        super().__init__()
+        self.embed = nn.Linear(8, width)
+        self.blocks = nn.ModuleList(Block(width, dtype) for _ in range(depth))
+        self.out = nn.Linear(width, 8)
+        self.call_order = order or list(range(depth))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.embed(x)
+        for i in self.call_order:
+            h = self.blocks[i](h)
+        return self.out(h)
+
+
+def _model(seed: int = 0, **kwargs) -> TinyDiT:
+    torch.manual_seed(seed)
+    model = TinyDiT(**kwargs)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_((torch.randn_like(p.float()) * 0.2).to(p.dtype))
+    return model
+
+
+def _budget(model: TinyDiT, share: float) -> tuple[int, int, list[int]]:
+    layout = discover_blocks(model)
+    blocks = layout.block_bytes()
+    rest = sum(t.numel() * t.element_size() for t in list(model.parameters()) + list(model.buffers())) - sum(
+        blocks
+    )
+    return rest + int(share * sum(blocks)) + 2 * max(blocks) + 1, rest, blocks
+
+
+@pytest.mark.parametrize("share", [0.0, 0.25, 0.5, 0.7, 1.0])
+def test_streamed_forward_is_bitwise_the_resident_forward(share: float) -> None:
+    model = _model()
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        expected = [model(x * (s + 1)) for s in range(3)]
+    budget, rest, blocks = _budget(model, share)
+    choice = choose_streaming(blocks, rest, budget)
+    ledger = DeviceLedger(budget)
+    originals = {n: p.detach().clone() for n, p in model.named_parameters()}
+    streamer = BlockStreamer(model, discover_blocks(model), choice, "cpu", ledger=ledger)
+    streamer.attach()
+    seen: list[int] = []  # where a streamed block's weight lives while it computes
+    streamed = [i for i in range(len(blocks)) if i not in choice.resident]
+    if streamed:
+        model.blocks[streamed[-1]].down.register_forward_pre_hook(
+            lambda m, a: seen.append(m.weight.data_ptr())
+        )
+    slots = [(s.buffer.data_ptr(), s.buffer.data_ptr() + s.buffer.numel()) for s in streamer._slots]
+    with torch.no_grad():
+        got = [model(x * (s + 1)) for s in range(3)]
+    assert all(any(a <= ptr < b for a, b in slots) for ptr in seen), "computes from a ring slot"
+    summary = streamer.summary()
+    ahead = len(streamer._inflight)  # the next step's first uploads, already issued
+    streamer.detach(release=True)
+    for a, b in zip(got, expected, strict=True):
+        assert torch.equal(a, b)
+    assert ledger.peak <= budget
+    assert summary["uploads"] == 3 * len(streamed) + ahead, "one upload per streamed block per step"
+    assert ahead <= choice.depth + 1
+    assert summary["misses"] == 0
+    assert summary["host_bytes"] <= 1.1 * summary["streamed_bytes"] + 64 * 8
+    assert all(torch.equal(p, originals[n]) for n, p in model.named_parameters()), "nothing changed"
+    assert not streamer._hooks
+    if share < 1.0:
+        assert streamed, "the budget forces streaming"
+
+
+def test_the_call_order_is_learnt_on_the_first_step() -> None:
+    order = [0, 4, 1, 5, 2, 6, 3, 7]  # VACE-like interleaving of two lists
+    model = _model(order=order)
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        expected = model(x)
+    budget, rest, blocks = _budget(model, 0.0)
+    streamer = BlockStreamer(model, discover_blocks(model), choose_streaming(blocks, rest, budget), "cpu")
+    streamer.attach()
+    with torch.no_grad():
+        outs = [model(x) for _ in range(4)]
+    misses_after_first = streamer.stats.misses
+    assert streamer.order == order
+    with torch.no_grad():
+        model(x)
+    assert streamer.stats.misses == misses_after_first, "no miss once the order is known"
+    streamer.detach()
+    assert all(torch.equal(o, expected) for o in outs)
+
+
+def test_a_block_called_twice_in_a_step_is_fetched_on_demand_and_still_right() -> None:
+    model = _model(order=[0, 1, 2, 3, 3, 4, 5, 6, 7])
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        expected = model(x)
+    budget, rest, blocks = _budget(model, 0.25)
+    streamer = BlockStreamer(model, discover_blocks(model), choose_streaming(blocks, rest, budget), "cpu")
+    streamer.attach()
+    with torch.no_grad():
+        assert torch.equal(model(x), expected) and torch.equal(model(x), expected)
+    streamer.detach()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float8_e4m3fn])
+def test_low_precision_weights_stream_unchanged(dtype: torch.dtype) -> None:
+    model = _model(dtype=dtype)
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        expected = model(x)
+    budget, rest, blocks = _budget(model, 0.3)
+    streamer = BlockStreamer(model, discover_blocks(model), choose_streaming(blocks, rest, budget), "cpu")
+    streamer.attach()
+    with torch.no_grad():
+        got = model(x)
+    streamer.detach()
+    assert torch.equal(got, expected)
+    assert model.blocks[0].up.weight.dtype == dtype
+
+
+def test_a_budget_below_the_minimum_is_refused_with_the_minimum() -> None:
+    model = _model()
+    _, rest, blocks = _budget(model, 0.0)
+    with pytest.raises(BudgetExceeded, match="needs at least"):
+        choose_streaming(blocks, rest, rest + max(blocks))
+
+
+def test_the_ledger_refuses_bytes_beyond_the_budget() -> None:
+    model = _model()
+    budget, rest, blocks = _budget(model, 0.5)
+    choice = choose_streaming(blocks, rest, budget)
+    streamer = BlockStreamer(model, discover_blocks(model), choice, "cpu", ledger=DeviceLedger(budget // 2))
+    with pytest.raises(BudgetExceeded):
+        streamer.attach()
+    assert not streamer.attached and not streamer._hooks
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        model(x)  # the model still runs where it was
+
+
+def test_everything_resident_when_it_fits() -> None:
+    choice = choose_streaming([100] * 10, 50, 2000)
+    assert choice.resident == frozenset(range(10)) and choice.streamed_bytes == 0
+
+
+def test_resident_blocks_are_chosen_by_cost_not_position() -> None:
+    # uniform blocks: resident ones spread between streamed ones hide uploads behind their compute
+    blocks, compute = [100] * 10, [1.0] * 10
+    choice = choose_streaming(blocks, 0, 650, compute_s=compute, bandwidth=50.0)
+    first_n = frozenset(range(len(choice.resident)))
+    assert choice.step_s < step_time(blocks, compute, first_n, choice.depth, 50.0)
+    assert choice.step_s == pytest.approx(choice.bound_s)
+    # mixed blocks with no compute known: the biggest stay, streaming the fewest bytes
+    mixed = choose_streaming([100] * 5 + [300] * 5, 0, 1200)
+    assert mixed.resident <= frozenset(range(5, 10))
+
+
+def test_discovery_of_known_layouts_and_the_generic_rule() -> None:
+    class Flux(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.img_in = nn.Linear(4, 4)
+            self.double_blocks = nn.ModuleList(nn.Linear(4, 4) for _ in range(2))
+            self.single_blocks = nn.ModuleList(nn.Linear(4, 4) for _ in range(3))
+
+    class Unet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.input_blocks = nn.ModuleList(nn.Linear(4, 4) for _ in range(2))
+            self.middle_block = nn.Linear(4, 4)
+            self.output_blocks = nn.ModuleList(nn.Linear(4, 4) for _ in range(2))
+
+    class Odd(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = nn.Linear(4, 4)
+            self.stages = nn.ModuleList(
+                nn.Sequential(nn.Linear(64, 64), nn.ModuleList([nn.Linear(8, 8)])) for _ in range(3)
+            )
+
+    flux = discover_blocks(Flux())
+    assert flux.family == "flux" and flux.names == (
+        "double_blocks.0", "double_blocks.1", "single_blocks.0", "single_blocks.1", "single_blocks.2",
+    )  # fmt: skip
+    assert discover_blocks(Unet()).names == (
+        "input_blocks.0", "input_blocks.1", "middle_block", "output_blocks.0", "output_blocks.1",
+    )  # fmt: skip
+    odd = discover_blocks(Odd())
+    assert odd.generic and odd.names == ("stages.0", "stages.1", "stages.2")
