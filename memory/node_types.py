@@ -18,6 +18,9 @@ from functools import cache
 from pathlib import Path
 
 DATA_FILE = Path(__file__).resolve().parent / "data" / "node_types.json"
+# Headroom's own nodes in the same format (scripts/dump_node_types.py --pack); checked against the live
+# classes by tests/host/test_node_table.py.
+PACK_FILE = Path(__file__).resolve().parent / "data" / "headroom_nodes.json"
 
 # Values of the frontend's "control_after_generate" combo, saved after seed-like widgets.
 CONTROL_VALUES = frozenset({"fixed", "increment", "decrement", "randomize", "increment-wrap"})
@@ -81,8 +84,10 @@ def _input(row: list) -> InputSpec:
 def _table() -> tuple[str, dict[str, NodeType]]:
     try:
         data = json.loads(DATA_FILE.read_text(encoding="utf-8"))
+        ours = json.loads(PACK_FILE.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:  # a broken install; say which file and how to rebuild it
-        raise RuntimeError(f"{DATA_FILE} is unreadable ({exc}); run scripts/dump_node_types.py") from exc
+        raise RuntimeError(f"the node table is unreadable ({exc}); run scripts/dump_node_types.py") from exc
+    data["types"] = {**data["types"], **ours["types"]}
     types = {
         name: NodeType(
             name=name,

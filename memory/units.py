@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 # Memory sizes on GPUs and in ComfyUI's own logs are binary: "8GB" on a card means 8 GiB.
@@ -38,3 +39,22 @@ def format_bytes(n: int | float) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
         value /= 1024
     return f"{value:.2f} TiB"
+
+
+def parse_vram_budget(text: str | float | int | None) -> float | None:
+    """GB as a float, or None for "auto". Raises ValueError with what is accepted."""
+    if text is None:
+        return None
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        cleaned = text.strip().lower().removesuffix("gb").strip()
+        if cleaned in ("", "auto"):
+            return None
+        try:
+            value = float(cleaned)
+        except ValueError:
+            raise ValueError(f'{text!r} is not "auto" or a number of GB (for example 6 or 4.5)') from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f'{text!r} is not "auto" or a positive number of GB (for example 6 or 4.5)')
+    return value

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import NoReturn
 
+from ..memory.units import parse_vram_budget as parse_gb
 from ..version import __version__
 
 CATEGORY = "Headroom"
@@ -41,3 +42,12 @@ def vram_budget_input() -> tuple[str, dict]:
         "STRING",
         {"default": "auto", "tooltip": 'VRAM this node may use: "auto" (the plan decides) or GB, e.g. 6'},
     )
+
+
+def parse_vram_budget(text: str, node: str) -> int | None:
+    """The ``vram_budget`` input in bytes: None for "auto", else GB ("6", "5.5", "6GB")."""
+    try:
+        gb = parse_gb(text)
+    except ValueError as exc:
+        raise ValueError(f"{node}: input vram_budget: {exc}") from None
+    return None if gb is None else int(gb * 2**30)

@@ -8,10 +8,30 @@ Two hosts are supported: current ComfyUI (0.3.6x and later) and the March-2024 c
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
+import inspect
+import logging
+import os
+import re
+import sys
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from ..memory import telemetry as tm
+from ..memory.costmodel import Budget, GiB
+from ..memory.preflight import PlanCache, Preflight, plan_prompt
+from ..memory.units import parse_bytes
+from ..version import __version__
 
 # Our folder kinds -> the host's folder_paths names, newest first: 2024 hosts call diffusion models
 # "unet" and text encoders "clip"; current ones keep those names as aliases.
@@ -63,3 +83,618 @@ def weight_dtype_choices() -> list[str]:
     """The host's diffusion-model weight dtypes; 2024 hosts have none to choose from."""
     required = _host("nodes").UNETLoader.INPUT_TYPES()["required"]
     return list(required["weight_dtype"][0]) if "weight_dtype" in required else ["default"]
+
+
+# --- block streaming sampler
+@dataclass
+class StreamingRun:
+    """What one streamed sampling did, for the node's UI text."""
+
+    summary: dict[str, Any] = field(default_factory=dict)
+    note: str = ""  # why nothing streamed, when nothing did
+
+
+def streaming_ksample(
+    model: Any,
+    sampler_args: tuple[Any, ...],
+    *,
+    budget: int | None,
+    prefetch: int | None,
+    resident_blocks: int | None,
+    pin: bool,
+) -> tuple[dict, StreamingRun]:
+    """The stock ``common_ksampler`` on a clone of ``model`` whose diffusion model streams its blocks.
+
+    The streamer attaches at the model's first call, once the host has loaded it, through the
+    sampler's ``model_function_wrapper`` (both hosts have it; one already set is chained), and
+    detaches when sampling ends, however it ends (interrupt, OOM, error), returning every byte.
+    On a CPU device the streamer places the blocks itself; on CUDA it first asks the host to offload
+    what it loaded (``partially_unload``, so its accounting stays right) and then places rest,
+    resident blocks and ring itself for the duration of the sampling.
+    """
+    from ..memory.streaming import BlockStreamer, choose_streaming, discover_blocks
+
+    nodes = _host("nodes")
+    patched = model.clone()
+    previous = patched.model_options.get("model_function_wrapper")
+    run = StreamingRun()
+    state: dict[str, Any] = {}
+
+    def attach(args: dict[str, Any]) -> None:
+        diffusion = patched.model.diffusion_model
+        device = _torch().device(patched.load_device)
+        layout = discover_blocks(diffusion)
+        sizes = layout.block_bytes()
+        total = sum(t.numel() * t.element_size() for t in [*diffusion.parameters(), *diffusion.buffers()])
+        # On a CPU there is no VRAM: the budget caps the placed weights only, which is what a CPU run
+        # can exercise (the tests); on CUDA the host's own activation estimate is kept free.
+        activation = _activation_bytes(patched, args["input"].shape) if device.type == "cuda" else 0
+        if device.type == "cuda":
+            if not hasattr(patched, "partially_unload"):
+                run.note = "this host has no partial unload; sampling without streaming"
+                return
+            patched.partially_unload(patched.offload_device, memory_to_free=patched.loaded_size())
+            room = _host("comfy.model_management").get_free_memory(device)
+            budget_bytes = min(budget, room) if budget else room
+        else:
+            budget_bytes = budget if budget else total + activation
+        choice = choose_streaming(
+            sizes,
+            total - sum(sizes),
+            budget_bytes,
+            activation,
+            depth=prefetch,
+            resident_blocks=resident_blocks,
+        )
+        if not choice.streamed_bytes and device.type == "cpu":
+            run.note = "everything fits the budget: nothing streamed"
+        streamer = BlockStreamer(diffusion, layout, choice, device, pin=pin)
+        state["streamer"] = streamer
+        streamer.attach()
+
+    def wrapper(apply_model: Any, args: dict[str, Any]) -> Any:
+        if "attached" not in state:
+            state["attached"] = True
+            attach(args)
+        if previous is not None:
+            return previous(apply_model, args)
+        return apply_model(args["input"], args["timestep"], **args["c"])
+
+    patched.set_model_unet_function_wrapper(wrapper)
+    try:
+        (latent,) = nodes.common_ksampler(patched, *sampler_args[:8], denoise=sampler_args[8])
+        streamer = state.get("streamer")
+        if streamer is not None:
+            run.summary = streamer.summary()
+    finally:
+        streamer = state.get("streamer")
+        if streamer is not None:
+            streamer.detach(release=True)
+    return latent, run
+
+
+def _torch() -> ModuleType:
+    return importlib.import_module("torch")
+
+
+def _activation_bytes(patcher: Any, shape: Any) -> int:
+    """The host's own estimate of one model call's activations (0 where it has none)."""
+    try:
+        return int(patcher.model.memory_required(shape))
+    except Exception:  # older or custom models: no estimate
+        return 0
+
+
+# --- telemetry and monitor
+# Memory telemetry inside the host. Executor hooks feed memory.telemetry with prompt and node boundaries;
+# when a PromptServer runs, it also gets read-only routes under /headroom/, headroom.* websocket events
+# and a preflight of every queued prompt. Every hook is feature-detected and fails open: the workflow
+# runs, and a log line says what is off. Nothing here runs outside a host (see install_monitor).
+
+_log = logging.getLogger("headroom")
+_PROMPT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")  # uuids and the ids tests and scripts use
+RATE_ENV, ASSUME_VRAM_ENV, DISABLE_ENV = "HEADROOM_MONITOR_HZ", "HEADROOM_ASSUME_VRAM", "HEADROOM_MONITOR"
+DEFAULT_RATE_HZ = 1.0
+DEMAND_S = 15.0  # after the last /headroom/status read or node boundary, keep sampling this long
+
+
+def _env_rate() -> float:
+    text = os.environ.get(RATE_ENV, "")
+    try:
+        rate = float(text) if text else DEFAULT_RATE_HZ
+        if not 0 <= rate <= 100:
+            raise ValueError
+        return rate
+    except ValueError:
+        _log.warning("Headroom: %s=%r is not a rate in Hz (0-100); using %s", RATE_ENV, text, DEFAULT_RATE_HZ)
+        return DEFAULT_RATE_HZ
+
+
+def _env_vram() -> int | None:
+    text = os.environ.get(ASSUME_VRAM_ENV, "")
+    try:
+        return parse_bytes(text) if text else None
+    except ValueError as exc:
+        _log.warning("Headroom: %s is ignored: %s", ASSUME_VRAM_ENV, exc)
+        return None
+
+
+class _Monitor:
+    """The process's telemetry: one sampler, the recent runs, the plans, and the server it talks to."""
+
+    def __init__(self) -> None:
+        self.probe = tm.MemoryProbe.detect()
+        rate = _env_rate()
+        self.sampler = tm.Sampler(
+            self.probe.read, 1 / rate if rate else 0, wanted=self._wanted, on_sample=self._push_sample
+        )
+        self.telemetry = tm.Telemetry(self.probe, self.sampler)
+        self.telemetry.listeners.append(self.push)
+        self.plans = PlanCache(self._plan)
+        self.queued: OrderedDict[str, str] = OrderedDict()  # prompt id -> plan key, queued but not run yet
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="headroom-preflight")
+        self.assume_vram = _env_vram()
+        self.server: Any = None
+        self.hooks: dict[str, str] = {}  # hook -> "on", or why it is off
+        self.demand_until = 0.0
+        self.lock = threading.Lock()
+
+    # -- sampling and events
+    def clients(self) -> int:
+        return len(getattr(self.server, "sockets", None) or ())
+
+    def _wanted(self) -> bool:
+        return self.clients() > 0 or time.monotonic() < max(
+            self.demand_until, self.telemetry.last_activity + DEMAND_S
+        )
+
+    def push(self, event: str, payload: dict[str, Any], sid: str | None = None) -> None:
+        server = self.server
+        if server is None or not self.clients():
+            return
+        try:
+            server.send_sync(event, payload, sid)
+        except Exception as exc:  # a closed loop at shutdown, say: telemetry must never break a run
+            _log.debug("Headroom: could not send %s: %s", event, exc)
+
+    def _push_sample(self, sample: tm.Sample) -> None:
+        self.push("headroom.sample", sample.as_dict())
+
+    # -- planning
+    def budget(self) -> Budget | None:
+        vram = self.assume_vram
+        if vram is None and self.probe.cuda is not None:
+            try:
+                vram = int(self.probe.cuda.get_device_properties(self.probe.device).total_memory)
+            except Exception:
+                vram = None
+        if vram is None:
+            return None
+        ram = 32 * GiB
+        if self.probe.psutil is not None:
+            ram = int(self.probe.psutil.virtual_memory().total)
+        return Budget.from_card(vram, ram)
+
+    def _plan(self, prompt: dict[str, Any]) -> tuple[tm.PlannedRun | None, Preflight]:
+        budget = self.budget()
+        if budget is None:
+            reason = (
+                f"no CUDA device to plan for (set {ASSUME_VRAM_ENV}=8GB to check a workflow against a card)"
+            )
+            return None, Preflight(None, "skipped", reason)
+        return plan_prompt(prompt, budget, models_dir=_models_dir(), outputs=_output_nodes(prompt))
+
+    def plan_for(self, prompt: dict[str, Any]) -> tuple[tm.PlannedRun | None, Preflight]:
+        """The plan under today's budget (a changed assumed VRAM is another plan), cached."""
+        return self.plans.get(prompt, self.budget())
+
+    def preflight(
+        self, prompt: dict[str, Any], prompt_id: str | None, client_id: str | None
+    ) -> dict[str, Any]:
+        planned, verdict = self.plan_for(prompt)
+        payload = {"prompt_id": prompt_id, **verdict.as_dict()}
+        self.push("headroom.preflight", payload, client_id if isinstance(client_id, str) else None)
+        return payload
+
+    # -- what the executor hooks call
+    def prompt_started(self, prompt_id: Any, prompt: Any) -> None:
+        prompt = prompt if isinstance(prompt, dict) else None
+        self.telemetry.start_prompt(str(prompt_id), prompt)
+        with self.lock:
+            self.queued.pop(str(prompt_id), None)
+        if prompt is not None:
+            try:
+                planned, verdict = self.plan_for(prompt)
+                self.telemetry.attach_plan(str(prompt_id), planned, "" if planned else verdict.message)
+            except Exception as exc:
+                _log.warning("Headroom: could not plan prompt %s: %s", prompt_id, exc)
+                self.telemetry.attach_plan(str(prompt_id), None, f"planning failed: {exc}")
+        self.sampler.ensure_running()
+
+    def node_started(self, prompt_id: Any, node_id: Any) -> None:
+        self.telemetry.node_started(None if prompt_id is None else str(prompt_id), str(node_id))
+        self.sampler.ensure_running()
+
+    def node_finished(self, prompt_id: Any, node_id: Any, ok: bool = True) -> None:
+        self.telemetry.node_finished(None if prompt_id is None else str(prompt_id), str(node_id), ok)
+
+
+_MONITOR: _Monitor | None = None
+_MONITOR_LOCK = threading.Lock()
+
+
+def monitor() -> _Monitor:
+    """The process-wide monitor, created on first use."""
+    global _MONITOR
+    with _MONITOR_LOCK:
+        if _MONITOR is None:
+            _MONITOR = _Monitor()
+        return _MONITOR
+
+
+def configure_monitor(rate_hz: float | None = None, assume_vram: int | None | str = "keep") -> None:
+    """Change the sampling rate (Hz, 0 = off) and/or the VRAM preflight assumes (bytes; None = the device)."""
+    m = monitor()
+    if rate_hz is not None:
+        m.sampler.set_period(1 / rate_hz if rate_hz else 0)
+    if assume_vram != "keep":
+        m.assume_vram = assume_vram  # type: ignore[assignment]
+
+
+def _models_dir() -> Path | None:
+    folder_paths = sys.modules.get("folder_paths")
+    path = getattr(folder_paths, "models_dir", None)
+    return Path(path) if path and Path(path).is_dir() else None
+
+
+def _output_nodes(prompt: dict[str, Any]) -> list[str] | None:
+    """The prompt's output nodes by the host's own classes (ours and other packs' included), in prompt
+    order as validate_prompt lists them; None when a class is unknown (the planner's table decides)."""
+    classes = getattr(sys.modules.get("nodes"), "NODE_CLASS_MAPPINGS", None)
+    if not isinstance(classes, dict):
+        return None
+    outputs = []
+    for node_id, node in prompt.items():
+        cls = classes.get(node.get("class_type")) if isinstance(node, dict) else None
+        if cls is None:
+            return None
+        if getattr(cls, "OUTPUT_NODE", False):
+            outputs.append(str(node_id))
+    return outputs
+
+
+def _safe(what: str, fn: Any, *args: Any) -> None:
+    try:
+        fn(*args)
+    except Exception:
+        _log.exception("Headroom: telemetry failed in %s; the workflow is not affected", what)
+
+
+def _hook_progress(m: _Monitor, execution: ModuleType) -> str:
+    """Current hosts: a ProgressHandler per prompt. The registry is recreated every prompt, so the wrapper
+    around execution.reset_progress_state (imported there by name) registers ours each time."""
+    progress = sys.modules.get("comfy_execution.progress")
+    original = getattr(execution, "reset_progress_state", None)
+    if progress is None or original is None or not hasattr(progress, "add_progress_handler"):
+        return "off: no comfy_execution.progress registry on this host"
+    if getattr(original, "__headroom__", False):
+        return "on"
+
+    class HeadroomProgressHandler(progress.ProgressHandler):
+        def __init__(self) -> None:
+            super().__init__("headroom")
+
+        def start_handler(self, node_id: str, state: Any, prompt_id: str) -> None:
+            _safe("node start", m.node_started, prompt_id, node_id)
+
+        def finish_handler(self, node_id: str, state: Any, prompt_id: str) -> None:
+            _safe("node finish", m.node_finished, prompt_id, node_id)
+
+    @functools.wraps(original)
+    def reset_progress_state(prompt_id: Any, dynprompt: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(prompt_id, dynprompt, *args, **kwargs)
+        _safe("prompt start", m.prompt_started, prompt_id, getattr(dynprompt, "original_prompt", None))
+        _safe("progress handler", progress.add_progress_handler, HeadroomProgressHandler())
+        return result
+
+    reset_progress_state.__headroom__ = True  # type: ignore[attr-defined]
+    execution.reset_progress_state = reset_progress_state
+    return "on"
+
+
+def _hook_recursive(m: _Monitor, execution: ModuleType) -> str:
+    """2024 hosts: recursive_execute runs a node's inputs first, then calls get_output_data for the node
+    itself; a stack of the nodes being executed tells get_output_data's wrapper whose work it times."""
+    rec, run = getattr(execution, "recursive_execute", None), getattr(execution, "get_output_data", None)
+    if rec is None or run is None:
+        return "off: neither comfy_execution.progress nor recursive_execute on this host"
+    if getattr(rec, "__headroom__", False):
+        return "on"
+    try:
+        signature = inspect.signature(rec)
+    except (TypeError, ValueError):
+        return "off: recursive_execute has no signature"
+    if not {"prompt", "current_item", "prompt_id"} <= set(signature.parameters):
+        return f"off: unexpected recursive_execute{signature}"
+    local = threading.local()
+
+    @functools.wraps(rec)
+    def recursive_execute(*args: Any, **kwargs: Any) -> Any:
+        stack = local.__dict__.setdefault("stack", [])
+        try:
+            bound = signature.bind_partial(*args, **kwargs).arguments
+            prompt_id, node_id = str(bound["prompt_id"]), str(bound["current_item"])
+            current = m.telemetry.current
+            if not stack and (current is None or current.prompt_id != prompt_id):
+                _safe("prompt start", m.prompt_started, prompt_id, bound["prompt"])
+        except Exception:
+            prompt_id, node_id = None, None
+        stack.append((prompt_id, node_id))
+        try:
+            return rec(*args, **kwargs)
+        finally:
+            stack.pop()
+
+    @functools.wraps(run)
+    def get_output_data(*args: Any, **kwargs: Any) -> Any:
+        stack = local.__dict__.get("stack")
+        if not stack or stack[-1][1] is None:
+            return run(*args, **kwargs)
+        prompt_id, node_id = stack[-1]
+        _safe("node start", m.node_started, prompt_id, node_id)
+        ok = False
+        try:
+            result = run(*args, **kwargs)
+            ok = True
+            return result
+        finally:
+            _safe("node finish", m.node_finished, prompt_id, node_id, ok)
+
+    recursive_execute.__headroom__ = True  # type: ignore[attr-defined]
+    execution.recursive_execute = recursive_execute
+    execution.get_output_data = get_output_data
+    return "on"
+
+
+def _prompt_server() -> Any:
+    """PromptServer.instance when a server runs; never imports ``server`` (in-process hosts have none)."""
+    return getattr(getattr(sys.modules.get("server"), "PromptServer", None), "instance", None)
+
+
+def install_monitor(server: Any = None) -> dict[str, str]:
+    """Hook the executor and, when there is a PromptServer (or ``server`` is given), its routes, events and
+    preflight. Idempotent. Outside a host (the command line, pip imports) it does nothing."""
+    execution = sys.modules.get("execution")
+    if execution is None or "nodes" not in sys.modules:
+        return {}
+    if os.environ.get(DISABLE_ENV) == "0":  # the user's switch: no hook, no route, no thread
+        _log.info("Headroom: the memory monitor is off (%s=0)", DISABLE_ENV)
+        return {"nodes": f"off: {DISABLE_ENV}=0", "server": f"off: {DISABLE_ENV}=0"}
+    m = monitor()
+    if "nodes" not in m.hooks:
+        try:
+            state = _hook_progress(m, execution)
+            if state != "on":
+                state = _hook_recursive(m, execution) if is_legacy_host() else state
+        except Exception as exc:
+            state = f"off: {exc!r}"
+        m.hooks["nodes"] = state
+        if state != "on":
+            _log.warning("Headroom: per-node memory telemetry is %s; the workflow runs as usual", state)
+    server = server if server is not None else _prompt_server()
+    if server is None:
+        m.hooks.setdefault("server", "off: no PromptServer in this process (routes and events need one)")
+    elif m.server is not server:
+        try:
+            _install_server(m, server)
+            m.hooks["server"] = "on"
+        except Exception as exc:
+            m.hooks["server"] = f"off: {exc!r}"
+            _log.warning("Headroom: the monitor's routes and events are off: %r", exc)
+    return dict(m.hooks)
+
+
+def _install_server(m: _Monitor, server: Any) -> None:
+    web = importlib.import_module("aiohttp.web")
+    if not getattr(server, "_headroom_routes", False):
+        _add_routes(web, server.routes)
+        server._headroom_routes = True
+    if hasattr(server, "add_on_prompt_handler"):
+        server.add_on_prompt_handler(functools.partial(_on_prompt, m))
+    else:
+        m.hooks["preflight"] = "off: this host's PromptServer has no add_on_prompt_handler"
+        _log.warning("Headroom: preflight is off: no add_on_prompt_handler on this host")
+    m.server = server
+
+
+def _on_prompt(m: _Monitor, json_data: Any) -> Any:
+    """POST /prompt, before validation, on the event loop: plan in the background, never block or alter the
+    prompt. On hosts that honour a given prompt_id one is assigned here, so /headroom/plan/{id} works while
+    the prompt is still queued."""
+    try:
+        prompt = json_data.get("prompt") if isinstance(json_data, dict) else None
+        if not isinstance(prompt, dict):
+            return json_data
+        if not is_legacy_host():
+            json_data.setdefault("prompt_id", str(uuid.uuid4()))
+        prompt_id = json_data.get("prompt_id")
+        if prompt_id is not None:
+            with m.lock:
+                m.queued[str(prompt_id)] = m.plans.key(prompt, m.budget())
+                while len(m.queued) > 64:
+                    m.queued.popitem(last=False)
+        m.pool.submit(_safe, "preflight", m.preflight, prompt, prompt_id, json_data.get("client_id"))
+    except Exception:
+        _log.exception("Headroom: preflight failed; the prompt is queued as usual")
+    return json_data
+
+
+@dataclass
+class MonitorSnapshot:
+    text: str
+    chart: Any  # numpy [H, W, 3] float32 in 0..1, or None (not asked for, or no matplotlib)
+    summary: dict[str, Any]
+
+
+def monitor_snapshot(node_id: str | None, chart: bool = False) -> MonitorSnapshot:
+    """What the Memory Monitor node reports from inside a run: memory now, the prompt's peaks and its
+    plan-vs-actual so far, and optionally the timeline picture."""
+    m = monitor()
+    now = m.sampler.tick(notify=False)
+    snap = m.telemetry.snapshot(now, node_id)
+    image = None
+    if chart:
+        from ..memory.telemetry_chart import timeline_image
+
+        image = timeline_image(snap.samples, snap.nodes, snap.planned)
+    summary = {"now": now.as_dict(), "peaks": snap.peaks, "prompt_id": snap.prompt_id}
+    return MonitorSnapshot(snap.text, image, summary)
+
+
+# Monitor routes: read-only, parameters validated, unknown ids -> 404, nothing taken as a path.
+
+
+def _bad(web: Any, message: str) -> Any:
+    return web.json_response({"error": message}, status=400)
+
+
+def _prompt_id(web: Any, request: Any) -> tuple[str | None, Any]:
+    prompt_id = request.match_info.get("prompt_id", "")
+    if not _PROMPT_ID.match(prompt_id):
+        return None, _bad(web, "prompt_id must be 1-128 letters, digits, '_', '-', '.' or ':'")
+    return prompt_id, None
+
+
+def _add_routes(web: Any, routes: Any) -> None:
+    @routes.get("/headroom/status")
+    async def headroom_status(request: Any) -> Any:
+        query = request.query
+        try:
+            since = float(query["since"]) if "since" in query else None
+            limit = int(query.get("limit", "300"))
+        except ValueError:
+            return _bad(web, "since must be a number (seconds since the epoch) and limit an integer")
+        if not 1 <= limit <= 3600 or (since is not None and since != since):
+            return _bad(web, "limit must be 1-3600 and since a number")
+        m = monitor()
+        m.demand_until = time.monotonic() + DEMAND_S  # someone is looking: sample for a while
+        m.sampler.ensure_running()
+        samples = m.sampler.history(since=since, limit=limit)
+        latest = m.sampler.latest or m.sampler.tick(notify=False)
+        current = m.telemetry.current
+        return web.json_response(
+            {
+                "version": __version__,
+                "host": host_version(),
+                "rate_hz": 1 / m.sampler.period_s if m.sampler.period_s else 0,
+                "sampling": m.sampler.running,
+                "sources": m.probe.sources(),
+                "hooks": dict(m.hooks),
+                "assume_vram": m.assume_vram,
+                "latest": latest.as_dict(),
+                "samples": [s.as_dict() for s in samples],
+                "prompts": m.telemetry.prompt_ids(),
+                "current": current.prompt_id if current else None,
+            }
+        )
+
+    @routes.get("/headroom/plan/{prompt_id}")
+    async def headroom_plan(request: Any) -> Any:
+        prompt_id, error = _prompt_id(web, request)
+        if error is not None:
+            return error
+        m = monitor()
+        run = m.telemetry.run(prompt_id)
+        if run is not None:
+            planned, note = run.planned, run.plan_note
+        else:
+            with m.lock:
+                key = m.queued.get(prompt_id)
+            if key is None:
+                return web.json_response({"error": f"unknown prompt {prompt_id}"}, status=404)
+            cached = m.plans.peek(key)
+            if cached is None:
+                return web.json_response({"prompt_id": prompt_id, "state": "planning"}, status=202)
+            planned, note = cached[0], cached[1].message
+        body: dict[str, Any] = {"prompt_id": prompt_id, "state": "planned" if planned else "not planned"}
+        body["note"] = note
+        if planned is not None:
+            body["preflight"] = planned.preflight
+            body["plan"] = planned.plan
+        return web.json_response(body)
+
+    @routes.get("/headroom/report/{prompt_id}")
+    async def headroom_report(request: Any) -> Any:
+        prompt_id, error = _prompt_id(web, request)
+        if error is not None:
+            return error
+        fmt = request.query.get("format", "json")
+        if fmt not in ("json", "csv"):
+            return _bad(web, "format must be json or csv")
+        report = monitor().telemetry.report(prompt_id, fmt)
+        if report is None:
+            return web.json_response({"error": f"unknown prompt {prompt_id}"}, status=404)
+        if fmt == "csv":
+            disposition = f'attachment; filename="headroom-{prompt_id}.csv"'  # the id matched _PROMPT_ID
+            return web.Response(
+                text=report, content_type="text/csv", headers={"Content-Disposition": disposition}
+            )
+        return web.json_response(report)
+
+
+# --- tiled VAE decode
+# The host calls the tiled decoder needs: model management (load with a per-tile reservation, free
+# memory, cache, interrupt), its OOM error type, its progress bar and its decoder nonlinearity. The
+# 2024-03 host's ProgressBar takes no node id and its nonlinearity is x*sigmoid(x), not F.silu.
+
+
+def vae_nonlinearity() -> Callable[[Any], Any]:
+    """The activation the host's KL decoder applies before conv_out (it differs between hosts)."""
+    return _host("comfy.ldm.modules.diffusionmodules.model").nonlinearity
+
+
+def vae_oom_errors() -> tuple[type[BaseException], ...]:
+    """What the host raises when the device runs out of memory; on CPU the host says ``Exception``,
+    which would also catch interrupts and bugs, so only real out-of-memory errors count there."""
+    import torch
+
+    oom = _host("comfy.model_management").OOM_EXCEPTION
+    return (torch.OutOfMemoryError, MemoryError) if oom is Exception else (oom,)
+
+
+def vae_load(vae: Any, memory_required: int) -> None:
+    """Load the VAE through the host's model management, reserving ``memory_required`` bytes of
+    activations (one tile's, not the full frame's) so its accounting stays right."""
+    mm = _host("comfy.model_management")
+    kwargs = {}
+    if "force_full_load" in inspect.signature(mm.load_models_gpu).parameters:
+        kwargs["force_full_load"] = bool(getattr(vae, "disable_offload", False))
+    mm.load_models_gpu([vae.patcher], memory_required=int(memory_required), **kwargs)
+
+
+def vae_weight_bytes(vae: Any) -> int:
+    return int(vae.patcher.model_size())
+
+
+def device_free_bytes(device: Any) -> int:
+    """Free memory on ``device`` as the host counts it (device free + torch's reusable cache)."""
+    return int(_host("comfy.model_management").get_free_memory(device))
+
+
+def device_empty_cache() -> None:
+    _host("comfy.model_management").soft_empty_cache()
+
+
+def check_interrupted() -> None:
+    """Raise the host's interrupt exception if the user pressed Cancel."""
+    _host("comfy.model_management").throw_exception_if_processing_interrupted()
+
+
+def progress_callback(total: int, node_id: str | None = None) -> Callable[[int, int], None]:
+    """An ``update(done, total)`` for the host's progress bar (node id only where the host takes one)."""
+    progress_bar = _host("comfy.utils").ProgressBar
+    if "node_id" in inspect.signature(progress_bar).parameters:
+        bar = progress_bar(total, node_id=node_id)
+    else:
+        bar = progress_bar(total)
+    return lambda done, new_total: bar.update_absolute(done, new_total)

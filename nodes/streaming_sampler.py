@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import host
-from .common import CATEGORY, not_available, vram_budget_input
+from .common import CATEGORY, parse_vram_budget, vram_budget_input
 
 
 class HeadroomStreamingSampler:
@@ -40,8 +40,48 @@ class HeadroomStreamingSampler:
             },
         }
 
-    def sample(self, **inputs: Any) -> tuple[dict]:
-        not_available(self.DISPLAY_NAME, 4, "the stock KSampler")
+    def sample(
+        self,
+        model: Any,
+        seed: int,
+        steps: int,
+        cfg: float,
+        sampler_name: str,
+        scheduler: str,
+        positive: Any,
+        negative: Any,
+        latent_image: dict,
+        denoise: float = 1.0,
+        vram_budget: str = "auto",
+        prefetch: int = -1,
+        resident_blocks: int = -1,
+        pin_memory: bool = True,
+    ) -> dict[str, Any]:
+        budget = parse_vram_budget(vram_budget, self.DISPLAY_NAME)
+        latent, run = host.streaming_ksample(
+            model,
+            (seed, steps, cfg, sampler_name, scheduler, positive, negative, latent_image, denoise),
+            budget=budget,
+            prefetch=None if prefetch < 0 else prefetch,
+            resident_blocks=None if resident_blocks < 0 else resident_blocks,
+            pin=pin_memory,
+        )
+        return {"ui": {"text": [describe_run(run.summary, run.note)]}, "result": (latent,)}
+
+
+def describe_run(summary: dict[str, Any], note: str = "") -> str:
+    """One line for the node: K, d, streamed GB, achieved step time against the bound."""
+    if not summary or not summary.get("streamed_bytes"):
+        return note or "nothing streamed: the model fits the budget"
+    text = (
+        f"{summary['family']}: {summary['resident_blocks']}/{summary['blocks']} blocks resident, "
+        f"prefetch {summary['prefetch']}, {summary['streamed_bytes'] / 1e9:.2f} GB streamed per step"
+    )
+    if summary.get("generic_layout"):
+        text += " (blocks found by the generic rule)"
+    if summary.get("step_s") and summary.get("bound_s"):
+        text += f"; {summary['step_s']:.3f} s/step vs bound {summary['bound_s']:.3f} s"
+    return text
 
 
 NODE_CLASS = HeadroomStreamingSampler

@@ -1,6 +1,8 @@
 """Write memory/data/node_types.json from a real ComfyUI: what the planner must know about each node class.
 
 Usage: COMFYUI_ROOT=/path/to/ComfyUI python scripts/dump_node_types.py [--out memory/data/node_types.json]
+       COMFYUI_ROOT=/path/to/ComfyUI python scripts/dump_node_types.py --pack   (Headroom's own nodes,
+       to memory/data/headroom_nodes.json, so the planner and scripts/api_to_ui.py know them too)
 
 The host is imported in-process on CPU with its built-in extras (comfy_extras), without custom nodes
 or API nodes. For every class in ``nodes.NODE_CLASS_MAPPINGS`` it records what the executor itself
@@ -26,6 +28,7 @@ from typing import Any
 
 PACK_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = PACK_ROOT / "memory" / "data" / "node_types.json"
+PACK_OUT = PACK_ROOT / "memory" / "data" / "headroom_nodes.json"  # --pack: our own nodes, same format
 
 # Input types the frontend draws as a widget (and serialises into widgets_values) rather than a socket.
 # COMBO covers list-typed inputs. Other custom widget types of 0.3.64 (e.g. the image-compare preview)
@@ -159,8 +162,10 @@ def has_fingerprint(cls: type) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default=os.environ.get("COMFYUI_ROOT"), help="ComfyUI checkout")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--pack", action="store_true", help="describe Headroom's own nodes instead")
     ns = parser.parse_args(argv)
+    ns.out = ns.out or (PACK_OUT if ns.pack else DEFAULT_OUT)
     if not ns.root:
         parser.error("set COMFYUI_ROOT (or --root) to a ComfyUI checkout")
     root = Path(ns.root).resolve()
@@ -170,8 +175,13 @@ def main(argv: list[str] | None = None) -> int:
         version = __import__("comfyui_version").__version__
     except ImportError:
         version = "unknown"
+    names = sorted(nodes.NODE_CLASS_MAPPINGS)
+    if ns.pack:
+        before = set(names)
+        asyncio.run(nodes.load_custom_node(str(PACK_ROOT)))
+        names = sorted(set(nodes.NODE_CLASS_MAPPINGS) - before)
     types, failed = {}, []
-    for name in sorted(nodes.NODE_CLASS_MAPPINGS):
+    for name in names:
         try:
             types[name] = describe(name, nodes.NODE_CLASS_MAPPINGS[name])
         except Exception as exc:  # one broken class must not lose the others; listed below

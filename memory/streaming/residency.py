@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..units import format_bytes
 from .ledger import BudgetExceeded
 
 DEPTHS = (1, 2, 3)
@@ -114,10 +115,12 @@ def choose_streaming(
         if best is None or (choice.step_s, choice.streamed_bytes) < (best.step_s, best.streamed_bytes):
             best = choice
     if best is None:
-        need = rest_bytes + activation_bytes + 2 * max(block_bytes, default=0)
+        slots = (depth or 1) + 1
+        need = rest_bytes + activation_bytes + slots * max(block_bytes, default=0)
         raise BudgetExceeded(
-            f"a VRAM budget of {budget / 2**30:.2f} GiB cannot stream this model: it needs at least "
-            f"{need / 2**30:.2f} GiB (non-block weights, activations and a ring of two of its largest blocks)"
+            f"a VRAM budget of {format_bytes(budget)} cannot stream this model: it needs at least "
+            f"{format_bytes(need)} (non-block weights, activations and a ring of {slots} of its "
+            "largest blocks)"
         )
     return best
 

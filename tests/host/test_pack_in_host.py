@@ -110,6 +110,11 @@ def test_stock_prompt_runs_through_the_host(host: Host) -> None:
 
 
 def test_a_node_that_has_not_landed_fails_clearly(host: Host) -> None:
-    prompt = {"1": {"class_type": "HeadroomMemoryMonitor", "inputs": {}}}
-    with pytest.raises(PromptFailed, match=r"Memory Monitor \(Headroom\) is not available yet .*#7"):
+    loader = host.node_class("HeadroomOffloadLoader").INPUT_TYPES()["required"]
+    inputs = {name: spec[0][0] for name, spec in loader.items()}  # the first choice of each list
+    prompt = {
+        "1": {"class_type": "HeadroomOffloadLoader", "inputs": inputs},
+        "2": {"class_type": "HeadroomMemoryMonitor", "inputs": {"value": ["1", 0]}},  # an output node
+    }
+    with pytest.raises(PromptFailed, match=r"Offload Loader \(Headroom\) is not available yet .*#6"):
         host.run(prompt)

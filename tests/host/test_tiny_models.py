@@ -30,7 +30,8 @@ def test_tiny_sd_checkpoint_runs_through_the_stock_pipeline(host: Host) -> None:
     path = build_tiny_sd_checkpoint(host.models_dir)
     host.register_models_dir(host.models_dir)
     first = host.run(txt2img(path.name, seed=1))
-    assert set(first.executed) == set("1234567")
+    # an earlier test may have left identical nodes (the empty latent) in the host's cache
+    assert set(first.executed) | set(first.cached) == set("1234567") and "5" in first.executed
     latent = first.outputs["5"][0][0]["samples"]
     image = first.outputs["6"][0][0]
     assert tuple(latent.shape) == (1, 4, 8, 8) and tuple(image.shape) == (1, 64, 64, 3)

@@ -1,0 +1,152 @@
+"""Layer-Streaming DiT Sampler in the real host on CPU: the stock KSampler's latent bit for bit while
+its blocks stream through the ring, after a stock LoRA loader too, and the model left as it was."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from headroom_testing.harness import Host, PromptFailed
+from headroom_testing.tiny_models import build_tiny_sd_checkpoint
+
+pytestmark = pytest.mark.host
+
+CKPT = "tiny_sd15_stream.safetensors"
+
+
+def prompt(sampler: str, seed: int = 3, lora: str | None = None, **extra: object) -> dict:
+    model: list = ["1", 0]
+    nodes: dict = {
+        "1": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": CKPT}},
+        "2": {"class_type": "CLIPTextEncode", "inputs": {"text": "a streamed test", "clip": ["1", 1]}},
+        "3": {"class_type": "CLIPTextEncode", "inputs": {"text": "", "clip": ["1", 1]}},
+        "4": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 2}},
+    }
+    if lora:
+        nodes["8"] = {
+            "class_type": "LoraLoaderModelOnly",
+            "inputs": {"model": ["1", 0], "lora_name": lora, "strength_model": 1.0},
+        }
+        model = ["8", 0]
+    # our sampler gets its own id: the 2024 host's cache compares a node's inputs, not its class
+    sid = "5" if sampler == "KSampler" else "9"
+    nodes[sid] = {
+        "class_type": sampler,
+        "inputs": {
+            "model": model, "seed": seed, "steps": 2, "cfg": 5.0, "sampler_name": "euler",
+            "scheduler": "normal", "positive": ["2", 0], "negative": ["3", 0], "latent_image": ["4", 0],
+            "denoise": 1.0, **extra,
+        },
+    }  # fmt: skip
+    nodes["6"] = {"class_type": "VAEDecode", "inputs": {"samples": [sid, 0], "vae": ["1", 2]}}
+    nodes["7"] = {"class_type": "PreviewImage", "inputs": {"images": ["6", 0]}}
+    return nodes
+
+
+def build_lora(models_dir: Path, name: str = "tiny_lora.safetensors") -> str:
+    """A kohya-style LoRA on one attention projection of the tiny UNet, strong enough to matter."""
+    gen = torch.Generator().manual_seed(7)
+    base = "lora_unet_input_blocks_1_1_transformer_blocks_0_attn1_to_q"
+    tensors = {
+        f"{base}.lora_down.weight": torch.randn(4, 320, generator=gen) * 0.5,
+        f"{base}.lora_up.weight": torch.randn(320, 4, generator=gen) * 0.5,
+        f"{base}.alpha": torch.tensor(4.0),
+    }
+    path = models_dir / "loras" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(path))
+    return name
+
+
+@pytest.fixture(scope="module")
+def tiny(host: Host) -> Host:
+    build_tiny_sd_checkpoint(host.models_dir, name=CKPT, seed=5)
+    build_lora(host.models_dir)
+    host.register_models_dir(host.models_dir)
+    return host
+
+
+def _latent(result) -> torch.Tensor:
+    node = "5" if "5" in result.outputs else "9"
+    return result.outputs[node][0][0]["samples"]
+
+
+def test_streamed_latent_is_the_stock_latent_bit_for_bit(tiny: Host) -> None:
+    stock = _latent(tiny.run(prompt("KSampler")))
+    streamed = tiny.run(prompt("HeadroomStreamingSampler", vram_budget="0.075"))
+    assert torch.equal(_latent(streamed), stock)
+    text = streamed.ui["9"]["text"][0]
+    assert "blocks resident" in text and "GB streamed per step" in text, text
+    # the model is left as it was: a stock run afterwards gives the same latent again
+    assert torch.equal(_latent(tiny.run(prompt("KSampler"))), stock)
+
+
+def test_auto_budget_on_a_cpu_streams_nothing_and_matches(tiny: Host) -> None:
+    stock = _latent(tiny.run(prompt("KSampler", seed=4)))
+    result = tiny.run(prompt("HeadroomStreamingSampler", seed=4))
+    assert torch.equal(_latent(result), stock)
+    assert "nothing streamed" in result.ui["9"]["text"][0]
+
+
+def test_after_a_stock_lora_loader(tiny: Host) -> None:
+    plain = _latent(tiny.run(prompt("KSampler", seed=6)))
+    stock = _latent(tiny.run(prompt("KSampler", seed=6, lora="tiny_lora.safetensors")))
+    assert not torch.equal(stock, plain), "the LoRA changes the result"
+    streamed = tiny.run(
+        prompt(
+            "HeadroomStreamingSampler", seed=6, lora="tiny_lora.safetensors", vram_budget="0.095", prefetch=2
+        )
+    )
+    assert torch.equal(_latent(streamed), stock)
+    assert "prefetch 2" in streamed.ui["9"]["text"][0]
+
+
+def test_unload_models_then_stock_sampling_still_works(tiny: Host) -> None:
+    tiny.run(prompt("HeadroomStreamingSampler", seed=8, vram_budget="0.075", resident_blocks=1))
+    tiny.free()
+    stock = _latent(tiny.run(prompt("KSampler", seed=8)))
+    assert torch.isfinite(stock).all()
+
+
+@pytest.mark.parametrize("budget", ["lots", "-2", "0"])
+def test_a_bad_budget_names_the_node_and_the_input(tiny: Host, budget: str) -> None:
+    with pytest.raises(PromptFailed, match="vram_budget"):
+        tiny.run(prompt("HeadroomStreamingSampler", vram_budget=budget))
+
+
+@torch.inference_mode()  # as the host's executor runs nodes
+def test_an_interrupt_mid_sampling_leaves_nothing_behind(tiny: Host) -> None:
+    import sys
+
+    # the pack as the host imported it (the module name differs between hosts)
+    host_module = next(
+        m for name, m in sys.modules.items() if name.endswith(f"{tiny.pack_dir.name}.nodes.host")
+    )
+    interrupted = tiny.model_management.InterruptProcessingException
+    model, clip, _ = tiny.node_class("CheckpointLoaderSimple")().load_checkpoint(CKPT)
+    (positive,) = tiny.node_class("CLIPTextEncode")().encode(clip, "interrupted")
+    (negative,) = tiny.node_class("CLIPTextEncode")().encode(clip, "")
+    (latent,) = tiny.node_class("EmptyLatentImage")().generate(64, 64, 1)
+    calls = []
+
+    def interrupt_on_second_call(apply_model, args):  # stands in for the user pressing Cancel
+        calls.append(1)
+        if len(calls) == 2:
+            raise interrupted()
+        return apply_model(args["input"], args["timestep"], **args["c"])
+
+    model = model.clone()
+    model.set_model_unet_function_wrapper(interrupt_on_second_call)
+    diffusion = model.model.diffusion_model
+    before = {n: p.detach().clone() for n, p in diffusion.named_parameters()}
+    args = (1, 3, 5.0, "euler", "normal", positive, negative, latent, 1.0)
+    with pytest.raises(interrupted):
+        host_module.streaming_ksample(
+            model, args, budget=int(0.075 * 2**30), prefetch=None, resident_blocks=None, pin=True
+        )
+    assert len(calls) == 2
+    assert not any(m._forward_pre_hooks or m._forward_hooks for m in diffusion.modules()), "unhooked"
+    assert all(torch.equal(p, before[n]) for n, p in diffusion.named_parameters()), "weights as they were"
