@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from .common import CATEGORY, not_available, vram_budget_input
+import torch
+
+from ..memory.tiled_vae import DecodeOptions, Unsupported, make_tiled_decoder
+from ..memory.tiled_vae.budget import activation_budget, parse_vram_budget
+from . import host
+from .common import CATEGORY, vram_budget_input
+
+log = logging.getLogger("headroom")
 
 
 class HeadroomTiledVAEDecode:
@@ -29,10 +37,80 @@ class HeadroomTiledVAEDecode:
                     {"default": "exact", "tooltip": "exact = identical to a full decode; fast = approximate"},
                 ),
             },
+            "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
-    def decode(self, **inputs: Any) -> tuple[Any]:
-        not_available(self.DISPLAY_NAME, 5, "the stock VAE Decode (Tiled)")
+    def decode(
+        self, samples: dict, vae: Any, vram_budget: str = "auto", mode: str = "exact", unique_id: Any = None
+    ) -> tuple[torch.Tensor]:
+        try:
+            budget_gb = parse_vram_budget(vram_budget)
+        except ValueError as exc:
+            raise ValueError(f"{self.DISPLAY_NAME}: input vram_budget: {exc}.") from None
+        if mode not in ("exact", "fast"):
+            raise ValueError(f'{self.DISPLAY_NAME}: input mode must be "exact" or "fast", not {mode!r}.')
+        latent = samples["samples"]
+        device = torch.device(vae.device)
+        options = DecodeOptions(
+            device=device,
+            dtype=vae.vae_dtype,
+            exact=mode == "exact",
+            stats="auto" if mode == "exact" else "merge",
+            pin=device.type == "cuda",
+            act=host.vae_nonlinearity(),
+            check_interrupt=host.check_interrupted,
+            oom_types=host.vae_oom_errors(),
+            on_oom=host.device_empty_cache,
+        )
+        try:
+            engine = make_tiled_decoder(getattr(vae, "first_stage_model", None), options)
+        except Unsupported as exc:
+            log.info("Headroom Tiled VAE Decode: using the host's own decode for this VAE (%s)", exc)
+            return (_stock_layout(vae.decode(latent)),)
+
+        dtype_bytes = torch.empty((), dtype=options.dtype).element_size()
+        weights = host.vae_weight_bytes(vae)
+        options.budget_bytes = activation_budget(budget_gb, weights, None, on_gpu=False)
+        minimum = engine.minimum_peak(tuple(latent.shape), dtype_bytes)
+        if budget_gb is not None and options.budget_bytes < minimum:
+            need = (weights + minimum) / (1 << 30)
+            raise ValueError(
+                f"{self.DISPLAY_NAME}: input vram_budget: {vram_budget} GB is below what this VAE needs with "
+                f"the smallest tiles ({need:.2f} GB: weights and one tile). Raise vram_budget or use auto."
+            )
+        if budget_gb is None and device.type == "cuda":
+            host.vae_load(vae, minimum)  # reserve the least, then give tiles what is really free
+            free = host.device_free_bytes(device)
+            options.budget_bytes = max(minimum, activation_budget(None, weights, free, on_gpu=True))
+        host.vae_load(vae, engine.predicted_peak(tuple(latent.shape), dtype_bytes))
+
+        bar: dict[str, Any] = {}
+
+        def progress(done: int, total: int) -> None:
+            if "update" not in bar:
+                bar["update"] = host.progress_callback(total, unique_id)
+            bar["update"](done, total)
+
+        options.progress = progress
+        raw, report = engine.decode(latent)
+        log.info(
+            "Headroom Tiled VAE Decode: %s VAE, %d tiles in %d stages, mode %s, predicted peak %.0f MiB%s",
+            report.family,
+            report.tiles_run,
+            len(report.stages),
+            mode,
+            report.predicted_peak_bytes / (1 << 20),
+            f", {report.oom_retries} OOM retries" if report.oom_retries else "",
+        )
+        images = vae.process_output(raw).movedim(1, -1).to(vae.output_device)
+        return (_stock_layout(images),)
+
+
+def _stock_layout(images: torch.Tensor) -> torch.Tensor:
+    """As the stock VAEDecode returns it: video frames folded into the batch."""
+    if images.ndim == 5:
+        images = images.reshape(-1, images.shape[-3], images.shape[-2], images.shape[-1])
+    return images
 
 
 NODE_CLASS = HeadroomTiledVAEDecode

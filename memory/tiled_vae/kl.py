@@ -1,0 +1,399 @@
+"""Exact tiled decode for the KL (GroupNorm) image VAEs: SD1.x/SD2, SDXL, SD3 and Flux (4/16 channels).
+
+The decoder (``decoder.conv_in``, ``mid.block_1/attn_1/block_2``, ``up[i].block[j]``, ``up[i].upsample``,
+``norm_out``, ``conv_out``; duck-typed, never imported) is cut into stages at its GroupNorm layers:
+
+* the head (``post_quant_conv``, ``conv_in`` and the mid block with its attention) runs once, whole, at
+  latent resolution, where it is cheap;
+* every later stage starts with a GroupNorm whose input is a whole activation "parked" on the park
+  device, and ends where the next GroupNorm's input is complete. It runs tile by tile on the compute
+  device, each tile grown by the stage's own receptive field (a few pixels, from its convolutions and
+  upsample factor) and cropped back - no blending - into the next park;
+* each GroupNorm uses the statistics of its whole input (see ``groupnorm``), so a tile sees exactly
+  what the full decode would. In float32 on the CPU the result is bit-identical to the full decode.
+
+The host's own layers (its convolutions, activations, upsample) run every operation except the
+GroupNorm itself, so the arithmetic is the host's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .groupnorm import GroupStats, StatsMerger, apply_group_norm, kernel_stats
+from .runtime import MIN_TILE, DecodeOptions, DecodeReport, Progress, run_with_oom_retry, tile_for_budget
+from .tiles import Unsupported, conv_radius, grid, grid_size, upsampled_need
+
+# The stage estimate counts the tensors alive at a tile's peak (see Stage.work_channels); measured with
+# measure.PeakLiveBytes on the host's SD decoder it is exact to the channel, so the margin is small.
+WORK_FACTOR = 1.05
+# Head (conv_in + mid block): measured 10.0 values per latent pixel per mid channel besides attention,
+# whose (pixels x pixels) scores the host's split attention may hold at once.
+HEAD_FACTOR = 10.5
+
+
+@dataclass
+class Stage:
+    """One GroupNorm-to-GroupNorm segment of the up path."""
+
+    name: str
+    norm: nn.GroupNorm  # applied to the first input
+    inputs: tuple[str, ...]  # park names: (normalised input, *other inputs)
+    output: str
+    body: Callable[..., torch.Tensor]  # (normalised first input, *other inputs) -> output
+    halo: int  # stage-input pixels each tile reads beyond its core
+    scale: int  # output pixels per input pixel (2 after an upsample)
+    level: int  # input resolution = latent resolution * 2**level
+    in_channels: tuple[int, ...]
+    out_channels: int
+    work_channels: int  # values per input pixel the body holds at its peak, inputs excluded
+
+
+def _is_groupnorm(module: object) -> bool:
+    return isinstance(module, nn.GroupNorm)
+
+
+def _spatial_scale(upsample: nn.Module) -> int:
+    factor = getattr(upsample, "scale_factor", 2.0)
+    factors = factor if isinstance(factor, (tuple, list)) else (factor, factor)
+    hw = {float(f) for f in factors[-2:]}
+    if len(hw) != 1 or not float(next(iter(hw))).is_integer():
+        raise Unsupported(f"upsample factor {factor}")
+    return int(next(iter(hw)))
+
+
+def _check_resnet(block: nn.Module) -> None:
+    for name in ("norm1", "conv1", "norm2", "conv2"):
+        if not hasattr(block, name):
+            raise Unsupported(f"{type(block).__name__} is not a ResnetBlock (no {name})")
+    if not (_is_groupnorm(block.norm1) and _is_groupnorm(block.norm2)):
+        raise Unsupported("ResnetBlock norms are not GroupNorm")
+    if any(hasattr(block, name) for name in ("time_stack", "time_mixer", "temb_proj")):
+        raise Unsupported(f"{type(block).__name__} mixes time or a timestep embedding")
+
+
+def _shortcut(block: nn.Module) -> nn.Module | None:
+    if block.in_channels == block.out_channels:
+        return None
+    return block.conv_shortcut if getattr(block, "use_conv_shortcut", False) else block.nin_shortcut
+
+
+def _swish(
+    block: nn.Module, act: Callable[[torch.Tensor], torch.Tensor]
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    return getattr(block, "swish", act)
+
+
+def check_decoder(model: nn.Module) -> nn.Module:
+    """The model's KL decoder, or Unsupported saying why this engine cannot tile it exactly."""
+    decoder = getattr(model, "decoder", None)
+    if decoder is None or getattr(model, "max_batch_size", None) is not None:
+        raise Unsupported("no plain decoder")
+    for name in ("conv_in", "mid", "up", "norm_out", "conv_out"):
+        if not hasattr(decoder, name):
+            raise Unsupported(f"decoder has no {name}")
+    if getattr(decoder, "give_pre_end", False):
+        raise Unsupported("decoder returns its pre-output features")
+    if not _is_groupnorm(decoder.norm_out):
+        raise Unsupported("norm_out is not a GroupNorm")
+    for level in decoder.up:
+        if len(getattr(level, "attn", ())) > 0:
+            raise Unsupported("attention in the up path reaches across tiles")
+        for block in level.block:
+            _check_resnet(block)
+    return decoder
+
+
+def build_stages(decoder: nn.Module, act: Callable[[torch.Tensor], torch.Tensor]) -> list[Stage]:
+    """The up path and output head as GroupNorm-delimited stages, with halos from the layers."""
+    stages: list[Stage] = []
+    level = 0  # resolution doubling count so far
+    levels = list(reversed(range(len(decoder.up))))
+    for i_level in levels:
+        up = decoder.up[i_level]
+        blocks = list(up.block)
+        upsample = getattr(up, "upsample", None) if i_level != 0 else None
+        for j, block in enumerate(blocks):
+            swish = _swish(block, act)
+            last = j == len(blocks) - 1
+            short = _shortcut(block)
+            up_here = upsample if last else None
+            scale = _spatial_scale(up_here) if up_here is not None else 1
+            name = f"up{i_level}.block{j}"
+
+            def body_a(h: torch.Tensor, block: nn.Module = block, swish: Callable = swish) -> torch.Tensor:
+                return block.conv1(swish(h))
+
+            def body_b(
+                h: torch.Tensor,
+                x: torch.Tensor,
+                block: nn.Module = block,
+                swish: Callable = swish,
+                short: nn.Module | None = short,
+                up_here: nn.Module | None = up_here,
+            ) -> torch.Tensor:
+                h = block.conv2(swish(h))  # dropout is the identity in eval
+                if short is not None:
+                    x = short(x)
+                y = x + h
+                del x, h
+                return up_here(y) if up_here is not None else y
+
+            cin, cout = block.in_channels, block.out_channels
+            stages.append(
+                Stage(
+                    name + ".a",
+                    block.norm1,
+                    ("x",),
+                    "t",
+                    body_a,
+                    conv_radius(block.conv1),
+                    1,
+                    level,
+                    (cin,),
+                    cout,
+                    cin + cout,  # normalised input, conv1 output
+                )  # fmt: skip
+            )
+            need = upsampled_need(conv_radius(up_here.conv), scale) if up_here is not None else 0
+            reach = max(conv_radius(block.conv2), conv_radius(short) if short is not None else 0)
+            stages.append(
+                Stage(
+                    name + ".b",
+                    block.norm2,
+                    ("t", "x"),
+                    "x",
+                    body_b,
+                    reach + need,
+                    scale,
+                    level,
+                    (cout, cin),
+                    cout,
+                    # normalised t, conv2 output, shortcut, sum; then the sum, upsampled, convolved
+                    max(cout * (3 + (short is not None)), cout * (1 + 2 * scale * scale)),
+                )  # fmt: skip
+            )
+            if up_here is not None:
+                level += 1 if scale == 2 else 0
+
+    def body_out(h: torch.Tensor) -> torch.Tensor:
+        y = decoder.conv_out(act(h))
+        return torch.tanh(y) if getattr(decoder, "tanh_out", False) else y
+
+    cout_last = (
+        decoder.conv_out.conv.out_channels
+        if hasattr(decoder.conv_out, "conv")
+        else decoder.conv_out.out_channels
+    )
+    channels = decoder.norm_out.num_channels
+    stages.append(
+        Stage(
+            "out",
+            decoder.norm_out,
+            ("x",),
+            "image",
+            body_out,
+            conv_radius(decoder.conv_out),
+            1,
+            level,
+            (channels,),
+            cout_last,
+            2 * channels + cout_last,  # normalised, activated, output
+        )  # fmt: skip
+    )
+    return stages
+
+
+def estimate_stage(stage: Stage, tile: int, dtype_bytes: int, exact: bool) -> int:
+    """Peak activation bytes of one tile of ``stage`` (``tile`` stage-input pixels a side).
+
+    Live at the peak: the input crops (on a CUDA device they are copies; on the CPU views of the parked
+    activations, so this over-counts there) and the body's work (``Stage.work_channels``). The exact
+    GroupNorm adds a few float64 channels.
+    """
+    side = tile + 2 * stage.halo
+    per_px = sum(stage.in_channels) + stage.work_channels
+    extra = 16 * 3 * 8 * side * side if exact else 0
+    return int(WORK_FACTOR * per_px * side * side * dtype_bytes + extra)
+
+
+def estimate_head(latent_hw: tuple[int, int], channels: int, dtype_bytes: int) -> int:
+    """Peak activation bytes of the head (conv_in + mid block) on one latent at latent resolution."""
+    pixels = latent_hw[0] * latent_hw[1]
+    return int((HEAD_FACTOR * channels * pixels + pixels * pixels) * dtype_bytes)
+
+
+def _park(shape: tuple[int, ...], dtype: torch.dtype, options: DecodeOptions) -> torch.Tensor:
+    pin = options.pin and torch.device(options.park_device).type == "cpu"
+    return torch.empty(shape, dtype=dtype, device=options.park_device, pin_memory=pin)
+
+
+class KLTiledDecoder:
+    """Decode ``[B, C, H, W]`` (or ``[B, C, T, H, W]`` for 3D-conv KL decoders) latents tile by tile."""
+
+    family = "kl"
+
+    def __init__(self, model: nn.Module, options: DecodeOptions) -> None:
+        self.model = model
+        self.decoder = check_decoder(model)
+        if not isinstance(self.decoder.conv_in, nn.Conv2d) and not options.allow_unverified:
+            # HunyuanVideo's 3D-convolution KL decoder fits the same scheme (whole clip per tile, space
+            # tiled) but has not been checked bit for bit against a host: keep the host's decode.
+            raise Unsupported("3D-convolution KL decoder (HunyuanVideo) tiling is not verified exact yet")
+        self.options = options
+        self.stages = build_stages(self.decoder, options.act)
+
+    # -- sizing -----------------------------------------------------------------------------------
+    def stage_tile(self, stage: Stage, latent_hw: tuple[int, int], dtype_bytes: int) -> int:
+        size = max(latent_hw) * 2**stage.level
+        if self.options.tile is not None:
+            total = 2 ** self.stages[-1].level
+            return min(size, max(MIN_TILE, self.options.tile * 2**stage.level // total))
+        if self.options.budget_bytes is None:
+            return size
+        side = 1 + 2 * stage.halo  # estimate_stage of a 1-px core covers this many pixels a side
+        per_px = estimate_stage(stage, 1, dtype_bytes, self.options.exact) / side**2
+        return tile_for_budget(per_px, stage.halo, self.options.budget_bytes, size)
+
+    def predicted_peak(self, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
+        hw = (latent_shape[-2], latent_shape[-1])
+        frames = latent_shape[2] if len(latent_shape) == 5 else 1
+        tiles = [
+            estimate_stage(s, self.stage_tile(s, hw, dtype_bytes), dtype_bytes, self.options.exact)
+            for s in self.stages
+        ]
+        head = latent_shape[0] * estimate_head(hw, self.decoder.mid.block_1.in_channels, dtype_bytes)
+        return frames * max([head, *tiles])
+
+    def minimum_peak(self, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
+        """The activation bytes the smallest tiles still need (below this no budget can work)."""
+        frames = latent_shape[2] if len(latent_shape) == 5 else 1
+        hw = (latent_shape[-2], latent_shape[-1])
+        tiles = [
+            estimate_stage(s, min(MIN_TILE, max(hw) * 2**s.level), dtype_bytes, self.options.exact)
+            for s in self.stages
+        ]
+        head = latent_shape[0] * estimate_head(hw, self.decoder.mid.block_1.in_channels, dtype_bytes)
+        return frames * max([head, *tiles])
+
+    # -- running ----------------------------------------------------------------------------------
+    def decode(
+        self, latent: torch.Tensor, out: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, DecodeReport]:
+        """The decoder output (before the host's process_output), float32 on the park device."""
+        opts = self.options
+        report = DecodeReport(self.family)
+        dtype_bytes = torch.empty((), dtype=opts.dtype).element_size()
+        hw = (latent.shape[-2], latent.shape[-1])
+        per_sample = 1 + sum(
+            grid_size(*(d * 2**s.level for d in hw), self.stage_tile(s, hw, dtype_bytes)) for s in self.stages
+        )
+        progress = Progress(per_sample * latent.shape[0], opts.progress)
+        report.predicted_peak_bytes = self.predicted_peak(tuple(latent.shape), dtype_bytes)
+        with torch.no_grad():
+            # The head runs on the whole batch, as the host's decode does: at latent resolution a
+            # batch-1 convolution can take a different CPU kernel than a batch-N one (see MIN_TILE).
+            head = self._head(latent.to(opts.device, opts.dtype))
+        progress.step(latent.shape[0])
+        results = []
+        for b in range(latent.shape[0]):
+            results.append(self._decode_one(head[b : b + 1], hw, report, progress, dtype_bytes))
+        del head
+        image = torch.cat(results, 0) if out is None else torch.cat(results, 0, out=out)
+        return image, report
+
+    def _head(self, z: torch.Tensor) -> torch.Tensor:
+        dec = self.decoder
+        post = getattr(self.model, "post_quant_conv", None)
+        if post is not None:
+            z = post(z)
+        h = dec.conv_in(z)
+        h = dec.mid.block_1(h, None)
+        h = dec.mid.attn_1(h)
+        return dec.mid.block_2(h, None)
+
+    def _decode_one(
+        self, h: torch.Tensor, hw: tuple[int, int], report: DecodeReport, progress: Progress, dtype_bytes: int
+    ) -> torch.Tensor:
+        opts = self.options
+        mode = opts.stats_mode()
+        with torch.no_grad():
+            first = self.stages[0].norm
+            stats = kernel_stats(h, first.num_groups, first.eps)  # on the compute device: its own kernel
+            parks = {"x": h.to(opts.park_device) if h.device != torch.device(opts.park_device) else h}
+            del h
+            produced: dict[str, object] = {}
+            for index, stage in enumerate(self.stages):
+                nxt = self.stages[index + 1].norm if index + 1 < len(self.stages) else None
+
+                def attempt(
+                    tile: int,
+                    stage: Stage = stage,
+                    stats: GroupStats = stats,
+                    merge_for: nn.GroupNorm | None = nxt if mode == "merge" else None,
+                ) -> None:
+                    produced.clear()
+                    produced.update(self._run_stage(stage, parks, stats, tile, merge_for, progress))
+
+                tile = self.stage_tile(stage, hw, dtype_bytes)
+                used = run_with_oom_retry(attempt, tile, opts, report)
+                size = parks[stage.inputs[0]].shape[-2:]
+                report.stages.append((stage.name, used, grid_size(size[0], size[1], used)))
+                if stage.output != "t":  # the block (or decoder) is done with its inputs
+                    for name in stage.inputs:
+                        parks.pop(name, None)
+                parks[stage.output] = produced["park"]
+                if nxt is not None:
+                    merger = produced.get("merger")
+                    if isinstance(merger, StatsMerger):
+                        stats = merger.stats(nxt.eps)
+                    else:
+                        stats = kernel_stats(parks[stage.output], nxt.num_groups, nxt.eps)
+        return parks["image"].float()
+
+    def _run_stage(
+        self,
+        stage: Stage,
+        parks: dict[str, torch.Tensor],
+        stats: GroupStats,
+        tile: int,
+        merge_for: nn.GroupNorm | None,
+        progress: Progress,
+    ) -> dict[str, object]:
+        opts = self.options
+        src = parks[stage.inputs[0]]
+        height, width = src.shape[-2:]
+        device_stats = stats.to(opts.device)
+        merger = (
+            StatsMerger(src.shape[0], merge_for.num_groups, opts.device) if merge_for is not None else None
+        )
+        out: torch.Tensor | None = None
+        s = stage.scale
+        tiles = list(grid(height, width, tile))
+        for t in tiles:
+            if opts.check_interrupt is not None:
+                opts.check_interrupt()
+            c = t.crop(stage.halo, height, width)
+            crops = [
+                parks[k][..., c.y0 : c.y1, c.x0 : c.x1].to(opts.device, non_blocking=True)
+                for k in stage.inputs
+            ]
+            h = apply_group_norm(crops[0], device_stats, stage.norm.weight, stage.norm.bias, opts.exact)
+            y = stage.body(h, *crops[1:])
+            del h, crops
+            core = y[..., (t.y0 - c.y0) * s : (t.y1 - c.y0) * s, (t.x0 - c.x0) * s : (t.x1 - c.x0) * s]
+            if out is None:
+                dtype = torch.float32 if stage.output == "image" else y.dtype
+                out = _park((*y.shape[:-2], height * s, width * s), dtype, opts)
+            out[..., t.y0 * s : t.y1 * s, t.x0 * s : t.x1 * s].copy_(core, non_blocking=True)
+            if merger is not None:
+                merger.add(core)
+            del y, core
+            progress.step()
+        if torch.device(opts.device).type == "cuda":
+            torch.cuda.synchronize(opts.device)  # the non-blocking copies into the park must land
+        return {"park": out, "merger": merger}

@@ -1,0 +1,106 @@
+"""What every tiled engine shares: options, the run report, tile sizing and the OOM retry loop."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+# Smallest tile side, in stage-input pixels. Besides keeping the halo overhead sane, it keeps every
+# convolution on the same CPU backend as the full decode: torch sends a batch-1 3x3 convolution with at
+# most 20480 input elements (128 channels x 160 px) to its native kernel instead of oneDNN
+# (ConvParams::use_mkldnn), and the two round differently.
+MIN_TILE = 16
+
+
+@dataclass
+class DecodeOptions:
+    """How to run one tiled decode. ``budget_bytes`` bounds one tile's activations on ``device``;
+    ``tile`` (output pixels) overrides it. Callbacks come from the host adapter."""
+
+    device: torch.device
+    dtype: torch.dtype
+    exact: bool = True  # reproduce the CPU GroupNorm kernel's arithmetic (else float32 addcmul)
+    stats: str = "auto"  # "kernel" | "merge" | "auto": kernel where the parked activations are on device
+    tile: int | None = None
+    budget_bytes: int | None = None
+    park_device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    pin: bool = False
+    act: Callable[[torch.Tensor], torch.Tensor] = F.silu  # the host decoder's own nonlinearity
+    progress: Callable[[int, int], None] | None = None
+    check_interrupt: Callable[[], None] | None = None
+    oom_types: tuple[type[BaseException], ...] = ()
+    on_oom: Callable[[], None] | None = None
+    allow_unverified: bool = False  # engines not yet checked bit for bit against a host (Wan 2.2)
+
+    def stats_mode(self) -> str:
+        if self.stats != "auto":
+            return self.stats
+        return "kernel" if torch.device(self.park_device).type == torch.device(self.device).type else "merge"
+
+
+@dataclass
+class DecodeReport:
+    """What a tiled decode did: per stage, the tile side used and the number of tiles run."""
+
+    family: str
+    stages: list[tuple[str, int, int]] = field(default_factory=list)  # (stage, tile side, tiles)
+    oom_retries: int = 0
+    predicted_peak_bytes: int = 0  # the largest per-tile activation estimate actually used
+
+    @property
+    def tiles_run(self) -> int:
+        return sum(n for _, _, n in self.stages)
+
+    @property
+    def max_tiles_in_a_stage(self) -> int:
+        return max((n for _, _, n in self.stages), default=0)
+
+
+class Progress:
+    """Counts units of work (tiles) towards a total that may grow when a stage is retried."""
+
+    def __init__(self, total: int, callback: Callable[[int, int], None] | None) -> None:
+        self.total, self.done, self.callback = total, 0, callback
+
+    def step(self, units: int = 1) -> None:
+        self.done += units
+        if self.callback is not None:
+            self.callback(min(self.done, self.total), self.total)
+
+    def grow(self, units: int) -> None:
+        self.total += units
+
+
+def tile_for_budget(bytes_per_px: float, halo: int, budget: float, size: int) -> int:
+    """The largest square tile side ``t`` (stage-input px) with ``bytes_per_px * (t + 2 halo)^2``
+    within ``budget``, at least MIN_TILE and at most ``size``."""
+    side = math.isqrt(max(0, int(budget / max(bytes_per_px, 1e-9)))) - 2 * halo
+    return max(MIN_TILE, min(size, side))
+
+
+def run_with_oom_retry(
+    attempt: Callable[[int], None], tile: int, options: DecodeOptions, report: DecodeReport
+) -> int:
+    """Run ``attempt(tile)``; on the host's OOM error halve the tile and retry. Returns the tile used.
+
+    The retry happens after the ``except`` block has ended, so the failed attempt's tensors (held by the
+    exception's frames) are freed before ``on_oom`` empties the allocator cache.
+    """
+    while True:
+        failed = False
+        try:
+            attempt(tile)
+        except options.oom_types:
+            if tile <= MIN_TILE:
+                raise
+            failed = True
+        if not failed:
+            return tile
+        report.oom_retries += 1
+        tile = max(MIN_TILE, tile // 2)
+        if options.on_oom is not None:
+            options.on_oom()

@@ -1,0 +1,226 @@
+"""Exact tiled decode for the Wan causal video VAEs (2.1 and 2.2).
+
+Wan's decoder (``decoder.conv1``, ``middle``, ``upsamples``, ``head``; duck-typed, never imported) has no
+GroupNorm: its RMS_norm is per pixel and its only attention is per frame in the middle block. So:
+
+* the head (``conv2``, ``conv1`` and the middle block) runs on whole frames at latent resolution, one
+  latent frame at a time with its own causal cache, exactly as the host does, and its outputs are parked;
+* the rest (upsamples and output head) is purely local in space: each spatial tile, grown by the
+  receptive field computed from its layers, runs through *all* latent frames in order with one causal
+  cache of its own that is never reset, so time is exact and the frame count is the full decode's;
+* the tile is cropped back, no blending. In float32 on the CPU the result is bit-identical.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from einops import rearrange
+from torch import nn
+
+from .runtime import MIN_TILE, DecodeOptions, DecodeReport, Progress, run_with_oom_retry, tile_for_budget
+from .tiles import Unsupported, conv_radius, grid, grid_size
+
+CACHE_T = 2  # frames a causal 3x3x3 convolution keeps from the previous chunk (the host's CACHE_T)
+# Peak live activation values per output pixel of a tile (halo included), the causal cache and the four
+# frames one latent frame becomes included: measured with measure.PeakLiveBytes on the host's Wan 2.1
+# decoder (4070, bench/tiled_vae.py), plus a margin. Wan 2.2's decoder is wider (256 vs 96 base
+# channels) at half the resolution before its 2x2 unpatchify: scaled by the widths, not yet measured.
+WAN_VALUES_PER_PX = {"wan21": 4300.0, "wan22": 4300.0 * 256 / 96 / 4}
+HEAD_BYTES_PER_PX = 24.0  # per latent pixel x middle channels (head: conv1 + middle with attention)
+
+
+def _name(module: nn.Module) -> str:
+    return type(module).__name__
+
+
+def _need(module: nn.Module, after: int) -> int:
+    """Pixels needed at ``module``'s input to compute ``after`` exact pixels beyond a tile's core."""
+    kind = _name(module)
+    if kind == "ResidualBlock":
+        convs = [m for m in module.residual if _name(m) == "CausalConv3d"]
+        reach = sum(conv_radius(c) for c in convs)
+        short = conv_radius(module.shortcut) if _name(module.shortcut) == "CausalConv3d" else 0
+        return after + max(reach, short)
+    if kind == "Resample":
+        if module.mode not in ("upsample2d", "upsample3d"):
+            raise Unsupported(f"Resample mode {module.mode}")
+        if module.mode == "upsample3d" and conv_radius(module.time_conv) != 0:
+            raise Unsupported("time_conv reaches in space")
+        return math.ceil((after + conv_radius(module.resample[1])) / 2)
+    if kind == "Up_ResidualBlock":
+        main = after
+        for layer in reversed(list(module.upsamples)):
+            main = _need(layer, main)
+        short = module.avg_shortcut
+        return max(main, math.ceil(after / short.factor_s)) if short is not None else main
+    if kind == "CausalConv3d":
+        return after + conv_radius(module)
+    if kind in ("RMS_norm", "SiLU", "Dropout", "Identity"):
+        return after
+    raise Unsupported(f"{kind} in the Wan decoder's tiled part")
+
+
+def _scale(module: nn.Module) -> int:
+    kind = _name(module)
+    if kind == "Resample":
+        return 2
+    if kind == "Up_ResidualBlock":
+        return math.prod(_scale(m) for m in module.upsamples)
+    return 1
+
+
+def _time_upsamples(decoder: nn.Module) -> int:
+    modes = [m.mode for m in decoder.upsamples.modules() if _name(m) == "Resample"]
+    return sum(mode == "upsample3d" for mode in modes)
+
+
+def _causal(layer: nn.Module, x: torch.Tensor, cache: list, idx: list[int]) -> torch.Tensor:
+    """One cached causal convolution, with the host decoder's cache protocol (conv1 and head)."""
+    i = idx[0]
+    keep = x[:, :, -CACHE_T:].clone()
+    if keep.shape[2] < 2 and cache[i] is not None:
+        keep = torch.cat([cache[i][:, :, -1:].to(keep.device), keep], dim=2)
+    x = layer(x, cache[i])
+    cache[i] = keep
+    idx[0] += 1
+    return x
+
+
+class WanTiledDecoder:
+    """Decode ``[B, 16|48, T, H, W]`` Wan latents: whole-frame head, spatial tiles with their own cache."""
+
+    family = "wan"
+
+    def __init__(self, model: nn.Module, options: DecodeOptions) -> None:
+        decoder = getattr(model, "decoder", None)
+        if decoder is None or not all(hasattr(decoder, n) for n in ("conv1", "middle", "upsamples", "head")):
+            raise Unsupported("not a Wan decoder")
+        if not hasattr(model, "conv2") or _name(decoder) != "Decoder3d":
+            raise Unsupported("not a Wan VAE")
+        kinds = {_name(m) for m in decoder.upsamples}
+        if kinds <= {"ResidualBlock", "Resample"}:
+            self.family, self.patch = "wan21", 1
+        elif kinds == {"Up_ResidualBlock"} and getattr(options, "allow_unverified", False):
+            self.family, self.patch = "wan22", 2  # the host unpatchifies 2x2 after the decoder
+        elif kinds == {"Up_ResidualBlock"}:
+            # Wan 2.2: the same scheme applies (handled below), but it is not yet checked bit for bit
+            # against a host, so the node keeps the host's own decode for it.
+            raise Unsupported("Wan 2.2 tiling is not verified exact yet")
+        else:
+            raise Unsupported(f"Wan decoder with {sorted(kinds)}")
+        self.model, self.decoder, self.options = model, decoder, options
+        tail = [*decoder.upsamples, *decoder.head]
+        need = 0
+        for layer in reversed(tail):
+            need = _need(layer, need)
+        self.halo = need  # latent pixels
+        self.scale = math.prod(_scale(m) for m in decoder.upsamples) * self.patch
+        self.time_factor = 2 ** _time_upsamples(decoder)
+        self.cached_convs = sum(_name(m) == "CausalConv3d" for m in decoder.modules())
+        self.mid_channels = decoder.conv1.out_channels
+
+    # -- sizing -----------------------------------------------------------------------------------
+    def tile_bytes(self, tile: int, dtype_bytes: int, latent_hw: tuple[int, int] | None = None) -> int:
+        """Activation bytes of a tile with a ``tile`` latent px core (its crop clipped to the image)."""
+        height, width = latent_hw or (tile + 2 * self.halo,) * 2
+        crop_h, crop_w = min(tile + 2 * self.halo, height), min(tile + 2 * self.halo, width)
+        return int(WAN_VALUES_PER_PX[self.family] * crop_h * crop_w * self.scale**2 * dtype_bytes)
+
+    def head_bytes(self, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
+        pixels = latent_shape[0] * latent_shape[-2] * latent_shape[-1]
+        return int(HEAD_BYTES_PER_PX * self.mid_channels * pixels * dtype_bytes)
+
+    def latent_tile(self, latent_hw: tuple[int, int], dtype_bytes: int) -> int:
+        size = max(latent_hw)
+        if self.options.tile is not None:
+            return min(size, max(MIN_TILE, self.options.tile // self.scale))
+        if self.options.budget_bytes is None:
+            return size
+        per_px = WAN_VALUES_PER_PX[self.family] * self.scale**2 * dtype_bytes
+        return tile_for_budget(per_px, self.halo, self.options.budget_bytes, size)
+
+    def predicted_peak(self, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
+        hw = (latent_shape[-2], latent_shape[-1])
+        tile = self.latent_tile(hw, dtype_bytes)
+        return max(self.tile_bytes(tile, dtype_bytes, hw), self.head_bytes(latent_shape, dtype_bytes))
+
+    def minimum_peak(self, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
+        hw = (latent_shape[-2], latent_shape[-1])
+        tile = min(MIN_TILE, max(hw))
+        return max(self.tile_bytes(tile, dtype_bytes, hw), self.head_bytes(latent_shape, dtype_bytes))
+
+    # -- running ----------------------------------------------------------------------------------
+    def decode(self, latent: torch.Tensor) -> tuple[torch.Tensor, DecodeReport]:
+        """The decoder output (before the host's process_output), float32 on the park device."""
+        opts = self.options
+        report = DecodeReport(self.family)
+        dtype_bytes = torch.empty((), dtype=opts.dtype).element_size()
+        batch, _, frames, height, width = latent.shape
+        tile = self.latent_tile((height, width), dtype_bytes)
+        progress = Progress(frames + batch * frames * grid_size(height, width, tile), opts.progress)
+        report.predicted_peak_bytes = self.predicted_peak(tuple(latent.shape), dtype_bytes)
+        with torch.no_grad():
+            parked = self._head(latent, progress)
+            out_frames = 1 + self.time_factor * (frames - 1)
+            out = torch.empty(
+                batch, 3, out_frames, height * self.scale, width * self.scale, dtype=torch.float32
+            )
+            state: dict[str, int] = {}
+            for b in range(batch):
+
+                def attempt(tile: int, b: int = b) -> None:
+                    state["tiles"] = self._tiles(parked, b, tile, out, progress)
+
+                used = run_with_oom_retry(attempt, tile, opts, report)
+                report.stages.append((f"tail[{b}]", used, state["tiles"]))
+        return out, report
+
+    def _head(self, latent: torch.Tensor, progress: Progress) -> list[torch.Tensor]:
+        """conv2, conv1 and the middle block on whole frames, one latent frame at a time (batched)."""
+        opts, dec = self.options, self.decoder
+        x = self.model.conv2(latent.to(opts.device, opts.dtype))
+        cache: list = [None] * self.cached_convs
+        parked = []
+        for i in range(x.shape[2]):
+            idx = [0]
+            h = _causal(dec.conv1, x[:, :, i : i + 1], cache, idx)
+            for layer in dec.middle:
+                h = layer(h, cache, idx) if _name(layer) == "ResidualBlock" else layer(h)
+            parked.append(h.to(opts.park_device))
+            progress.step()
+        return parked
+
+    def _tiles(
+        self, parked: list[torch.Tensor], b: int, tile: int, out: torch.Tensor, progress: Progress
+    ) -> int:
+        opts, dec = self.options, self.decoder
+        height, width = parked[0].shape[-2:]
+        s, count = self.scale, 0
+        for t in grid(height, width, tile):
+            c = t.crop(self.halo, height, width)
+            cache: list = [None] * self.cached_convs
+            frame = 0
+            for i, h in enumerate(parked):
+                if opts.check_interrupt is not None:
+                    opts.check_interrupt()
+                x = h[b : b + 1, :, :, c.y0 : c.y1, c.x0 : c.x1].to(opts.device)
+                idx = [0]
+                for layer in dec.upsamples:
+                    if self.family == "wan22":
+                        x = layer(x, cache, idx, first_chunk=i == 0)
+                    else:
+                        x = layer(x, cache, idx)
+                for layer in dec.head:
+                    x = _causal(layer, x, cache, idx) if _name(layer) == "CausalConv3d" else layer(x)
+                if self.patch > 1:  # the host's unpatchify: a per-pixel rearrangement
+                    x = rearrange(x, "b (c r q) f h w -> b c f (h q) (w r)", q=self.patch, r=self.patch)
+                core = x[..., (t.y0 - c.y0) * s : (t.y1 - c.y0) * s, (t.x0 - c.x0) * s : (t.x1 - c.x0) * s]
+                n = core.shape[2]
+                out[b, :, frame : frame + n, t.y0 * s : t.y1 * s, t.x0 * s : t.x1 * s] = core[0].float().cpu()
+                frame += n
+                del x, core
+                progress.step()
+            count += 1
+        return count

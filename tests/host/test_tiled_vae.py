@@ -1,0 +1,310 @@
+"""Tiled VAE Decode (Headroom) inside the real host: bit-identical to the host's own full decode.
+
+Every comparison is against the host's ``VAEDecode`` on the same VAE object, in float32 on the CPU, with
+tiles smaller than the image (each test asserts that several tiles ran). The VAEs are the hosts' own
+full-size architectures with random weights (tests/headroom_testing/tiny_models.py); latents stay small.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from headroom_testing.harness import Host, PromptFailed
+from headroom_testing.tiny_models import (
+    SD_VAE_DDCONFIG,
+    _init_state_dict,
+    _on_meta,
+    build_tiny_vae,
+    build_wan21_vae,
+    supported_builders,
+)
+
+pytestmark = pytest.mark.host
+NODE = "HeadroomTiledVAEDecode"
+
+
+@pytest.fixture(autouse=True)
+def no_grad() -> Any:
+    with torch.no_grad():  # as the host's executor runs nodes
+        yield
+
+
+def engine(host: Host) -> Any:
+    """The pack's memory.tiled_vae as the host imported it (under a name of the host's choosing)."""
+    import sys
+
+    for name, module in list(sys.modules.items()):
+        if name.endswith(".memory.tiled_vae") and str(host.pack_dir) in str(getattr(module, "__file__", "")):
+            return module
+    return importlib.import_module(f"{host.pack_dir.name}.memory.tiled_vae")
+
+
+def host_vae(sd: dict, config: dict | None = None) -> Any:
+    import comfy.sd
+
+    return comfy.sd.VAE(sd=sd, config=config) if config else comfy.sd.VAE(sd=sd)
+
+
+@pytest.fixture(scope="module")
+def sd_vae(host: Host) -> Any:
+    import comfy.utils
+
+    path = build_tiny_vae(host.models_dir, name="tiled_vae_sd.safetensors", dtype=torch.float32)
+    host.register_models_dir(host.models_dir)
+    vae = host_vae(comfy.utils.load_torch_file(str(path)))
+    vae.file_name = path.name
+    return vae
+
+
+@pytest.fixture(scope="module")
+def flux_vae(host: Host) -> Any:
+    """A 16-channel KL VAE (the Flux/SD3 layout: no quant convs) as the host builds it."""
+    from comfy.ldm.models.autoencoder import AutoencoderKL
+
+    ddconfig = {**SD_VAE_DDCONFIG, "z_channels": 16}
+    if host.legacy:  # the 2024 host only detects 4-channel VAEs; its config path builds any AutoencoderKL
+        model = _on_meta(lambda: AutoencoderKL(ddconfig=dict(ddconfig), embed_dim=16))
+        sd = {k: v.float() for k, v in _init_state_dict(model, 1, torch.float32).items()}
+        return host_vae(sd, {"params": {"ddconfig": ddconfig, "embed_dim": 16}})
+    from comfy.ldm.models.autoencoder import AutoencodingEngine
+
+    target = "comfy.ldm.modules.diffusionmodules.model."
+    model = _on_meta(
+        lambda: AutoencodingEngine(
+            regularizer_config={"target": "comfy.ldm.models.autoencoder.DiagonalGaussianRegularizer"},
+            encoder_config={"target": target + "Encoder", "params": ddconfig},
+            decoder_config={"target": target + "Decoder", "params": ddconfig},
+        )
+    )
+    vae = host_vae(_init_state_dict(model, 1, torch.float32))
+    assert vae.latent_channels == 16 and not hasattr(vae.first_stage_model, "post_quant_conv")
+    return vae
+
+
+@pytest.fixture(scope="module")
+def sd_case(host: Host, sd_vae: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """A 160x96 image latent and the host's own decode of it (shared: full decodes are slow on a CPU)."""
+    z = latent((1, 4, 20, 12))
+    with torch.no_grad():
+        return z, stock_decode(host, sd_vae, z)
+
+
+def latent(shape: tuple[int, ...], seed: int = 0) -> torch.Tensor:
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+
+
+def stock_decode(host: Host, vae: Any, samples: torch.Tensor) -> torch.Tensor:
+    return host.node_class("VAEDecode")().decode(vae, {"samples": samples})[0]
+
+
+def tiled_decode(host: Host, vae: Any, samples: torch.Tensor, **inputs: Any) -> torch.Tensor:
+    return host.node_class(NODE)().decode(samples={"samples": samples}, vae=vae, **inputs)[0]
+
+
+def engine_decode(host: Host, vae: Any, samples: torch.Tensor, tile: int, **options: Any) -> tuple:
+    """The engine alone, as the node drives it but with a fixed tile (output pixels)."""
+    import comfy.ldm.modules.diffusionmodules.model as model_module
+
+    tv = engine(host)
+    opts = tv.DecodeOptions(
+        torch.device("cpu"), torch.float32, tile=tile, act=model_module.nonlinearity, **options
+    )
+    raw, report = tv.make_tiled_decoder(vae.first_stage_model, opts).decode(samples)
+    return vae.process_output(raw).movedim(1, -1), report
+
+
+def assert_identical(got: torch.Tensor, want: torch.Tensor) -> None:
+    assert got.shape == want.shape and got.dtype == want.dtype
+    assert (got - want).abs().max().item() == 0.0
+
+
+# -- KL image VAEs -----------------------------------------------------------------------------------
+
+
+def test_sd_vae_tiled_is_bitwise_the_full_decode(host: Host, sd_vae: Any, sd_case: tuple) -> None:
+    z, want = sd_case
+    got, report = engine_decode(host, sd_vae, z, tile=64)
+    assert report.family == "kl" and report.max_tiles_in_a_stage >= 4
+    assert all(n >= 2 for _, _, n in report.stages)  # really tiled, at every level
+    assert_identical(got, want)
+
+
+def test_node_with_a_small_budget_tiles_and_is_bitwise_the_full_decode(host: Host, sd_vae: Any) -> None:
+    tv = engine(host)
+    z = latent((2, 4, 8, 18), seed=1)  # a batch of two
+    want = stock_decode(host, sd_vae, z)
+    calls: list[int] = []
+    original = tv.KLTiledDecoder.decode
+
+    def spy(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = original(self, *args, **kwargs)
+        calls.append(out[1].max_tiles_in_a_stage)
+        return out
+
+    weights_gb = sd_vae.patcher.model_size() / (1 << 30)
+    tv.KLTiledDecoder.decode = spy
+    try:
+        got = tiled_decode(host, sd_vae, z, vram_budget=f"{weights_gb + 0.04:.3f}", mode="exact")
+    finally:
+        tv.KLTiledDecoder.decode = original
+    assert calls and calls[0] > 1
+    assert_identical(got, want)
+
+
+def test_flux_16_channel_vae_tiled_is_bitwise_the_full_decode(host: Host, flux_vae: Any) -> None:
+    z = latent((1, 16, 12, 20), seed=2)
+    want = stock_decode(host, flux_vae, z)
+    got, report = engine_decode(host, flux_vae, z, tile=64)
+    assert report.max_tiles_in_a_stage >= 4
+    assert_identical(got, want)
+
+
+def test_gpu_statistics_path_matches_to_rounding(host: Host, sd_vae: Any, sd_case: tuple) -> None:
+    """The merged (count, mean, M2) statistics and float32 GroupNorm the CUDA path uses, run on CPU."""
+    z, want = sd_case
+    got, report = engine_decode(host, sd_vae, z, tile=64, stats="merge", exact=False)
+    assert report.max_tiles_in_a_stage >= 4
+    assert 0.0 < (got - want).abs().max().item() < 1e-4
+
+
+def test_fast_mode_through_the_node_stays_close(host: Host, sd_vae: Any) -> None:
+    z = latent((1, 4, 8, 8), seed=4)
+    want = stock_decode(host, sd_vae, z)
+    got = tiled_decode(host, sd_vae, z, mode="fast")
+    assert got.shape == want.shape and (got - want).abs().max().item() < 1e-4
+
+
+def test_workflow_runs_with_progress_and_matches_stock_decode(
+    host: Host, sd_vae: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the executor: VAEEncode of a noise image, then our node and the stock one side by side."""
+    import comfy.utils
+    from PIL import Image
+
+    ticks: list[tuple] = []
+    monkeypatch.setattr(
+        comfy.utils, "PROGRESS_BAR_HOOK", lambda *a, **k: ticks.append((*a[:2], k.get("node_id")))
+    )
+    input_dir = Path(host.folder_paths.get_input_directory())
+    noise = (latent((96, 80, 3), seed=5).sigmoid() * 255).to(torch.uint8).numpy()
+    Image.fromarray(noise).save(input_dir / "tiled_vae_noise.png")
+    prompt = {
+        "1": {"class_type": "VAELoader", "inputs": {"vae_name": sd_vae.file_name}},
+        "2": {"class_type": "LoadImage", "inputs": {"image": "tiled_vae_noise.png"}},
+        "3": {"class_type": "VAEEncode", "inputs": {"pixels": ["2", 0], "vae": ["1", 0]}},
+        "4": {"class_type": NODE, "inputs": {"samples": ["3", 0], "vae": ["1", 0], "vram_budget": "auto", "mode": "exact"}},  # noqa: E501
+        "5": {"class_type": "VAEDecode", "inputs": {"samples": ["3", 0], "vae": ["1", 0]}},
+        "6": {"class_type": "PreviewImage", "inputs": {"images": ["4", 0]}},
+        "7": {"class_type": "PreviewImage", "inputs": {"images": ["5", 0]}},
+    }  # fmt: skip
+    result = host.run(prompt)
+    assert_identical(result.outputs["4"][0][0], result.outputs["5"][0][0])
+    ours = [t for t in ticks if t[2] in (None, "4")]
+    assert ours and ours[-1][0] == ours[-1][1]  # the bar reaches its total
+    if not host.legacy:
+        assert {t[2] for t in ticks} >= {"4"}
+
+
+def test_vae_is_loaded_with_a_per_tile_reservation(
+    host: Host, sd_vae: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import comfy.model_management as mm
+
+    seen: list[int] = []
+    original = mm.load_models_gpu
+
+    def record(models: list, memory_required: int = 0, *args: Any, **kwargs: Any) -> Any:
+        seen.append(memory_required)
+        return original(models, memory_required, *args, **kwargs)
+
+    monkeypatch.setattr(mm, "load_models_gpu", record)
+    tv = engine(host)
+    monkeypatch.setattr(
+        tv.KLTiledDecoder, "decode", lambda self, z: (torch.zeros(1, 3, 512, 512), tv.DecodeReport("kl"))
+    )
+    z = latent((1, 4, 64, 64), seed=6)  # 512x512: the host would reserve the full frame
+    tiled_decode(host, sd_vae, z, vram_budget="0.5")
+    full_frame = sd_vae.memory_used_decode(z.shape, sd_vae.vae_dtype)
+    assert seen and all(0 < m < full_frame / 4 for m in seen)
+    assert max(seen) <= 0.5 * (1 << 30) - sd_vae.patcher.model_size()
+
+
+@pytest.mark.parametrize("budget", ["lots", "-2", "0", "nan"])
+def test_bad_budget_names_the_node_and_the_input(host: Host, sd_vae: Any, budget: str) -> None:
+    with pytest.raises(ValueError, match=r"Tiled VAE Decode \(Headroom\): input vram_budget"):
+        tiled_decode(host, sd_vae, latent((1, 4, 8, 8)), vram_budget=budget)
+
+
+def test_budget_below_the_minimum_says_what_is_needed(host: Host, sd_vae: Any) -> None:
+    with pytest.raises(ValueError, match=r"vram_budget.*below what this VAE needs"):
+        tiled_decode(host, sd_vae, latent((1, 4, 8, 8)), vram_budget="0.2")  # less than the weights
+
+
+def test_bad_budget_in_a_workflow_fails_that_node_clearly(host: Host, sd_vae: Any) -> None:
+    prompt = {
+        "1": {"class_type": "VAELoader", "inputs": {"vae_name": sd_vae.file_name}},
+        "2": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
+        "3": {"class_type": NODE, "inputs": {"samples": ["2", 0], "vae": ["1", 0], "vram_budget": "six", "mode": "exact"}},  # noqa: E501
+        "4": {"class_type": "PreviewImage", "inputs": {"images": ["3", 0]}},
+    }  # fmt: skip
+    with pytest.raises(PromptFailed, match="vram_budget"):
+        host.run(prompt)
+
+
+def test_unsupported_vae_falls_back_to_the_host_decode(host: Host, caplog: pytest.LogCaptureFixture) -> None:
+    import comfy.taesd.taesd as taesd
+
+    model = _on_meta(lambda: taesd.TAESD())
+    vae = host_vae(_init_state_dict(model, 3, torch.float32))
+    z = latent((1, 4, 8, 8), seed=7)
+    with caplog.at_level(logging.INFO, logger="headroom"):
+        got = tiled_decode(host, vae, z)
+    assert_identical(got, stock_decode(host, vae, z))
+    assert "using the host's own decode" in caplog.text
+
+
+# -- Wan 2.1 (causal video VAE) ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def wan_vae(host: Host) -> Any:
+    if "build_wan21_vae" not in supported_builders():
+        pytest.skip(f"the host ({host.version}) predates Wan: no comfy/ldm/wan")
+    import comfy.utils
+
+    path = build_wan21_vae(host.models_dir, name="tiled_vae_wan21.safetensors", dtype=torch.float32)
+    return host_vae(comfy.utils.load_torch_file(str(path)))
+
+
+def test_wan21_tiled_is_bitwise_the_full_decode_with_every_frame(host: Host, wan_vae: Any) -> None:
+    """Through the node, with a budget that allows 16-latent-pixel tiles: two tiles, five frames."""
+    tv = engine(host)
+    z = latent((1, 16, 2, 17, 4), seed=8)  # 2 latent frames -> 5 frames of 136x32
+    want = stock_decode(host, wan_vae, z)
+    probe = tv.make_tiled_decoder(
+        wan_vae.first_stage_model, tv.DecodeOptions(torch.device("cpu"), torch.float32)
+    )
+    assert probe.family == "wan21" and probe.halo >= 8  # from the layers: 13 latent px for Wan 2.1
+    budget = (wan_vae.patcher.model_size() + probe.minimum_peak(tuple(z.shape), 4) * 1.01) / (1 << 30)
+    reports: list = []
+    original = tv.WanTiledDecoder.decode
+
+    def spy(self: Any, *args: Any) -> Any:
+        result = original(self, *args)
+        reports.append(result[1])
+        return result
+
+    tv.WanTiledDecoder.decode = spy
+    try:
+        got = tiled_decode(host, wan_vae, z, vram_budget=f"{budget:.4f}")
+    finally:
+        tv.WanTiledDecoder.decode = original
+    assert reports and reports[0].max_tiles_in_a_stage == 2  # really tiled
+    assert want.shape[0] == 5
+    assert_identical(got, want)

@@ -1,0 +1,347 @@
+"""The tiled VAE engine's parts, with no host: grids, receptive fields, GroupNorm statistics, budgets,
+the OOM retry, and a whole decode of a small stand-in with the host KL decoder's module structure."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from comfyui_headroom.memory.tiled_vae import DecodeOptions, Unsupported, make_tiled_decoder
+from comfyui_headroom.memory.tiled_vae.budget import GiB, activation_budget, parse_vram_budget
+from comfyui_headroom.memory.tiled_vae.groupnorm import StatsMerger, apply_group_norm, kernel_stats
+from comfyui_headroom.memory.tiled_vae.kl import estimate_head, estimate_stage
+from comfyui_headroom.memory.tiled_vae.measure import PeakLiveBytes
+from comfyui_headroom.memory.tiled_vae.runtime import (
+    MIN_TILE,
+    DecodeReport,
+    run_with_oom_retry,
+    tile_for_budget,
+)
+from comfyui_headroom.memory.tiled_vae.tiles import conv_radius, grid, spans
+
+
+def rand(*shape: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+
+
+# -- grids and receptive fields ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("size", "tile"), [(1, 16), (17, 16), (100, 16), (96, 32), (5, 100)])
+def test_spans_cover_the_axis_once_with_near_equal_tiles(size: int, tile: int) -> None:
+    parts = spans(size, tile)
+    assert parts[0][0] == 0 and parts[-1][1] == size
+    assert all(a[1] == b[0] for a, b in zip(parts[:-1], parts[1:], strict=True))
+    lengths = [b - a for a, b in parts]
+    assert max(lengths) <= tile and max(lengths) - min(lengths) <= 1
+    assert len(list(grid(size, size, tile))) == len(parts) ** 2
+
+
+def test_tile_crop_is_clipped_to_the_image() -> None:
+    tile = next(iter(grid(40, 30, 16)))
+    crop = tile.crop(3, 40, 30)
+    assert (crop.y0, crop.x0) == (0, 0) and (crop.y1, crop.x1) == (tile.y1 + 3, tile.x1 + 3)
+
+
+class VideoConv(nn.Module):
+    """Pads by hand, like the host's VideoConv3d (replicate, causal in time)."""
+
+    def __init__(self, k: int) -> None:
+        super().__init__()
+        self.padding = (k // 2, k // 2, k // 2, k // 2, k - 1, 0)
+        self.conv = nn.Conv3d(2, 2, k)
+
+
+class CausalConv(nn.Conv3d):
+    """Keeps its padding private, like Wan's CausalConv3d."""
+
+    def __init__(self, k: int) -> None:
+        super().__init__(2, 2, k)
+        self._padding = (k // 2, k // 2, k // 2, k // 2, 2 * (k // 2), 0)
+        self.padding = (0, 0, 0)
+
+
+def test_conv_radius_is_read_from_the_layer() -> None:
+    assert conv_radius(nn.Conv2d(2, 2, 3, padding=1)) == 1
+    assert conv_radius(nn.Conv2d(2, 2, 5, padding=4, dilation=2)) == 4
+    assert conv_radius(nn.Conv2d(2, 2, 1)) == 0
+    assert conv_radius(VideoConv(3)) == 1
+    assert conv_radius(CausalConv(3)) == 1
+    for bad in (nn.Conv2d(2, 2, 3, padding=0), nn.Conv2d(2, 2, 3, stride=2, padding=1), nn.Conv2d(2, 2, 2)):
+        with pytest.raises(Unsupported):
+            conv_radius(bad)
+    with pytest.raises(Unsupported):
+        conv_radius(nn.Linear(2, 2))
+
+
+# -- GroupNorm with whole-activation statistics -----------------------------------------------------
+
+
+def test_kernel_statistics_and_exact_apply_reproduce_group_norm_on_a_crop_bit_for_bit() -> None:
+    x = rand(1, 64, 37, 29) * 3 + 1
+    weight, bias = rand(64, seed=1), rand(64, seed=2)
+    want = F.group_norm(x, 16, weight, bias, 1e-6)
+    stats = kernel_stats(x, 16, 1e-6, groups_per_call=3)  # chunked calls, same statistics
+    _, mean, rstd = torch.native_group_norm(x, None, None, 1, 64, 37 * 29, 16, 1e-6)
+    assert torch.equal(stats.mean, mean) and torch.equal(stats.rstd, rstd)
+    crop = x[..., 5:30, 7:20]
+    assert torch.equal(apply_group_norm(crop, stats, weight, bias, exact=True), want[..., 5:30, 7:20])
+    approx = apply_group_norm(crop, stats, weight, bias, exact=False)
+    assert (approx - want[..., 5:30, 7:20]).abs().max() < 1e-5
+
+
+def test_exact_apply_handles_video_activations() -> None:
+    x = rand(1, 32, 3, 11, 9)
+    weight, bias = rand(32, seed=1), rand(32, seed=2)  # the VAEs' GroupNorms are all affine
+    want = F.group_norm(x, 8, weight, bias, 1e-6)
+    got = apply_group_norm(x[..., 2:9, 1:8], kernel_stats(x, 8, 1e-6), weight, bias, True)
+    assert torch.equal(got, want[..., 2:9, 1:8])
+
+
+def test_merged_tile_statistics_match_the_whole_activation() -> None:
+    x = rand(2, 64, 50, 41) * 5 + 3
+    merger = StatsMerger(2, 16, "cpu")
+    for tile in grid(50, 41, 16):  # core pixels only, each counted once
+        merger.add(x[..., tile.y0 : tile.y1, tile.x0 : tile.x1])
+    merged, kernel = merger.stats(1e-6), kernel_stats(x, 16, 1e-6)
+    assert torch.allclose(merged.mean, kernel.mean, rtol=1e-6, atol=1e-6)
+    assert torch.allclose(merged.rstd, kernel.rstd, rtol=1e-6)
+
+
+# -- budgets and retries -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "gb"), [("auto", None), ("", None), (" AUTO ", None), ("6", 6.0), ("4.5 GB", 4.5), (3, 3.0)]
+)
+def test_budget_parses(text: str | int, gb: float | None) -> None:
+    assert parse_vram_budget(text) == gb
+
+
+@pytest.mark.parametrize("text", ["six", "-1", "0", "inf", "nan", "1e400"])
+def test_bad_budget_says_what_is_accepted(text: str) -> None:
+    with pytest.raises(ValueError, match='"auto" or a'):
+        parse_vram_budget(text)
+
+
+def test_activation_budget() -> None:
+    assert activation_budget(4.0, GiB, None, on_gpu=True) == 3 * GiB  # the weights come off the top
+    assert activation_budget(None, GiB, 10 * GiB, on_gpu=True) == 8 * GiB
+    assert activation_budget(None, GiB, None, on_gpu=False) == 2 * GiB
+
+
+def test_tile_for_budget_fits_and_clamps() -> None:
+    tile = tile_for_budget(1000.0, 2, 1e8, 10_000)
+    assert 1000 * (tile + 4) ** 2 <= 1e8 < 1000 * (tile + 5) ** 2
+    assert tile_for_budget(1000.0, 2, 1.0, 10_000) == MIN_TILE
+    assert tile_for_budget(1.0, 2, 1e12, 300) == 300
+
+
+def test_oom_retry_halves_the_tile_and_frees_between_tries() -> None:
+    tried, freed = [], []
+
+    def attempt(tile: int) -> None:
+        tried.append(tile)
+        if tile > 40:
+            raise MemoryError("out of memory")
+
+    options = DecodeOptions(
+        torch.device("cpu"), torch.float32, oom_types=(MemoryError,), on_oom=lambda: freed.append(1)
+    )
+    report = DecodeReport("kl")
+    assert run_with_oom_retry(attempt, 256, options, report) == 32
+    assert tried == [256, 128, 64, 32] and report.oom_retries == 3 and len(freed) == 3
+
+    def never(tile: int) -> None:
+        raise MemoryError("out of memory")
+
+    with pytest.raises(MemoryError):
+        run_with_oom_retry(never, 64, options, DecodeReport("kl"))
+
+    def bug(tile: int) -> None:
+        raise KeyError("not an OOM")
+
+    with pytest.raises(KeyError):  # anything else is not retried
+        run_with_oom_retry(bug, 64, options, DecodeReport("kl"))
+
+
+# -- a whole decode of a stand-in with the host KL decoder's structure -------------------------------
+
+
+class Block(nn.Module):
+    def __init__(self, cin: int, cout: int) -> None:
+        super().__init__()
+        self.in_channels, self.out_channels = cin, cout
+        self.swish = nn.SiLU(inplace=True)
+        self.norm1, self.conv1 = nn.GroupNorm(8, cin, eps=1e-6), nn.Conv2d(cin, cout, 3, padding=1)
+        self.norm2, self.conv2 = nn.GroupNorm(8, cout, eps=1e-6), nn.Conv2d(cout, cout, 3, padding=1)
+        if cin != cout:
+            self.nin_shortcut = nn.Conv2d(cin, cout, 1)
+
+    def forward(self, x: torch.Tensor, temb: None = None) -> torch.Tensor:
+        h = self.conv1(self.swish(self.norm1(x)))
+        h = self.conv2(self.swish(self.norm2(h)))
+        return (self.nin_shortcut(x) if self.in_channels != self.out_channels else x) + h
+
+
+class Attn(nn.Module):
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.norm, self.qkv = nn.GroupNorm(8, c, eps=1e-6), nn.Conv2d(c, 3 * c, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(self.norm(x)).flatten(2).transpose(1, 2).chunk(3, dim=-1)
+        return x + F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(x.shape)
+
+
+class Upsample(nn.Module):
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.scale_factor, self.conv = 2.0, nn.Conv2d(c, c, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(F.interpolate(x, scale_factor=2.0, mode="nearest"))
+
+
+class Decoder(nn.Module):
+    """conv_in, mid.block_1/attn_1/block_2, up[i].block/attn/upsample, norm_out, conv_out."""
+
+    def __init__(self, ch: int = 16, mult: tuple[int, ...] = (1, 2, 2), z: int = 4) -> None:
+        super().__init__()
+        top = ch * mult[-1]
+        self.conv_in = nn.Conv2d(z, top, 3, padding=1)
+        self.mid = nn.Module()
+        self.mid.block_1, self.mid.attn_1, self.mid.block_2 = Block(top, top), Attn(top), Block(top, top)
+        self.up = nn.ModuleList()
+        cin = top
+        for i in reversed(range(len(mult))):
+            level = nn.Module()
+            level.block = nn.ModuleList()
+            for _ in range(2):
+                level.block.append(Block(cin, ch * mult[i]))
+                cin = ch * mult[i]
+            level.attn = nn.ModuleList()
+            if i != 0:
+                level.upsample = Upsample(cin)
+            self.up.insert(0, level)
+        self.norm_out, self.conv_out = nn.GroupNorm(8, cin, eps=1e-6), nn.Conv2d(cin, 3, 3, padding=1)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        h = self.mid.block_2(self.mid.attn_1(self.mid.block_1(self.conv_in(z))))
+        for i in reversed(range(len(self.up))):
+            for block in self.up[i].block:
+                h = block(h)
+            if i != 0:
+                h = self.up[i].upsample(h)
+        return self.conv_out(F.silu(self.norm_out(h)))
+
+
+class Model(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.decoder = Decoder()
+
+    def decode(self, z: torch.Tensor) -> torch.Tensor:
+        return self.decoder(z)
+
+
+@pytest.fixture(scope="module")
+def model() -> Model:
+    return Model().eval()
+
+
+def test_stand_in_decoder_is_staged_with_halos_from_its_layers(model: Model) -> None:
+    engine = make_tiled_decoder(model, DecodeOptions(torch.device("cpu"), torch.float32))
+    assert engine.family == "kl"
+    halos = {(s.name, s.halo, s.scale) for s in engine.stages}
+    assert ("up2.block1.b", 2, 2) in halos  # conv2 (1) + the upsample's conv, 1 px at twice the size
+    assert ("up0.block1.b", 1, 1) in halos and ("out", 1, 1) in halos
+    assert len(engine.stages) == 2 * 6 + 1  # one stage per GroupNorm of the up path
+
+
+@pytest.mark.parametrize(("stats", "exact", "tolerance"), [("kernel", True, 1e-5), ("merge", False, 1e-4)])
+def test_stand_in_decode_in_tiles_matches_its_full_decode(
+    model: Model, stats: str, exact: bool, tolerance: float
+) -> None:
+    z = rand(2, 4, 20, 18, seed=3)
+    with torch.no_grad():
+        want = model.decode(z)
+        engine = make_tiled_decoder(
+            model, DecodeOptions(torch.device("cpu"), torch.float32, tile=64, stats=stats, exact=exact)
+        )
+        got, report = engine.decode(z)
+    assert got.shape == want.shape and report.max_tiles_in_a_stage >= 4
+    assert (got - want).abs().max().item() < tolerance
+
+
+def test_out_of_memory_in_a_tile_retries_smaller_and_still_matches(model: Model) -> None:
+    z = rand(1, 4, 24, 24, seed=4)
+    conv = model.decoder.up[0].block[0].conv1
+    real_forward = conv.forward
+
+    def tight(x: torch.Tensor) -> torch.Tensor:  # a device that only fits small tiles at full resolution
+        if x.shape[-1] * x.shape[-2] > 40 * 40:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real_forward(x)
+
+    conv.forward = tight
+    try:
+        with torch.no_grad():
+            options = DecodeOptions(
+                torch.device("cpu"), torch.float32, tile=96, oom_types=(torch.OutOfMemoryError,)
+            )
+            got, report = make_tiled_decoder(model, options).decode(z)
+    finally:
+        conv.forward = real_forward
+    with torch.no_grad():
+        want = model.decode(z)
+    assert report.oom_retries >= 1
+    assert (got - want).abs().max().item() < 1e-5
+
+
+def test_up_path_attention_is_unsupported() -> None:
+    model = Model()
+    model.decoder.up[1].attn.append(Attn(32))
+    with pytest.raises(Unsupported, match="attention in the up path"):
+        make_tiled_decoder(model, DecodeOptions(torch.device("cpu"), torch.float32))
+    with pytest.raises(Unsupported):
+        make_tiled_decoder(nn.Linear(2, 2), DecodeOptions(torch.device("cpu"), torch.float32))
+
+
+def test_stage_estimate_covers_the_measured_peak(model: Model) -> None:
+    """The per-tile activation estimate vs the live bytes a tile really peaks at (PeakLiveBytes)."""
+    engine = make_tiled_decoder(model, DecodeOptions(torch.device("cpu"), torch.float32))
+    from comfyui_headroom.memory.tiled_vae.groupnorm import GroupStats
+
+    for stage in engine.stages:
+        cin = stage.in_channels
+        crops = [rand(1, c, 36, 36, seed=i) for i, c in enumerate(cin)]
+        groups = stage.norm.num_groups
+        stats = GroupStats(torch.zeros(1, groups), torch.ones(1, groups))
+        with torch.no_grad(), PeakLiveBytes() as meter:
+            h = apply_group_norm(crops[0], stats, stage.norm.weight, stage.norm.bias, True)
+            out = stage.body(h, *crops[1:])
+            del h, out
+        predicted = estimate_stage(stage, 36 - 2 * stage.halo, 4, True)
+        assert meter.peak <= 1.1 * predicted, stage.name
+        assert meter.peak >= 0.3 * predicted, stage.name  # and not wildly pessimistic
+    assert math.isfinite(predicted)
+
+
+def test_budget_picks_the_largest_tile_that_fits(model: Model) -> None:
+    z_shape = (1, 4, 64, 64)
+    for budget in (4 << 20, 32 << 20):
+        options = DecodeOptions(torch.device("cpu"), torch.float32, budget_bytes=budget)
+        engine = make_tiled_decoder(model, options)
+        for stage in engine.stages:
+            size = 64 * 2**stage.level
+            tile = engine.stage_tile(stage, z_shape[-2:], 4)
+            assert estimate_stage(stage, tile, 4, True) <= budget or tile == MIN_TILE
+            assert tile == size or estimate_stage(stage, tile + 1, 4, True) > budget
+        head = estimate_head((64, 64), 32, 4)  # the head runs whole: no budget can shrink it
+        assert engine.predicted_peak(z_shape, 4) <= max(budget, head)
