@@ -13,6 +13,11 @@ WEB_DIRECTORY = "./js"
 # the checkout as a test package; with no parent package there is nothing to register.
 if __package__:
     from .nodes import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
+    from .nodes.host import install_monitor
     from .version import __version__
+
+    # Inside a host: executor hooks for the Memory Monitor, plus /headroom/* routes, headroom.* events and
+    # preflight when a PromptServer runs (it is created before custom nodes load). Outside one: nothing.
+    install_monitor()
 
 __all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS", "WEB_DIRECTORY", "__version__"]

@@ -31,7 +31,9 @@ def free_port() -> int:
 
 def copy_pack(dest: Path) -> None:
     """What a git clone into custom_nodes/ holds: the tracked tree, no virtualenv or caches."""
-    ignore = shutil.ignore_patterns(".venv", ".git", "__pycache__", "*.egg-info", ".*_cache", ".hypothesis")
+    ignore = shutil.ignore_patterns(
+        ".venv", ".git", "__pycache__", "*.egg-info", ".*_cache", ".hypothesis", "node_modules"
+    )
     shutil.copytree(PACK_ROOT, dest, ignore=ignore)
 
 

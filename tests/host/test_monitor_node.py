@@ -1,0 +1,89 @@
+"""The Memory Monitor node in a real host's executor: it passes any input through unchanged, runs every
+time, reports memory and plan-vs-actual, and the executor hooks record every node that ran."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from types import ModuleType
+
+import pytest
+import torch
+
+from headroom_testing.harness import Host
+
+pytestmark = pytest.mark.host
+
+
+def pack_module(host: Host, name: str) -> ModuleType:
+    """A module of the pack as the host loaded it (under the custom_nodes folder's name)."""
+    suffix = f"{host.pack_dir.name}.{name}"
+    return next(m for n, m in sys.modules.items() if n.endswith(suffix))
+
+
+PROMPT = {
+    "1": {"class_type": "EmptyImage", "inputs": {"width": 32, "height": 24, "batch_size": 1, "color": 255}},
+    "2": {"class_type": "HeadroomMemoryMonitor", "inputs": {"value": ["1", 0]}},
+    "3": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
+    "4": {"class_type": "HeadroomMemoryMonitor", "inputs": {"value": ["3", 0]}},
+    "5": {"class_type": "ImageInvert", "inputs": {"image": ["2", 0]}},
+    "6": {"class_type": "PreviewImage", "inputs": {"images": ["5", 0]}},
+}
+
+
+def test_monitor_passes_any_input_through_unchanged(host: Host) -> None:
+    result = host.run(copy.deepcopy(PROMPT))
+    image, latent = result.outputs["1"][0][0], result.outputs["3"][0][0]
+    assert result.outputs["2"][0][0] is image  # the very object: no copy, no conversion
+    assert result.outputs["4"][0][0] is latent and set(latent) == {"samples"}
+    assert torch.equal(result.outputs["5"][0][0], 1.0 - image)
+    text = result.outputs["2"][1][0]
+    assert text.startswith("Headroom memory at node 2:") and "process RSS" in text
+    chart = result.outputs["2"][2][0]
+    assert chart.shape == (1, 64, 64, 3)  # nothing consumes the chart: the cheap placeholder
+    assert result.ui["2"]["text"] == [text]
+
+
+def test_monitor_runs_every_time_and_nodes_are_recorded(host: Host) -> None:
+    # A fresh copy per run, as every POST /prompt is: hosts store IS_CHANGED results in the prompt dict.
+    host.run(copy.deepcopy(PROMPT))
+    again = host.run(copy.deepcopy(PROMPT))
+    assert "1" not in again.executed  # the stock node is cached...
+    assert {"2", "4"} <= set(again.executed)  # ...the monitors run again (IS_CHANGED is NaN)
+    report = pack_module(host, "nodes.host").monitor().telemetry.report(again.prompt_id)
+    ran = [row["node"] for row in report["nodes"] if row["status"] == "done"]
+    assert sorted(ran) == sorted(set(again.executed))
+    assert all(row["duration_s"] >= 0 for row in report["nodes"] if row["status"] == "done")
+    assert report["peaks"].get("rss", 0) > 0
+
+
+def test_monitor_draws_the_chart_when_it_is_used(host: Host) -> None:
+    prompt = {
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 16, "height": 16, "batch_size": 1, "color": 0}},
+        "2": {"class_type": "HeadroomMemoryMonitor", "inputs": {"value": ["1", 0]}},
+        "3": {"class_type": "PreviewImage", "inputs": {"images": ["2", 2]}},
+    }
+    chart = host.run(prompt).outputs["2"][2][0]
+    assert chart.ndim == 4 and chart.shape[0] == 1 and chart.shape[3] == 3 and chart.shape[1] > 64
+    assert chart.dtype == torch.float32 and 0.0 <= float(chart.min()) and float(chart.max()) <= 1.0
+
+
+def test_plan_vs_actual_with_an_assumed_card(host: Host) -> None:
+    glue = pack_module(host, "nodes.host")
+    glue.configure_monitor(assume_vram=8 * 2**30)
+    try:
+        result = host.run(copy.deepcopy(PROMPT))
+    finally:
+        glue.configure_monitor(assume_vram=None)
+    report = glue.monitor().telemetry.report(result.prompt_id)
+    assert report["plan"]["fits"] is True and report["plan"]["budget_vram"] == 8 * 2**30 - 2**29
+    planned = {row["node"]: row["planned_order"] for row in report["nodes"]}
+    assert planned["2"] is not None and planned["6"] is not None  # every node of this prompt was planned
+    csv = glue.monitor().telemetry.report(result.prompt_id, "csv")
+    assert csv.splitlines()[0].startswith("order,node,class_type,status")
+
+
+def test_the_hooks_are_on_for_this_host(host: Host) -> None:
+    hooks = pack_module(host, "nodes.host").install_monitor()
+    assert hooks["nodes"] == "on", hooks
+    assert hooks["server"].startswith("off: no PromptServer") or hooks["server"] == "on"

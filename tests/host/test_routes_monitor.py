@@ -1,0 +1,245 @@
+"""The monitor's routes and websocket events on the host's own PromptServer, through aiohttp's test client.
+
+The harness runs ComfyUI in-process without a server (PromptServer.instance does not exist there), so this
+module builds the host's real ``server.PromptServer`` (both the 2024 copy and current ComfyUI construct it
+the same way), lets the pack register on it as at startup, mounts the routes with the host's own
+``add_routes()`` and serves its aiohttp app to aiohttp's TestClient. Prompts run through the harness's
+executor while the monitor talks to this server, as it does in ``main.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import csv
+import io
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from headroom_testing.harness import Host
+
+pytestmark = pytest.mark.host
+ROOT = Path(__file__).resolve().parents[2]
+FLUX = json.loads((ROOT / "workflows" / "api" / "flux_dev_t2i.json").read_text())
+PROMPT = {
+    "1": {"class_type": "EmptyImage", "inputs": {"width": 16, "height": 16, "batch_size": 1, "color": 0}},
+    "2": {"class_type": "HeadroomMemoryMonitor", "inputs": {"value": ["1", 0]}},
+}
+WAIT_S = 30  # generous: a deadline for events, never a measured delay
+
+
+class Served:
+    def __init__(
+        self, host: Host, server: Any, loop: asyncio.AbstractEventLoop, client: Any, glue: ModuleType
+    ):
+        self.host, self.server, self.loop, self.client, self.glue = host, server, loop, client, glue
+
+    def run(self, coro: Any) -> Any:
+        return self.loop.run_until_complete(coro)
+
+    def get(self, path: str) -> tuple[int, str, str]:
+        async def fetch() -> tuple[int, str, str]:
+            response = await self.client.get(path)
+            return response.status, response.content_type, await response.text()
+
+        return self.run(fetch())
+
+    def get_json(self, path: str, status: int = 200) -> Any:
+        code, kind, text = self.get(path)
+        assert code == status, f"GET {path}: {code} {text[:500]}"
+        assert kind == "application/json"
+        return json.loads(text)
+
+
+def _glue(host: Host) -> ModuleType:
+    suffix = f"{host.pack_dir.name}.nodes.host"
+    return next(m for n, m in sys.modules.items() if n.endswith(suffix))
+
+
+@pytest.fixture(scope="module")
+def served(host: Host, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    from aiohttp.test_utils import TestClient, TestServer
+
+    args = importlib_module("comfy.cli_args").args
+    web_root = tmp_path_factory.mktemp("frontend")
+    (web_root / "index.html").write_text("<html></html>")
+    saved_root = getattr(args, "front_end_root", None)
+    args.front_end_root = str(web_root)  # current hosts: no frontend package needed for these routes
+    folder_paths = host.folder_paths
+    if hasattr(folder_paths, "set_user_directory"):
+        folder_paths.set_user_directory(str(tmp_path_factory.mktemp("user")))
+    server_module = importlib_module("server")
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    server = server_module.PromptServer(loop)
+    if server.prompt_queue is None:  # 2024 hosts: main.py attaches the queue (the websocket reports it)
+        server.prompt_queue = host.execution.PromptQueue(server)
+    glue = _glue(host)
+    hooks = glue.install_monitor(server)  # what __init__.py does when ComfyUI imports the pack
+    assert hooks["server"] == "on", hooks
+    server.add_routes()
+
+    async def start() -> TestClient:
+        client = TestClient(TestServer(server.app))  # aiohttp wants its running loop here
+        await client.start_server()
+        return client
+
+    client = loop.run_until_complete(start())
+    publisher = loop.create_task(server.publish_loop())  # delivers send_sync messages to websockets
+    yield Served(host, server, loop, client, glue)
+    publisher.cancel()
+    loop.run_until_complete(client.close())
+    glue.monitor().server = None
+    glue.monitor().sampler.stop()
+    del server_module.PromptServer.instance
+    args.front_end_root = saved_root
+    asyncio.set_event_loop(None)
+    loop.close()
+
+
+def importlib_module(name: str) -> ModuleType:
+    import importlib
+
+    return importlib.import_module(name)
+
+
+async def receive(ws: Any, event: str) -> dict[str, Any]:
+    """The next websocket message of type ``event`` (others are skipped), within WAIT_S."""
+    async with asyncio.timeout(WAIT_S):
+        while True:
+            message = await ws.receive()
+            assert message.type.name not in ("CLOSE", "CLOSED", "CLOSING", "ERROR"), message
+            if message.type.name != "TEXT":
+                continue
+            data = json.loads(message.data)
+            if data.get("type") == event:
+                return data["data"]
+
+
+def test_status_reports_sources_hooks_and_a_sample(served: Served) -> None:
+    status = served.get_json("/headroom/status")
+    assert status["hooks"]["nodes"] == "on" and status["hooks"]["server"] == "on"
+    assert status["sources"]["psutil"] is True and status["sources"]["cuda"] is False  # CPU machine
+    assert status["latest"]["rss"] > 0 and "device_used" not in status["latest"]  # absent, not an error
+    assert status["host"] == served.host.version
+    if not served.host.legacy:  # current hosts mirror every route under /api, which the frontend calls
+        assert served.get_json("/api/headroom/status")["version"] == status["version"]
+
+
+@pytest.mark.parametrize(
+    "query", ["limit=0", "limit=3601", "limit=ten", "since=yesterday", "since=nan", "since=1&limit=-5"]
+)
+def test_status_rejects_bad_parameters(served: Served, query: str) -> None:
+    assert "error" in served.get_json(f"/headroom/status?{query}", status=400)
+
+
+def test_status_filters_samples_by_time(served: Served) -> None:
+    sampler = served.glue.monitor().sampler
+    first, second = sampler.tick(), sampler.tick()
+    samples = served.get_json(f"/headroom/status?since={first.t}&limit=5")["samples"]
+    assert samples and all(s["t"] > first.t for s in samples) and samples[-1]["t"] >= second.t
+
+
+@pytest.mark.parametrize("route", ["report", "plan"])
+def test_unknown_and_malformed_prompt_ids(served: Served, route: str) -> None:
+    assert "unknown prompt" in served.get_json(f"/headroom/{route}/no-such-prompt", status=404)["error"]
+    for bad in ("bad!id", "-leading-dash", "x" * 129):
+        code, _, _ = served.get(f"/headroom/{route}/{bad}")
+        assert code == 400, bad
+    for path_like in ("%2E%2E", "..%2F..%2Fetc%2Fpasswd"):  # never a path: refused, or no route at all
+        code, _, _ = served.get(f"/headroom/{route}/{path_like}")
+        assert code in (400, 404), path_like
+
+
+def test_routes_are_read_only(served: Served) -> None:
+    async def post() -> int:
+        return (await served.client.post("/headroom/status", json={})).status
+
+    assert served.run(post()) == 405
+
+
+def test_report_and_plan_of_a_run(served: Served) -> None:
+    served.glue.configure_monitor(assume_vram=8 * 2**30)
+    try:
+        result = served.host.run(copy.deepcopy(PROMPT))
+    finally:
+        served.glue.configure_monitor(assume_vram=None)
+    pid = result.prompt_id
+    report = served.get_json(f"/headroom/report/{pid}")
+    assert [row["node"] for row in report["nodes"]] == ["1", "2"]
+    assert all(row["status"] == "done" for row in report["nodes"])
+    code, kind, text = served.get(f"/headroom/report/{pid}?format=csv")
+    assert code == 200 and kind == "text/csv"
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert [r["node"] for r in rows] == ["1", "2"] and rows[1]["class_type"] == "HeadroomMemoryMonitor"
+    assert "error" in served.get_json(f"/headroom/report/{pid}?format=xml", status=400)
+    plan = served.get_json(f"/headroom/plan/{pid}")
+    assert plan["state"] == "planned" and plan["preflight"]["level"] == "ok"
+    assert [s["node"] for s in plan["plan"]["steps"]] == ["1", "2"]
+
+
+def test_preflight_warns_the_client_that_queued_a_workflow_that_cannot_fit(served: Served) -> None:
+    monitor = served.glue.monitor()
+    served.glue.configure_monitor(assume_vram=1 * 2**30)  # a 1 GB card: Flux cannot fit, even streamed
+
+    async def scenario() -> tuple[dict, dict]:
+        ws = await served.client.ws_connect("/ws?clientId=preflight-client")
+        try:
+            # The host's own POST /prompt path runs the on_prompt handlers before validating (the Flux
+            # models are not installed here, so the host then refuses the prompt: preflight still ran).
+            body = {"prompt": copy.deepcopy(FLUX), "client_id": "preflight-client"}
+            data = served.server.trigger_on_prompt(body)
+            return data, await receive(ws, "headroom.preflight")
+        finally:
+            await ws.close()
+
+    try:
+        data, event = served.run(scenario())
+    finally:
+        served.glue.configure_monitor(assume_vram=None)
+    assert event["level"] == "error" and event["fits"] is False
+    assert (event["node"], event["class_type"]) == ("6", "CLIPTextEncode")
+    assert "will run out of VRAM" in event["message"] and event["fix"].startswith("a card with")
+    if not served.host.legacy:  # a host that honours a given prompt_id: the plan is served while queued
+        assert event["prompt_id"] == data["prompt_id"]
+        plan = served.get_json(f"/headroom/plan/{data['prompt_id']}")
+        assert plan["preflight"] is None or plan["preflight"]["level"] == "error"
+    assert monitor.pool.submit(lambda: None).result(WAIT_S) is None  # nothing left queued
+
+
+def test_samples_and_node_records_reach_a_connected_client_and_sampling_stops_without_one(
+    served: Served,
+) -> None:
+    monitor = served.glue.monitor()
+    served.glue.configure_monitor(rate_hz=50)
+
+    async def scenario() -> tuple[dict, dict]:
+        ws = await served.client.ws_connect("/ws?clientId=sample-client")
+        try:
+            await served.client.get("/headroom/status")  # what the panel does when it opens
+            sample = await receive(ws, "headroom.sample")
+            # the executor on a worker thread, as main.py's prompt worker; its events cross to this loop
+            await asyncio.to_thread(served.host.run, copy.deepcopy(PROMPT))
+            node = await receive(ws, "headroom.node")
+            return sample, node
+        finally:
+            await ws.close()
+
+    try:
+        sample, node = served.run(scenario())
+        assert sample["rss"] > 0 and sample["t"] > 0
+        assert node["node"] in ("1", "2") and node["status"] == "done" and node["duration_s"] >= 0
+        # Nobody listens any more and nothing runs: the sampler thread ends by itself.
+        monitor.demand_until = 0.0
+        monitor.telemetry.last_activity = -1e9
+        thread = monitor.sampler._thread
+        thread.join(WAIT_S)
+        assert not thread.is_alive() and not monitor.sampler.running
+    finally:
+        served.glue.configure_monitor(rate_hz=1)
