@@ -16,12 +16,11 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from headroom_testing.harness import wait_for_server
 
 pytestmark = pytest.mark.e2e
 HERE = Path(__file__).resolve().parent
@@ -66,17 +65,7 @@ def free_port() -> int:
 
 
 def wait_until_up(base: str, server: subprocess.Popen, log_path: Path) -> None:
-    deadline = time.monotonic() + STARTUP_DEADLINE_S
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            pytest.fail(f"ComfyUI exited with {server.returncode}:\n{log_path.read_text()[-4000:]}")
-        try:
-            with urllib.request.urlopen(f"{base}/headroom/status", timeout=10) as response:  # noqa: S310
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            time.sleep(0.5)  # polling a starting server, not a timing assertion
-    pytest.fail(f"ComfyUI did not answer within {STARTUP_DEADLINE_S}s:\n{log_path.read_text()[-4000:]}")
+    wait_for_server(f"{base}/headroom/status", server, log_path, STARTUP_DEADLINE_S)
 
 
 def test_panel_badges_timeline_and_preflight_in_a_real_browser(tmp_path: Path) -> None:

@@ -223,3 +223,27 @@ class Host:
         """What ComfyUI's "Unload models" does."""
         self.model_management.unload_all_models()
         self.model_management.soft_empty_cache()
+
+
+def wait_for_server(url: str, server: Any, log_path: Path, deadline_s: float) -> bytes:
+    """Poll ``url`` until the starting ComfyUI answers 200 and return the body; fail the test with the
+    log's tail if the server exits or stays silent for ``deadline_s`` (startup takes seconds on 2 cores).
+    The sleep is a polling interval, not a timing assertion."""
+    import time
+    import urllib.error
+    import urllib.request
+
+    import pytest
+
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            pytest.fail(f"ComfyUI exited with {server.returncode}:\n{log_path.read_text()[-4000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 (a local test server)
+                if response.status == 200:
+                    return response.read()
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.5)
+    pytest.fail(f"ComfyUI did not answer within {deadline_s}s:\n{log_path.read_text()[-4000:]}")

@@ -9,14 +9,13 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from headroom_testing.harness import NODE_IDS, PACK_ROOT
+from headroom_testing.harness import NODE_IDS, PACK_ROOT, wait_for_server
 
 pytestmark = pytest.mark.host
 LAUNCHER = Path(__file__).resolve().parents[1] / "headroom_testing" / "launch_comfyui.py"
@@ -99,13 +98,4 @@ def test_main_py_lists_the_nodes_in_object_info(host_root: Path, tmp_path: Path)
 
 
 def wait_for_object_info(base: str, server: subprocess.Popen, log_path: Path) -> dict:
-    """Poll until the server answers (startup imports take seconds on 2 cores); fail if it dies."""
-    deadline = time.monotonic() + STARTUP_DEADLINE_S
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            pytest.fail(f"ComfyUI exited with {server.returncode}:\n{log_path.read_text()[-4000:]}")
-        try:
-            return get_json(f"{base}/object_info")
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            time.sleep(0.5)
-    pytest.fail(f"ComfyUI did not answer within {STARTUP_DEADLINE_S}s:\n{log_path.read_text()[-4000:]}")
+    return json.loads(wait_for_server(f"{base}/object_info", server, log_path, STARTUP_DEADLINE_S))

@@ -69,6 +69,17 @@ def _budget(model: TinyDiT, share: float) -> tuple[int, int, list[int]]:
     return rest + int(share * sum(blocks)) + 2 * max(blocks) + 1, rest, blocks
 
 
+def _attached(model: TinyDiT, share: float) -> tuple[BlockStreamer, torch.Tensor, torch.Tensor]:
+    """The model's output on a fixed input, then a streamer attached at ``share`` residency."""
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        expected = model(x)
+    budget, rest, blocks = _budget(model, share)
+    streamer = BlockStreamer(model, discover_blocks(model), choose_streaming(blocks, rest, budget), "cpu")
+    streamer.attach()
+    return streamer, x, expected
+
+
 @pytest.mark.parametrize("share", [0.0, 0.25, 0.5, 0.7, 1.0])
 def test_streamed_forward_is_bitwise_the_resident_forward(share: float) -> None:
     model = _model()
@@ -110,12 +121,7 @@ def test_streamed_forward_is_bitwise_the_resident_forward(share: float) -> None:
 def test_the_call_order_is_learnt_on_the_first_step() -> None:
     order = [0, 4, 1, 5, 2, 6, 3, 7]  # VACE-like interleaving of two lists
     model = _model(order=order)
-    x = torch.randn(2, 8)
-    with torch.no_grad():
-        expected = model(x)
-    budget, rest, blocks = _budget(model, 0.0)
-    streamer = BlockStreamer(model, discover_blocks(model), choose_streaming(blocks, rest, budget), "cpu")
-    streamer.attach()
+    streamer, x, expected = _attached(model, 0.0)
     with torch.no_grad():
         outs = [model(x) for _ in range(4)]
     misses_after_first = streamer.stats.misses
@@ -129,12 +135,7 @@ def test_the_call_order_is_learnt_on_the_first_step() -> None:
 
 def test_a_block_called_twice_in_a_step_is_fetched_on_demand_and_still_right() -> None:
     model = _model(order=[0, 1, 2, 3, 3, 4, 5, 6, 7])
-    x = torch.randn(2, 8)
-    with torch.no_grad():
-        expected = model(x)
-    budget, rest, blocks = _budget(model, 0.25)
-    streamer = BlockStreamer(model, discover_blocks(model), choose_streaming(blocks, rest, budget), "cpu")
-    streamer.attach()
+    streamer, x, expected = _attached(model, 0.25)
     with torch.no_grad():
         assert torch.equal(model(x), expected) and torch.equal(model(x), expected)
     streamer.detach()
@@ -143,12 +144,7 @@ def test_a_block_called_twice_in_a_step_is_fetched_on_demand_and_still_right() -
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float8_e4m3fn])
 def test_low_precision_weights_stream_unchanged(dtype: torch.dtype) -> None:
     model = _model(dtype=dtype)
-    x = torch.randn(2, 8)
-    with torch.no_grad():
-        expected = model(x)
-    budget, rest, blocks = _budget(model, 0.3)
-    streamer = BlockStreamer(model, discover_blocks(model), choose_streaming(blocks, rest, budget), "cpu")
-    streamer.attach()
+    streamer, x, expected = _attached(model, 0.3)
     with torch.no_grad():
         got = model(x)
     streamer.detach()
