@@ -63,11 +63,9 @@ def build_vaes(host: Host, names: list[str]) -> dict[str, Any]:
     import comfy.utils
 
     from headroom_testing.tiny_models import (
-        SD_VAE_DDCONFIG,
-        _init_state_dict,
-        _on_meta,
         build_tiny_vae,
         build_wan21_vae,
+        flux_vae_state_dict,
         supported_builders,
     )
 
@@ -76,18 +74,7 @@ def build_vaes(host: Host, names: list[str]) -> dict[str, Any]:
         path = build_tiny_vae(host.models_dir, dtype=torch.float32)
         vaes["sd"] = comfy.sd.VAE(sd=comfy.utils.load_torch_file(str(path)))
     if "flux" in names and not host.legacy:
-        from comfy.ldm.models.autoencoder import AutoencodingEngine
-
-        config = {**SD_VAE_DDCONFIG, "z_channels": 16}
-        target = "comfy.ldm.modules.diffusionmodules.model."
-        model = _on_meta(
-            lambda: AutoencodingEngine(
-                regularizer_config={"target": "comfy.ldm.models.autoencoder.DiagonalGaussianRegularizer"},
-                encoder_config={"target": target + "Encoder", "params": config},
-                decoder_config={"target": target + "Decoder", "params": config},
-            )
-        )
-        vaes["flux"] = comfy.sd.VAE(sd=_init_state_dict(model, 1, torch.float32))
+        vaes["flux"] = comfy.sd.VAE(sd=flux_vae_state_dict(seed=1))
     if "wan21" in names and "build_wan21_vae" in supported_builders():
         path = build_wan21_vae(host.models_dir, dtype=torch.float32)
         vaes["wan21"] = comfy.sd.VAE(sd=comfy.utils.load_torch_file(str(path)))

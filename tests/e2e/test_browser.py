@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from headroom_testing.harness import wait_for_server
+from headroom_testing.harness import stop_server, wait_for_server
 
 pytestmark = pytest.mark.e2e
 HERE = Path(__file__).resolve().parent
@@ -109,11 +109,7 @@ def test_panel_badges_timeline_and_preflight_in_a_real_browser(tmp_path: Path) -
                 timeout=900,
             )
         finally:
-            server.terminate()
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
+            stop_server(server)
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     assert lines, f"the browser script printed nothing:\n{out.stderr[-4000:]}"
     seen = json.loads(lines[-1])

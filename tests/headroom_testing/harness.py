@@ -247,3 +247,14 @@ def wait_for_server(url: str, server: Any, log_path: Path, deadline_s: float) ->
             pass
         time.sleep(0.5)
     pytest.fail(f"ComfyUI did not answer within {deadline_s}s:\n{log_path.read_text()[-4000:]}")
+
+
+def stop_server(server: Any) -> None:
+    """Terminate a server subprocess, killing it if it does not exit within 30 s."""
+    import subprocess
+
+    server.terminate()
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()

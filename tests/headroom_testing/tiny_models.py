@@ -247,6 +247,24 @@ def _sd_vae() -> torch.nn.Module:
     return _on_meta(lambda: AutoencoderKL(ddconfig=dict(SD_VAE_DDCONFIG), embed_dim=4))
 
 
+def flux_vae_state_dict(seed: int = 1, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    """A 16-channel KL VAE in the Flux/SD3 layout (no quant convs), for ``comfy.sd.VAE(sd=...)`` on
+    current hosts, which detect it from the state dict (the 2024 host only detects 4-channel VAEs).
+    Full size, like every KL VAE the hosts build."""
+    from comfy.ldm.models.autoencoder import AutoencodingEngine
+
+    config = {**SD_VAE_DDCONFIG, "z_channels": 16}
+    target = "comfy.ldm.modules.diffusionmodules.model."
+    model = _on_meta(
+        lambda: AutoencodingEngine(
+            regularizer_config={"target": "comfy.ldm.models.autoencoder.DiagonalGaussianRegularizer"},
+            encoder_config={"target": target + "Encoder", "params": config},
+            decoder_config={"target": target + "Decoder", "params": config},
+        )
+    )
+    return _init_state_dict(model, seed, dtype)
+
+
 def build_tiny_vae(
     models_dir: Path,
     name: str = "tiny_kl_vae.safetensors",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from headroom_testing.harness import NODE_IDS, PACK_ROOT, wait_for_server
+from headroom_testing.harness import NODE_IDS, PACK_ROOT, stop_server, wait_for_server
 
 pytestmark = pytest.mark.host
 LAUNCHER = Path(__file__).resolve().parents[1] / "headroom_testing" / "launch_comfyui.py"
@@ -70,11 +70,7 @@ def test_main_py_lists_the_nodes_in_object_info(host_root: Path, tmp_path: Path)
         try:
             info = wait_for_object_info(f"http://127.0.0.1:{port}", server, log_path)
         finally:
-            server.terminate()
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
+            stop_server(server)
     text = log_path.read_text(errors="replace")
     for node_id in NODE_IDS:
         assert node_id in info, f"{node_id} missing from /object_info; log:\n{text[-4000:]}"

@@ -22,6 +22,7 @@ from headroom_testing.tiny_models import (
     _on_meta,
     build_tiny_vae,
     build_wan21_vae,
+    flux_vae_state_dict,
     supported_builders,
 )
 
@@ -72,17 +73,7 @@ def flux_vae(host: Host) -> Any:
         model = _on_meta(lambda: AutoencoderKL(ddconfig=dict(ddconfig), embed_dim=16))
         sd = {k: v.float() for k, v in _init_state_dict(model, 1, torch.float32).items()}
         return host_vae(sd, {"params": {"ddconfig": ddconfig, "embed_dim": 16}})
-    from comfy.ldm.models.autoencoder import AutoencodingEngine
-
-    target = "comfy.ldm.modules.diffusionmodules.model."
-    model = _on_meta(
-        lambda: AutoencodingEngine(
-            regularizer_config={"target": "comfy.ldm.models.autoencoder.DiagonalGaussianRegularizer"},
-            encoder_config={"target": target + "Encoder", "params": ddconfig},
-            decoder_config={"target": target + "Decoder", "params": ddconfig},
-        )
-    )
-    vae = host_vae(_init_state_dict(model, 1, torch.float32))
+    vae = host_vae(flux_vae_state_dict(seed=1))
     assert vae.latent_channels == 16 and not hasattr(vae.first_stage_model, "post_quant_conv")
     return vae
 
