@@ -123,9 +123,9 @@ def report(data: dict, folder: Path, command: str) -> str:
         "",
         "Transfer sums are over the multi-model templates that every policy compared can run.",
         "",
-        "| VRAM | Headroom fits | ComfyUI fits | model offload fits | median min VRAM (GiB) "
-        "| Headroom s | ComfyUI s | Headroom vs ComfyUI | lower bound s |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| VRAM | Headroom fits | ComfyUI fits | only ComfyUI fits | model offload fits "
+        "| median min VRAM (GiB) | Headroom s | ComfyUI s | Headroom vs ComfyUI | lower bound s |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for gb in VRAM_GB:
         cells = [r["per_vram"][gb] for r in with_models]
@@ -139,7 +139,9 @@ def report(data: dict, folder: Path, command: str) -> str:
         bound = sum(c["lower_bound_s"] for c in both)
         saving = f"{100 * (1 - ours / theirs):.0f}% less" if theirs else "-"
         median_min = statistics.median(c["min_vram"] for c in cells) / GiB if cells else 0
-        fits = [sum(c[key] for c in cells) for key in ("fits", "comfyui_fits", "model_offload_fits")]
+        fits = [sum(c[key] for c in cells) for key in ("fits", "comfyui_fits")]
+        fits.append(sum(c["comfyui_fits"] and not c["fits"] for c in cells))
+        fits.append(sum(c["model_offload_fits"] for c in cells))
         counts = " | ".join(f"{n}/{len(cells)}" for n in fits)
         lines.append(
             f"| {gb} GB | {counts} | {median_min:.1f} | {ours:.0f} | {theirs:.0f} | {saving} | {bound:.0f} |"

@@ -228,16 +228,24 @@ def _optimise(problem: _Problem) -> tuple[float, list[tuple[int, ...]]]:
 
 
 PREFETCH_DEPTHS = (1, 2, 3)
+# Without prefetch (d = 0) one slot streams synchronously, as the host's per-op casting does: the last
+# resort when no ring of two blocks fits. Its uploads do not overlap compute (see _schedule_prefetch).
+SYNCHRONOUS_DEPTH = 0
 
 
 def plan(workload: Workload, budget: Budget, hw: Hardware) -> Plan:
     """The transfer-optimal residency plan under ``budget`` (see the module docstring).
 
     The prefetch depth is the budget's, or, when it is None, the one of 1-3 that moves the fewest
-    bytes (a deeper ring hides more latency but leaves less room for resident blocks; ties go deeper).
+    bytes (a deeper ring hides more latency but leaves less room for resident blocks; ties go deeper);
+    only when none of those fits, synchronous streaming (d = 0). The minimum VRAM reported is the
+    least of any depth the planner may use.
     """
-    depths = (budget.prefetch_depth,) if budget.prefetch_depth else PREFETCH_DEPTHS
-    min_vram, bottleneck = minimum_vram(workload, min(depths))
+    depths = (budget.prefetch_depth,) if budget.prefetch_depth is not None else PREFETCH_DEPTHS
+    if budget.prefetch_depth is None and minimum_vram(workload, min(depths))[0] > budget.vram:
+        depths = (SYNCHRONOUS_DEPTH,)
+    allowed = depths if budget.prefetch_depth is not None else (SYNCHRONOUS_DEPTH,)
+    min_vram, bottleneck = minimum_vram(workload, min(allowed))
     if not workload.steps:
         return Plan(True, [], 0.0, 0.0, min_vram, bottleneck, budget, hw, min(depths))
     best: tuple[float, int, _Problem, list] | None = None
@@ -339,8 +347,11 @@ def _schedule_prefetch(problem: _Problem, steps: list[StepPlan]) -> None:
     overlapped = [0.0] * len(steps)
     for s, sp in enumerate(steps):
         stream = float(problem.step_cost(s)[tuple(_state_index(problem, s, sp))])
-        overlapped[s] += stream
-        blocking[s] += sp.transfer_s - stream
+        if problem.depth == SYNCHRONOUS_DEPTH:  # no prefetch: every upload waits, compute waits on it
+            blocking[s] += sp.transfer_s
+        else:
+            overlapped[s] += stream
+            blocking[s] += sp.transfer_s - stream
         if s == 0:
             continue
         before = steps[s - 1]

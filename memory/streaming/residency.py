@@ -94,7 +94,10 @@ def choose_streaming(
             frozenset(range(n)), 0, 0, 0, rest_bytes + everything, sum(compute), sum(compute)
         )
     best: StreamingChoice | None = None
-    for d in (depth,) if depth is not None else DEPTHS:
+    depths = (depth,) if depth is not None else DEPTHS
+    if depth is None and _fill(block_bytes, key, room, min(DEPTHS), 0) is None:
+        depths = (0,)  # no ring of two blocks fits: one slot, uploads wait (the planner's last resort)
+    for d in depths:
         resident = _fill(block_bytes, key, room, d, resident_blocks)
         if resident is None:
             continue
@@ -115,7 +118,7 @@ def choose_streaming(
         if best is None or (choice.step_s, choice.streamed_bytes) < (best.step_s, best.streamed_bytes):
             best = choice
     if best is None:
-        slots = (depth or 1) + 1
+        slots = (depth if depth is not None else 0) + 1
         need = rest_bytes + activation_bytes + slots * max(block_bytes, default=0)
         raise BudgetExceeded(
             f"a VRAM budget of {format_bytes(budget)} cannot stream this model: it needs at least "

@@ -10,6 +10,7 @@ import itertools
 import math
 
 from comfyui_headroom.memory.costmodel import IDLE_TIERS, USED_TIERS, Budget, Hardware, Tier
+from comfyui_headroom.memory.planner import minimum_vram
 from comfyui_headroom.memory.workload import Workload
 
 
@@ -34,7 +35,10 @@ def search_space(w: Workload) -> int:
 
 def brute_force(w: Workload, budget: Budget, hw: Hardware) -> float:
     """The least total transfer seconds over every tier sequence and prefetch depth (inf if none fits)."""
-    depths = (budget.prefetch_depth,) if budget.prefetch_depth else (1, 2, 3)
+    depths = (budget.prefetch_depth,) if budget.prefetch_depth is not None else (1, 2, 3)
+    # the planner's documented rule: synchronous streaming (d = 0) only when no ring of two blocks fits
+    if budget.prefetch_depth is None and minimum_vram(w, 1)[0] > budget.vram:
+        depths = (0,)
     return min(_brute_force(w, budget, hw, depth) for depth in depths)
 
 

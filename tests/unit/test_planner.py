@@ -55,7 +55,7 @@ def test_flux_streams_on_an_8gb_card() -> None:
 
 def test_an_impossible_budget_reports_the_minimum() -> None:
     w = flux_like()
-    need, where = minimum_vram(w, depth=1)
+    need, where = minimum_vram(w, depth=0)  # the least of any depth: synchronous streaming
     assert "VAEDecode" in where or "KSampler" in where
     p = plan(w, Budget(vram=need - 1, ram=64 * 2**30, pinned=32 * 2**30), HW)
     assert not p.feasible and p.min_vram == need
@@ -146,3 +146,19 @@ def test_two_models_of_one_step_stream_together_sharing_one_ring() -> None:
     assert minimum_vram(w, depth)[0] == rest + (depth + 1) * block
     assert "streaming llama, t5" in minimum_vram(w, depth)[1]
     assert brute_force(w, budget, HW) == pytest.approx(p.transfer_s, rel=1e-9)
+
+
+def test_synchronous_streaming_is_the_last_resort_below_a_ring_of_two_blocks() -> None:
+    block = 1 * GB
+    model = Component("m", "model", 10 * GB, (block,) * 9)  # 1 GB outside the blocks
+    w = Workload((model,), (Step("1", "KSampler", ("m",), evaluations=4),))
+    ring_of_two = minimum_vram(w, 1)[0]
+    tight = Budget(vram=ring_of_two - block // 2, ram=32 * GB, pinned=16 * GB)
+    p = plan(w, tight, HW)
+    assert p.feasible and p.prefetch_depth == 0
+    assert p.min_vram == minimum_vram(w, 0)[0] == 2 * GB
+    assert brute_force(w, tight, HW) == pytest.approx(p.transfer_s, rel=1e-9)
+    # without prefetch the uploads do not hide behind compute: wall time includes all of them
+    assert p.wall_s >= p.transfer_s
+    roomy = Budget(vram=ring_of_two, ram=32 * GB, pinned=16 * GB)
+    assert plan(w, roomy, HW).prefetch_depth >= 1, "with room for a ring, uploads overlap compute"

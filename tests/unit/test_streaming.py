@@ -156,7 +156,25 @@ def test_a_budget_below_the_minimum_is_refused_with_the_minimum() -> None:
     model = _model()
     _, rest, blocks = _budget(model, 0.0)
     with pytest.raises(BudgetExceeded, match="needs at least"):
-        choose_streaming(blocks, rest, rest + max(blocks))
+        choose_streaming(blocks, rest, rest + max(blocks) - 1)
+
+
+def test_without_room_for_two_slots_it_streams_synchronously_and_still_exactly() -> None:
+    model = _model()
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        expected = model(x)
+    _, rest, blocks = _budget(model, 0.0)
+    budget = rest + max(blocks)  # one slot: no prefetch
+    choice = choose_streaming(blocks, rest, budget)
+    assert choice.depth == 0 and not choice.resident
+    streamer = BlockStreamer(model, discover_blocks(model), choice, "cpu", ledger=DeviceLedger(budget))
+    streamer.attach()
+    with torch.no_grad():
+        got = [model(x) for _ in range(2)]
+    assert streamer.stats.misses == 0 and streamer.ledger.peak <= budget
+    streamer.detach()
+    assert all(torch.equal(g, expected) for g in got)
 
 
 def test_the_ledger_refuses_bytes_beyond_the_budget() -> None:
