@@ -34,6 +34,7 @@ from comfyui_headroom.memory.streaming import (  # noqa: E402
     choose_streaming,
     discover_blocks,
 )
+from comfyui_headroom.memory.streaming.discovery import module_bytes  # noqa: E402
 
 SHARES = (0.25, 0.5, 0.75, 1.0)
 
@@ -193,7 +194,7 @@ def run(family: str, blocks: int, steps: int, tokens: int) -> list[dict]:
     model = _init(SyntheticDiT(family, blocks))
     layout = discover_blocks(model)
     sizes = layout.block_bytes()
-    rest = sum(p.numel() * p.element_size() for p in model.parameters()) - sum(sizes)
+    rest = module_bytes(model) - sum(sizes)
     x = torch.randn(1, tokens, 64, device="cuda", dtype=torch.bfloat16)
     model.cuda()
     resident_s = _time_steps(model, x, steps)

@@ -112,7 +112,10 @@ def streaming_ksample(
     what it loaded (``partially_unload``, so its accounting stays right) and then places rest,
     resident blocks and ring itself for the duration of the sampling.
     """
+    import torch
+
     from ..memory.streaming import BlockStreamer, choose_streaming, discover_blocks
+    from ..memory.streaming.discovery import module_bytes
 
     nodes = _host("nodes")
     patched = model.clone()
@@ -122,10 +125,10 @@ def streaming_ksample(
 
     def attach(args: dict[str, Any]) -> None:
         diffusion = patched.model.diffusion_model
-        device = _torch().device(patched.load_device)
+        device = torch.device(patched.load_device)
         layout = discover_blocks(diffusion)
         sizes = layout.block_bytes()
-        total = sum(t.numel() * t.element_size() for t in [*diffusion.parameters(), *diffusion.buffers()])
+        total = module_bytes(diffusion)
         # On a CPU there is no VRAM: the budget caps the placed weights only, which is what a CPU run
         # can exercise (the tests); on CUDA the host's own activation estimate is kept free.
         activation = _activation_bytes(patched, args["input"].shape) if device.type == "cuda" else 0
@@ -171,10 +174,6 @@ def streaming_ksample(
         if streamer is not None:
             streamer.detach(release=True)
     return latent, run
-
-
-def _torch() -> ModuleType:
-    return importlib.import_module("torch")
 
 
 def _activation_bytes(patcher: Any, shape: Any) -> int:

@@ -167,11 +167,7 @@ class BlockStreamer:
         return self.choice
 
     def _owned(self, module: nn.Module) -> list[tuple[nn.Module, str, bool, torch.Tensor]]:
-        out = []
-        for sub in module.modules():
-            out += [(sub, n, True, p) for n, p in sub._parameters.items() if p is not None]
-            out += [(sub, n, False, b) for n, b in sub._buffers.items() if b is not None]
-        return out
+        return [entry for sub in module.modules() for entry in _direct(sub)]
 
     def _place_resident(self, block_of: dict[int, int]) -> None:
         """Non-block tensors and resident blocks go to the device; their host tensors are kept."""
@@ -183,9 +179,7 @@ class BlockStreamer:
                 continue
             if id(module) in block_of and owner == "rest":
                 owner = f"resident:{self.layout.blocks[block_of[id(module)]][0]}"
-            direct = [(module, n, True, p) for n, p in module._parameters.items() if p is not None]
-            direct += [(module, n, False, b) for n, b in module._buffers.items() if b is not None]
-            for sub, name, is_param, tensor in direct:
+            for sub, name, is_param, tensor in _direct(module):
                 self.ledger.add(owner, tensor.numel() * tensor.element_size())
                 self._host_tensors[(id(sub), name)] = tensor.data if is_param else tensor
                 _bind(sub, name, is_param, tensor.data.to(self.device))
@@ -397,6 +391,12 @@ class BlockStreamer:
             "step_s": statistics.median(self.stats.step_s) if self.stats.step_s else None,
             "bound_s": self.stats.bound_s(),
         }
+
+
+def _direct(module: nn.Module) -> list[tuple[nn.Module, str, bool, torch.Tensor]]:
+    """The module's own parameters and buffers (not its children's), as (module, name, is_param, tensor)."""
+    out = [(module, n, True, p) for n, p in module._parameters.items() if p is not None]
+    return out + [(module, n, False, b) for n, b in module._buffers.items() if b is not None]
 
 
 def _bind(module: nn.Module, name: str, is_param: bool, tensor: torch.Tensor) -> None:

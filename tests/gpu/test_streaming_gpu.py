@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from comfyui_headroom.memory.streaming import BlockStreamer, DeviceLedger, choose_streaming, discover_blocks
+from comfyui_headroom.memory.streaming.discovery import module_bytes
 
 pytestmark = [
     pytest.mark.gpu,
@@ -59,7 +60,7 @@ def test_streamed_equals_resident_within_budget_and_without_growth(share: float)
     torch.cuda.empty_cache()
     layout = discover_blocks(model)
     blocks = layout.block_bytes()
-    rest = sum(p.numel() * p.element_size() for p in model.parameters()) - sum(blocks)
+    rest = module_bytes(model) - sum(blocks)
     budget = rest + int(share * sum(blocks)) + 2 * max(blocks)
     choice = choose_streaming(blocks, rest, budget)
     base = torch.cuda.memory_allocated()

@@ -14,6 +14,7 @@ from comfyui_headroom.memory.streaming import (
     choose_streaming,
     discover_blocks,
 )
+from comfyui_headroom.memory.streaming.discovery import module_bytes
 from comfyui_headroom.memory.streaming.residency import step_time
 
 
@@ -63,9 +64,7 @@ def _model(seed: int = 0, **kwargs) -> TinyDiT:
 def _budget(model: TinyDiT, share: float) -> tuple[int, int, list[int]]:
     layout = discover_blocks(model)
     blocks = layout.block_bytes()
-    rest = sum(t.numel() * t.element_size() for t in list(model.parameters()) + list(model.buffers())) - sum(
-        blocks
-    )
+    rest = module_bytes(model) - sum(blocks)
     return rest + int(share * sum(blocks)) + 2 * max(blocks) + 1, rest, blocks
 
 
