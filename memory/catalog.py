@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from .components import Block, ComponentError, ComponentInfo, describe_file
@@ -124,7 +124,9 @@ def _catalog_components(name: str, kind: str | None) -> tuple[ComponentInfo, ...
 # --- lookup ----------------------------------------------------------------------------------------
 
 
-def lookup(file_name: str, kind: str | None = None, models_dir: Path | None = None) -> ComponentInfo:
+def lookup(
+    file_name: str, kind: str | None = None, models_dir: Path | Sequence[Path] | None = None
+) -> ComponentInfo:
     """Size, dtype, family and blocks of the model file ``file_name`` as loaded for ``kind``.
 
     A checkpoint looked up with ``kind`` None or "checkpoint" is summarised as one ComponentInfo of kind
@@ -136,17 +138,26 @@ def lookup(file_name: str, kind: str | None = None, models_dir: Path | None = No
 
 
 def lookup_components(
-    file_name: str, kind: str | None = None, models_dir: Path | None = None
+    file_name: str, kind: str | None = None, models_dir: Path | Sequence[Path] | None = None
 ) -> list[ComponentInfo]:
     """Every component of ``file_name`` (one, or several for a single-file checkpoint)."""
-    if models_dir is not None:
-        path = find_model_file(file_name, kind, Path(models_dir))
+    for root in model_roots(models_dir):
+        path = find_model_file(file_name, kind, root)
         if path is not None:
             return _from_file(path, kind)
     name = catalog_name(file_name)
     if name is not None:
         return list(_catalog_components(name, kind))
     return [estimate_from_name(file_name, kind)]
+
+
+def model_roots(models_dir: Path | Sequence[Path] | None) -> list[Path]:
+    """The models folders to search: one, several (a host's extra model paths), or none."""
+    if models_dir is None:
+        return []
+    if isinstance(models_dir, (str, Path)):
+        return [Path(models_dir)]
+    return [Path(p) for p in models_dir]
 
 
 def find_model_file(file_name: str, kind: str | None, models_dir: Path) -> Path | None:

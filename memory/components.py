@@ -87,6 +87,7 @@ class TensorSpec:
 
     dtype: str
     shape: tuple[int, ...]
+    start: int = field(default=0, repr=False, compare=False)  # byte offset in the data section
     nbytes: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -170,7 +171,7 @@ def _tensor_entry(name: str, key: str, entry: object, data_len: int) -> TensorSp
             raise ComponentError(f"{name}: tensor {key!r} has unknown dtype {dtype!r}")
         if not all(isinstance(d, int) and d >= 0 for d in shape) or not isinstance(start, int):
             raise TypeError
-        spec = TensorSpec(dtype, tuple(shape))
+        spec = TensorSpec(dtype, tuple(shape), start)
     except ComponentError:
         raise
     except (KeyError, TypeError, ValueError) as exc:

@@ -120,6 +120,22 @@ _LABELS = {
     Tier.RAM: "ram",
     Tier.DISK: "disk",
 }
+# A user's residency choice for a component, as the Offload Loader offers it: the GPU part or host part
+# every tier of that component must have. "" (auto) leaves the planner free.
+PIN_CHOICES = ("", "gpu", "pinned_ram", "ram", "disk")
+_PIN_RULE = {
+    "gpu": lambda t: t.gpu == "G",
+    "pinned_ram": lambda t: t.host == "P",
+    "ram": lambda t: t.host == "R",
+    "disk": lambda t: t.host == "D",
+}
+
+
+def pinned_tiers(pin: str, tiers: tuple[Tier, ...]) -> tuple[Tier, ...]:
+    """``tiers`` that honour a residency choice ("" keeps them all)."""
+    return tiers if not pin else tuple(t for t in tiers if _PIN_RULE[pin](t))
+
+
 USED_TIERS = tuple(t for t in Tier if t.gpu)  # a component that computes must be on the GPU
 IDLE_TIERS = tuple(t for t in Tier if t.gpu != "S")  # streaming happens only while computing
 

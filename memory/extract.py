@@ -10,7 +10,7 @@ loaders derive a value that shares the base weights and adds the LoRA's own.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 from .activations import activation_bytes
 from .catalog import lookup, lookup_components
 from .components import ComponentError, ComponentInfo
+from .costmodel import PIN_CHOICES
 from .graph import Graph, Link, Node
 from .node_types import lookup as lookup_node_type
 from .workload import Component, Step, Workload
@@ -47,6 +48,9 @@ class LoaderSpec:
     files: tuple[tuple[str, str], ...]  # (input name, component kind)
     outputs: tuple[str, ...]  # output types in order
     patches: tuple[str, ...] = ()  # inputs whose value this loader patches (LoRA)
+    # part kind -> the inputs whose files replace a checkpoint's part of that kind (the Offload Loader)
+    overrides: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    residency: tuple[tuple[str, str], ...] = ()  # part kind -> the input holding the user's residency
 
 
 _CKPT = (("ckpt_name", "checkpoint"),)
@@ -86,6 +90,16 @@ LOADERS: dict[str, LoaderSpec] = {
             ("vae", "vae"),
         ),
         ("MODEL", "CLIP", "VAE"),
+        overrides=(
+            ("diffusion_model", ("diffusion_model",)),
+            ("text_encoder", ("text_encoder_1", "text_encoder_2", "text_encoder_3")),
+            ("vae", ("vae",)),
+        ),
+        residency=(
+            ("diffusion_model", "model_residency"),
+            ("text_encoder", "text_encoder_residency"),
+            ("vae", "vae_residency"),
+        ),
     ),  # fmt: skip
 }
 _OUTPUT_KIND = {
@@ -126,7 +140,9 @@ def generic_loader(node: Node, io: tuple[dict[str, str], tuple[str, ...]] | None
 
 
 class _Extractor:
-    def __init__(self, graph: Graph, order: list[str], node_io: NodeIO, models_dir: Path | None) -> None:
+    def __init__(
+        self, graph: Graph, order: list[str], node_io: NodeIO, models_dir: Path | Sequence[Path] | None
+    ) -> None:
         self.g, self.order, self.io, self.models_dir = graph, order, node_io, models_dir
         self.components: dict[str, Component] = {}
         self.info: dict[str, ComponentInfo] = {}
@@ -135,10 +151,10 @@ class _Extractor:
         self.flops_per_s = 80e12
 
     # --- components --------------------------------------------------------------------------------
-    def _add(self, cid: str, info: ComponentInfo, label: str) -> str:
+    def _add(self, cid: str, info: ComponentInfo, label: str, pin: str = "") -> str:
         if cid not in self.components:
             blocks = tuple(b.bytes for b in info.blocks if b.bytes > 0)
-            self.components[cid] = Component(cid, label, info.bytes, blocks, info.kind, info.source)
+            self.components[cid] = Component(cid, label, info.bytes, blocks, info.kind, info.source, pin)
             self.info[cid] = info
             if info.source == "estimate":
                 self.notes.append(
@@ -156,15 +172,28 @@ class _Extractor:
 
     def _loader_outputs(self, node_id: str, spec: LoaderSpec) -> list[frozenset[str]]:
         node = self.g.nodes[node_id]
+
+        def named(input_name: str) -> bool:
+            file = node.inputs.get(input_name)
+            return not isinstance(file, Link) and file not in _NO_FILE
+
+        replaced = {kind for kind, names in spec.overrides if any(named(n) for n in names)}
+        pins = {kind: node.inputs.get(name) for kind, name in spec.residency}
         by_kind: dict[str, set[str]] = {}
         for input_name, kind in spec.files:
             file = node.inputs.get(input_name)
-            if isinstance(file, Link) or file in _NO_FILE:
+            if not named(input_name):
                 continue
             for part in self._lookup(str(file), kind):
                 part_kind = part.kind if kind == "checkpoint" else kind
+                if kind == "checkpoint" and part_kind in replaced:
+                    continue  # the loader takes this part from its own file input instead
+                pin = pins.get(part_kind)
                 cid = self._add(
-                    f"{node_id}:{input_name}:{part_kind}", part, f"{Path(str(file)).name} [{part_kind}]"
+                    f"{node_id}:{input_name}:{part_kind}",
+                    part,
+                    f"{Path(str(file)).name} [{part_kind}]",
+                    pin if isinstance(pin, str) and pin in PIN_CHOICES else "",
                 )
                 by_kind.setdefault(part_kind, set()).add(cid)
         outputs = []
@@ -337,7 +366,7 @@ def workload_from_graph(
     graph: Graph,
     order: list[str],
     node_io: NodeIO = node_io,
-    models_dir: Path | None = None,
+    models_dir: Path | Sequence[Path] | None = None,
     tflops: float = 80.0,
 ) -> Workload:
     """Components and steps of ``graph`` executed in ``order`` (see the module docstring).

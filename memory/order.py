@@ -312,3 +312,16 @@ def reachable(graph: Graph, outputs: Iterable[str]) -> set[str]:
 
 def _names(graph: Graph, node_ids: list[str]) -> str:
     return ", ".join(f"{n} ({graph.nodes[n].class_type})" for n in node_ids)
+
+
+def output_signatures(graph: Graph, node_ids: Iterable[str]) -> set[Hashable]:
+    """The cache signatures of ``node_ids``: what the host's output cache holds after they ran."""
+    signatures = _Signatures(graph)
+    return {signatures.merkle(n) for n in node_ids if n in graph.nodes}
+
+
+def predict_cached(graph: Graph, held: set[Hashable]) -> frozenset[str]:
+    """Nodes whose output the host already holds: same class, inputs and ancestry as one it ran before
+    (``held``, from ``output_signatures``). A wrong guess costs only a re-plan when the node starts."""
+    signatures = _Signatures(graph)
+    return frozenset(n for n in graph.nodes if signatures.merkle(n) in held)

@@ -23,7 +23,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .costmodel import IDLE_TIERS, USED_TIERS, Budget, Hardware, Tier, transition_seconds, upload_bandwidth
+from .costmodel import (
+    IDLE_TIERS,
+    USED_TIERS,
+    Budget,
+    Hardware,
+    Tier,
+    pinned_tiers,
+    transition_seconds,
+    upload_bandwidth,
+)
 from .workload import Component, Step, Workload
 
 INF = math.inf
@@ -49,6 +58,7 @@ class StepPlan:
     transfer_s: float  # moves into this step plus streaming during it
     actions: list[str] = field(default_factory=list)  # what happens before/while this step runs
     prefetched: list[str] = field(default_factory=list)  # uploads overlapped with this step's compute
+    prefetch_ids: list[str] = field(default_factory=list)  # the components of those uploads
     wall_s: float = 0.0
 
 
@@ -96,8 +106,8 @@ def _gib(n: float) -> str:
 
 def _allowed(c: Component, used: bool) -> tuple[Tier, ...]:
     if not used:
-        return IDLE_TIERS
-    return USED_TIERS if c.streamable else tuple(t for t in USED_TIERS if t.gpu == "G")
+        return pinned_tiers(c.pin, IDLE_TIERS)
+    return pinned_tiers(c.pin, USED_TIERS if c.streamable else tuple(t for t in USED_TIERS if t.gpu == "G"))
 
 
 class _Problem:
@@ -205,7 +215,8 @@ def _optimise(problem: _Problem) -> tuple[float, list[tuple[int, ...]]]:
     steps = len(problem.w.steps)
     first = np.zeros(())
     for i in problem.alive(0):
-        first = first[..., None] + problem.move(i, (Tier.DISK,), problem.allowed(0, i))[0]
+        start = problem.w.initial_tier(problem.w.components[i].id)
+        first = first[..., None] + problem.move(i, (start,), problem.allowed(0, i))[0]
     totals = [first + problem.step_cost(0)]
     for s in range(steps - 1):
         totals.append(_advance(problem, totals[-1], s) + problem.step_cost(s + 1))
@@ -271,7 +282,7 @@ def _describe(problem: _Problem, states: list[tuple[int, ...]]) -> list[StepPlan
     """Turn the optimal joint states into per-step placements, memory figures and actions."""
     w, hw, depth = problem.w, problem.hw, problem.depth
     plans: list[StepPlan] = []
-    previous: dict[int, Tier] = {}
+    previous = {i: w.initial_tier(c.id) for i, c in enumerate(w.components) if c.id in w.initial}
     for s, step in enumerate(w.steps):
         tiers = tiers_of(problem, s, states[s])
         vram = step.activation + sum(
@@ -366,6 +377,7 @@ def _schedule_prefetch(problem: _Problem, steps: list[StepPlan]) -> None:
             seconds = transition_seconds(hw, c.bytes, prior_tier, placement.tier)
             before.vram_peak += c.bytes
             before.prefetched.append(f"{c.label} ({_gb(c.bytes)}) for node {sp.step.node_id}")
+            before.prefetch_ids.append(cid)
             blocking[s] -= seconds
             overlapped[s - 1] += seconds
     for s, sp in enumerate(steps):

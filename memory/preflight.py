@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -149,7 +149,7 @@ def plan_prompt(
     prompt: dict[str, Any],
     budget: Budget,
     hardware: Hardware | None = None,
-    models_dir: Path | None = None,
+    models_dir: Path | Sequence[Path] | None = None,
     outputs: list[str] | None = None,
 ) -> tuple[PlannedRun | None, Preflight]:
     """Parse, order, extract and plan an API prompt (what POST /prompt carries); never raises on bad input.

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import bisect
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from .costmodel import PIN_CHOICES, Tier
 
 
 @dataclass(frozen=True)
@@ -21,8 +24,11 @@ class Component:
     blocks: tuple[int, ...] = ()
     kind: str = ""
     source: str = ""  # where the size came from: header, catalog or estimate
+    pin: str = ""  # the user's residency choice (see costmodel.PIN_CHOICES); "" lets the planner decide
 
     def __post_init__(self) -> None:
+        if self.pin not in PIN_CHOICES:
+            raise ValueError(f"component {self.id}: unknown residency {self.pin!r}; use one of {PIN_CHOICES}")
         if self.bytes < 0 or any(b <= 0 for b in self.blocks) or sum(self.blocks) > self.bytes:
             raise ValueError(
                 f"component {self.id}: inconsistent sizes (bytes {self.bytes}, blocks {self.blocks})"
@@ -75,6 +81,9 @@ class Workload:
     components: tuple[Component, ...]
     steps: tuple[Step, ...]
     notes: tuple[str, ...] = field(default=())
+    # Where components are before the first step (a re-plan mid-prompt); absent ones are on disk. Only
+    # components live at the first step start from here; the others are dropped, as after a last use.
+    initial: Mapping[str, Tier] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         known = {c.id for c in self.components}
@@ -84,6 +93,11 @@ class Workload:
             missing = set(step.uses) - known
             if missing:
                 raise ValueError(f"step {step.node_id} uses unknown components {sorted(missing)}")
+        if set(self.initial) - known:
+            raise ValueError(f"initial tiers of unknown components {sorted(set(self.initial) - known)}")
+
+    def initial_tier(self, component_id: str) -> Tier:
+        return self.initial.get(component_id, Tier.DISK)
 
     def component(self, component_id: str) -> Component:
         return next(c for c in self.components if c.id == component_id)

@@ -1,11 +1,8 @@
-"""What the node adapters share: choice lists, the any-type, and the not-yet-available error."""
+"""What the node adapters share: choice lists, the any-type and the budget input."""
 
 from __future__ import annotations
 
-from typing import NoReturn
-
 from ..memory.units import parse_vram_budget as parse_gb
-from ..version import __version__
 
 CATEGORY = "Headroom"
 
@@ -24,17 +21,6 @@ class AnyType(str):
 
 
 ANY = AnyType("*")
-
-
-class HeadroomNotAvailable(RuntimeError):
-    """A node whose engine has not landed yet was asked to run."""
-
-
-def not_available(display_name: str, issue: int, alternative: str) -> NoReturn:
-    raise HeadroomNotAvailable(
-        f"{display_name} is not available yet in Headroom {__version__} (tracked as issue #{issue}). "
-        f"Meanwhile use {alternative}; nothing in your workflow has been changed."
-    )
 
 
 def vram_budget_input() -> tuple[str, dict]:

@@ -28,8 +28,11 @@ from types import ModuleType
 from typing import Any
 
 from ..memory import telemetry as tm
-from ..memory.costmodel import Budget, GiB
+from ..memory.catalog import ALL_FOLDERS
+from ..memory.components import ComponentError, describe_file
+from ..memory.costmodel import Budget, GiB, Hardware
 from ..memory.preflight import PlanCache, Preflight, plan_prompt
+from ..memory.residency import Controller, MappedFile, footprint, open_mapped, pin, to_mapped, to_pageable
 from ..memory.units import parse_bytes
 from ..version import __version__
 
@@ -75,8 +78,14 @@ def model_files(kind: str) -> list[str]:
 
 
 def clip_type_choices() -> list[str]:
-    """The CLIP types the host's own CLIPLoader accepts (they grow with every host release)."""
-    return list(_host("nodes").CLIPLoader.INPUT_TYPES()["required"]["type"][0])
+    """The CLIP types the host's CLIPLoader and DualCLIPLoader accept (they grow with every release), the
+    single-file ones first so the default stays the stock CLIPLoader's."""
+    choices: list[str] = []
+    for loader in ("CLIPLoader", "DualCLIPLoader"):
+        required = _host("nodes").NODE_CLASS_MAPPINGS[loader].INPUT_TYPES()["required"]
+        if "type" in required:
+            choices += [c for c in required["type"][0] if c not in choices]
+    return choices or ["stable_diffusion"]
 
 
 def weight_dtype_choices() -> list[str]:
@@ -86,6 +95,9 @@ def weight_dtype_choices() -> list[str]:
 
 
 # --- block streaming sampler
+_stream_log = logging.getLogger("headroom.streaming")
+
+
 @dataclass
 class StreamingRun:
     """What one streamed sampling did, for the node's UI text."""
@@ -111,6 +123,11 @@ def streaming_ksample(
     On a CPU device the streamer places the blocks itself; on CUDA it first asks the host to offload
     what it loaded (``partially_unload``, so its accounting stays right) and then places rest,
     resident blocks and ring itself for the duration of the sampling.
+
+    When the host splits one step into several model calls (cond and uncond, when its memory
+    estimate says the batch does not fit), a ``calc_cond_batch`` wrapper (current hosts) makes them
+    share each block's upload: see ``_SharedUploads``. The 2024 host has no such hook; there each
+    call uploads the streamed blocks again.
     """
     import torch
 
@@ -155,25 +172,144 @@ def streaming_ksample(
         state["streamer"] = streamer
         streamer.attach()
 
-    def wrapper(apply_model: Any, args: dict[str, Any]) -> Any:
-        if "attached" not in state:
-            state["attached"] = True
-            attach(args)
+    def call_model(apply_model: Any, args: dict[str, Any]) -> Any:
         if previous is not None:
             return previous(apply_model, args)
         return apply_model(args["input"], args["timestep"], **args["c"])
 
+    shared = _SharedUploads(lambda: state.get("streamer"), call_model)
+
+    def wrapper(apply_model: Any, args: dict[str, Any]) -> Any:
+        if "attached" not in state:
+            state["attached"] = True
+            attach(args)
+        return shared.model_call(apply_model, args)
+
     patched.set_model_unet_function_wrapper(wrapper)
+    shared.install(patched)
     try:
         (latent,) = nodes.common_ksampler(patched, *sampler_args[:8], denoise=sampler_args[8])
         streamer = state.get("streamer")
         if streamer is not None:
-            run.summary = streamer.summary()
+            run.summary = {**streamer.summary(), **shared.counts()}
     finally:
         streamer = state.get("streamer")
         if streamer is not None:
             streamer.detach(release=True)
     return latent, run
+
+
+class _SharedUploads:
+    """Make the model calls of one sampling step share each streamed block's upload.
+
+    The host builds a step's calls one after another inside ``calc_cond_batch`` (each call's inputs
+    are built after the previous call returned), so they cannot be gathered from the model call.
+    The ``CALC_COND_BATCH`` wrapper therefore runs the host's own function twice: a dry run records
+    each call's arguments (the model returns zeros), the recorded calls then run through
+    ``BlockStreamer.run_together`` (each block uploaded once for all of them, each call computing
+    exactly what it computes alone), and a second run of the host's function gets each call's
+    output back, so the host combines them as it always does: bitwise the stock result. Anything the
+    host computes while building a call (a ControlNet's output) is computed twice.
+
+    Only used while the host does split: after a step with a single call, steps run plainly until a
+    split is seen again. Calls whose conds carry hooks (scheduled LoRA) run plainly: the host
+    patches weights between them.
+    """
+
+    KEY = "headroom.streaming.shared_uploads"
+
+    def __init__(self, streamer: Callable[[], Any], call_model: Callable[[Any, dict], Any]) -> None:
+        self._streamer = streamer
+        self._call_model = call_model
+        self._mode: str | None = None  # "record" or "replay" inside the wrapper's two host runs
+        self._recorded: list[tuple[Any, dict]] = []
+        self._outputs: list[tuple[dict, Any]] = []
+        self._share = True  # record the next step (it starts True: the first step may split)
+        self.calls = 0  # model calls computed
+        self.shared_steps = 0
+        self.replay_mismatches = 0
+
+    def install(self, patcher: Any) -> bool:
+        """Add the wrapper where the host has the hook (ComfyUI with patcher wrappers, late 2024 on)."""
+        try:
+            wrappers_mp = _host("comfy.patcher_extension").WrappersMP
+        except ImportError:
+            return False
+        if not hasattr(wrappers_mp, "CALC_COND_BATCH") or not hasattr(patcher, "add_wrapper_with_key"):
+            return False
+        patcher.add_wrapper_with_key(wrappers_mp.CALC_COND_BATCH, self.KEY, self.calc_cond_batch)
+        return True
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "model_calls": self.calls,
+            "shared_steps": self.shared_steps,
+            "replay_mismatches": self.replay_mismatches,
+        }
+
+    def _streams(self) -> bool:
+        streamer = self._streamer()
+        return streamer is not None and bool(streamer.streamed)
+
+    def model_call(self, apply_model: Any, args: dict[str, Any]) -> Any:
+        import torch
+
+        if self._mode == "record":
+            self._recorded.append((apply_model, args))
+            return torch.zeros_like(args["input"])
+        if self._mode == "replay":
+            if self._outputs and _same_call(self._outputs[0][0], args):
+                return self._outputs.pop(0)[1]
+            self.replay_mismatches += 1  # the host built another call than recorded: compute it
+            _stream_log.warning("Headroom: a model call differs from its dry run; computing it again")
+        self.calls += 1
+        return self._call_model(apply_model, args)
+
+    def calc_cond_batch(
+        self, executor: Any, model: Any, conds: Any, x_in: Any, timestep: Any, options: Any
+    ) -> Any:
+        if not self._share or _has_hooks(conds):
+            before = self.calls
+            out = executor(model, conds, x_in, timestep, options)
+            self._share = self.calls - before > 1 and self._streams()  # a split: share from the next step
+            return out
+        self._mode, self._recorded = "record", []
+        try:
+            executor(model, conds, x_in, timestep, options)
+        finally:
+            self._mode = None
+        recorded, self._recorded = self._recorded, []
+        calls = [functools.partial(self._call_model, apply_model, args) for apply_model, args in recorded]
+        streamer = self._streamer()
+        if streamer is not None and len(calls) > 1:
+            outputs = streamer.run_together(calls)
+            self.shared_steps += bool(streamer.streamed)
+        else:
+            outputs = [call() for call in calls]
+        self.calls += len(calls)
+        self._outputs = [(args, out) for (_, args), out in zip(recorded, outputs, strict=True)]
+        self._mode = "replay"
+        try:
+            out = executor(model, conds, x_in, timestep, options)
+        finally:
+            self._mode, self._outputs = None, []
+        self._share = len(calls) > 1 and self._streams()
+        return out
+
+
+def _same_call(recorded: dict[str, Any], args: dict[str, Any]) -> bool:
+    """The replayed call is the recorded one: same input, timesteps and cond/uncond chunks."""
+    import torch
+
+    return (
+        recorded.get("cond_or_uncond") == args.get("cond_or_uncond")
+        and torch.equal(recorded["input"], args["input"])
+        and torch.equal(recorded["timestep"], args["timestep"])
+    )
+
+
+def _has_hooks(conds: Any) -> bool:
+    return any(c.get("hooks") is not None for cond in conds if cond for c in cond if isinstance(c, dict))
 
 
 def _activation_bytes(patcher: Any, shape: Any) -> int:
@@ -308,14 +444,19 @@ class _Monitor:
             except Exception as exc:
                 _log.warning("Headroom: could not plan prompt %s: %s", prompt_id, exc)
                 self.telemetry.attach_plan(str(prompt_id), None, f"planning failed: {exc}")
+            _safe("residency plan", residency().prompt_started, self, str(prompt_id), prompt)
         self.sampler.ensure_running()
 
     def node_started(self, prompt_id: Any, node_id: Any) -> None:
         self.telemetry.node_started(None if prompt_id is None else str(prompt_id), str(node_id))
+        if prompt_id is not None:
+            _safe("residency", residency().controller.node_started, str(prompt_id), str(node_id))
         self.sampler.ensure_running()
 
     def node_finished(self, prompt_id: Any, node_id: Any, ok: bool = True) -> None:
         self.telemetry.node_finished(None if prompt_id is None else str(prompt_id), str(node_id), ok)
+        if prompt_id is not None:
+            _safe("residency", residency().controller.node_finished, str(prompt_id), str(node_id), ok)
 
 
 _MONITOR: _Monitor | None = None
@@ -340,10 +481,21 @@ def configure_monitor(rate_hz: float | None = None, assume_vram: int | None | st
         m.assume_vram = assume_vram  # type: ignore[assignment]
 
 
-def _models_dir() -> Path | None:
+def _models_dir() -> list[Path]:
+    """Every models root the host reads: its own models folder and the roots of extra model paths (a
+    folder registered as <root>/checkpoints, <root>/vae... names <root>), so the planner sizes the files
+    the loaders will open."""
     folder_paths = sys.modules.get("folder_paths")
-    path = getattr(folder_paths, "models_dir", None)
-    return Path(path) if path and Path(path).is_dir() else None
+    roots: list[Path] = []
+    own = getattr(folder_paths, "models_dir", None)
+    if own and Path(own).is_dir():
+        roots.append(Path(own))
+    for name, entry in (getattr(folder_paths, "folder_names_and_paths", None) or {}).items():
+        for folder in entry[0] if isinstance(entry, (tuple, list)) and entry else ():
+            path = Path(folder)
+            if path.name in (name, *ALL_FOLDERS) and path.parent not in roots and path.parent.is_dir():
+                roots.append(path.parent)
+    return roots
 
 
 def _output_nodes(prompt: dict[str, Any]) -> list[str] | None:
@@ -597,6 +749,17 @@ def _add_routes(web: Any, routes: Any) -> None:
             }
         )
 
+    @routes.get("/headroom/residency/{prompt_id}")
+    async def headroom_residency(request: Any) -> Any:
+        """The residency controller's log of one prompt: planned and applied moves, re-plans, the ledger."""
+        prompt_id, error = _prompt_id(web, request)
+        if error is not None:
+            return error
+        summary = residency().controller.summary(prompt_id)
+        if summary is None:
+            return web.json_response({"error": f"unknown prompt {prompt_id}: no residency log"}, status=404)
+        return web.json_response(summary)
+
     @routes.get("/headroom/plan/{prompt_id}")
     async def headroom_plan(request: Any) -> Any:
         prompt_id, error = _prompt_id(web, request)
@@ -639,6 +802,372 @@ def _add_routes(web: Any, routes: Any) -> None:
                 text=report, content_type="text/csv", headers={"Content-Disposition": disposition}
             )
         return web.json_response(report)
+
+
+# --- offload loader and residency controller
+# The Offload Loader builds the host's own MODEL/CLIP/VAE objects with the host's own loading functions
+# (so every stock node and other pack works with them), then places each component's host copy where
+# its residency says, and registers it with the residency controller. The controller (memory.residency)
+# is driven by the monitor's executor hooks; its moves go through the host's model management only:
+# load_models_gpu to load, free_memory(keep_loaded=every other model) to evict, nothing else.
+
+OFFLOAD_KINDS = {"diffusion_model": "MODEL", "text_encoder": "CLIP", "vae": "VAE"}
+_HOST_PART = {"auto": "", "gpu": "", "pinned_ram": "P", "ram": "R", "disk": "D"}
+_DTYPE_OPTIONS = {  # the stock UNETLoader's weight_dtype -> model_options
+    "fp8_e4m3fn": {"dtype": "float8_e4m3fn"},
+    "fp8_e4m3fn_fast": {"dtype": "float8_e4m3fn", "fp8_optimizations": True},
+    "fp8_e5m2": {"dtype": "float8_e5m2"},
+}
+
+
+class OffloadError(ValueError):
+    """A file the Offload Loader cannot use: the message names the input, the file and the problem."""
+
+
+@dataclass
+class ComponentHandle:
+    """One component the loader built: the host's patcher and module, and the files it came from."""
+
+    component_id: str
+    label: str
+    kind: str
+    patcher: Any
+    module: Any
+    paths: list[Path]
+    residency: str
+    files: list[MappedFile] | None = None
+    mapped_names: dict[str, str] = field(default_factory=dict)
+
+    def mapped(self) -> list[MappedFile]:
+        if self.files is None:
+            self.files = open_mapped(self.paths)
+        return self.files
+
+
+def _full_path(kind: str, name: str, input_name: str) -> Path:
+    folder_paths = _host("folder_paths")
+    for folder in _FOLDERS[kind]:
+        if folder in folder_paths.folder_names_and_paths:
+            found = folder_paths.get_full_path(folder, name)
+            if found:
+                return Path(found)
+    folder = _FOLDERS[kind][0]
+    raise OffloadError(f"Offload Loader: input {input_name}: no file {name!r} in the models/{folder} folder")
+
+
+def _check_file(input_name: str, path: Path, expected: str) -> None:
+    """Refuse what is not a safetensors file of the expected kind, before anything is loaded."""
+    try:
+        info = describe_file(path)
+    except ComponentError as exc:
+        raise OffloadError(f"Offload Loader: input {input_name}: {exc}") from None
+    kinds = {i.kind for i in info} if isinstance(info, list) else {info.kind}
+    if expected == "checkpoint":
+        if "diffusion_model" not in kinds:
+            raise OffloadError(
+                f"Offload Loader: input {input_name}: {path.name} holds no diffusion model "
+                f"(it looks like: {', '.join(sorted(kinds))}); a checkpoint holds a model, encoders and a VAE"
+            )
+        return
+    known = kinds - {"unknown", "other"}
+    if known and expected not in known:
+        raise OffloadError(
+            f"Offload Loader: input {input_name}: {path.name} looks like a {'/'.join(sorted(known))} file, "
+            f"not a {expected.replace('_', ' ')}; choose it in the matching input"
+        )
+
+
+def _model_options(weight_dtype: str) -> dict[str, Any]:
+    import torch
+
+    options = dict(_DTYPE_OPTIONS.get(weight_dtype, {}))
+    if "dtype" in options:
+        options["dtype"] = getattr(torch, options["dtype"])
+    return options
+
+
+def _load_checkpoint(
+    path: Path, want_model: bool, want_clip: bool, want_vae: bool, weight_dtype: str
+) -> tuple[Any, Any, Any]:
+    """The parts of a checkpoint that no separate file replaces, as CheckpointLoaderSimple loads them."""
+    sd = _host("comfy.sd")
+    kwargs: dict[str, Any] = {
+        "output_model": want_model,
+        "output_vae": want_vae,
+        "output_clip": want_clip,
+        "embedding_directory": _host("folder_paths").get_folder_paths("embeddings"),
+    }
+    if weight_dtype != "default":
+        if "model_options" not in inspect.signature(sd.load_checkpoint_guess_config).parameters:
+            raise OffloadError(f"Offload Loader: weight_dtype {weight_dtype} needs a newer ComfyUI")
+        kwargs["model_options"] = _model_options(weight_dtype)
+    out = sd.load_checkpoint_guess_config(str(path), **kwargs)
+    return out[0], out[1], out[2]
+
+
+def _load_diffusion_model(path: Path, weight_dtype: str) -> Any:
+    sd = _host("comfy.sd")
+    if hasattr(sd, "load_diffusion_model"):
+        return sd.load_diffusion_model(str(path), model_options=_model_options(weight_dtype))
+    if weight_dtype != "default":  # 2024 hosts load weights in their stored dtype
+        raise OffloadError(f"Offload Loader: weight_dtype {weight_dtype} needs a newer ComfyUI")
+    return sd.load_unet(str(path))
+
+
+def _load_clip(paths: list[Path], clip_type: str) -> Any:
+    """As the stock CLIPLoader / DualCLIPLoader / TripleCLIPLoader: the host's load_clip on the files."""
+    sd = _host("comfy.sd")
+    kwargs: dict[str, Any] = {"embedding_directory": _host("folder_paths").get_folder_paths("embeddings")}
+    clip_types = getattr(sd, "CLIPType", None)
+    if clip_types is not None and len(paths) < 3:  # the stock triple loader takes no type
+        kwargs["clip_type"] = getattr(clip_types, clip_type.upper(), clip_types.STABLE_DIFFUSION)
+    return sd.load_clip(ckpt_paths=[str(p) for p in paths], **kwargs)
+
+
+def _load_vae(name: str) -> Any:
+    return _host("nodes").VAELoader().load_vae(name)[0]
+
+
+def offload_load(node_id: str, inputs: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """The Offload Loader's work: validate every file, load with the host's functions, place, register.
+
+    Nothing is kept when anything fails: the components built so far are dropped with the exception.
+    """
+    none = {"", "none", None}
+    checkpoint, unet, vae_name = inputs.get("checkpoint"), inputs.get("diffusion_model"), inputs.get("vae")
+    encoders = [inputs.get(f"text_encoder_{i}") for i in (1, 2, 3)]
+    encoders = [e for e in encoders if e not in none]
+    if checkpoint in none and unet in none:
+        raise OffloadError("Offload Loader: choose a checkpoint or a diffusion_model (both are none)")
+    weight_dtype = str(inputs.get("weight_dtype") or "default")
+    files: dict[str, tuple[str, Path]] = {}  # input -> (kind, path)
+    if checkpoint not in none:
+        files["checkpoint"] = ("checkpoint", _full_path("checkpoints", checkpoint, "checkpoint"))
+    if unet not in none:
+        path = _full_path("diffusion_models", unet, "diffusion_model")
+        files["diffusion_model"] = ("diffusion_model", path)
+    for i in (1, 2, 3):
+        name = inputs.get(f"text_encoder_{i}")
+        if name not in none:
+            path = _full_path("text_encoders", name, f"text_encoder_{i}")
+            files[f"text_encoder_{i}"] = ("text_encoder", path)
+    if vae_name not in none:
+        files["vae"] = ("vae", _full_path("vae", vae_name, "vae"))
+    for input_name, (kind, path) in files.items():
+        _check_file(input_name, path, kind)
+
+    model = clip = vae = None
+    if "checkpoint" in files:
+        model, clip, vae = _load_checkpoint(
+            files["checkpoint"][1], want_model=unet in none, want_clip=not encoders,
+            want_vae=vae_name in none, weight_dtype=weight_dtype if unet in none else "default",
+        )  # fmt: skip
+    if unet not in none:
+        model = _load_diffusion_model(files["diffusion_model"][1], weight_dtype)
+    if encoders:
+        paths = [p for k, p in files.values() if k == "text_encoder"]
+        clip = _load_clip(paths, str(inputs.get("clip_type")))
+    if vae_name not in none:
+        vae = _load_vae(vae_name)
+
+    handles = _handles(node_id, inputs, files, model, clip, vae)
+    control = residency()
+    control.controller.forget(f"{node_id}:")
+    for h in handles:
+        note = _place_host_copy(h)
+        control.controller.register(h.component_id, h.label, h, _host_part(h))
+        if note:
+            _log.info("Headroom: %s: %s", h.label, note)
+    return model, clip, vae
+
+
+def _handles(
+    node_id: str, inputs: dict[str, Any], files: dict[str, tuple[str, Path]], model: Any, clip: Any, vae: Any
+) -> list[ComponentHandle]:
+    """One handle per component, with the id the planner gives it (memory.extract: node:input:kind)."""
+    out = []
+
+    def source(kind: str) -> tuple[str, list[Path]]:
+        own = [n for n, (k, _) in files.items() if k == kind]
+        if own:
+            return own[0], [files[n][1] for n in own]
+        return "checkpoint", [files["checkpoint"][1]]
+
+    for kind, obj, residency_input in (
+        ("diffusion_model", model, "model_residency"),
+        ("text_encoder", clip, "text_encoder_residency"),
+        ("vae", vae, "vae_residency"),
+    ):
+        if obj is None:
+            continue
+        patcher = obj if kind == "diffusion_model" else obj.patcher
+        module = patcher.model
+        input_name, paths = source(kind)
+        label = " + ".join(p.name for p in paths) + f" [{kind}]"
+        choice = str(inputs.get(residency_input) or "auto")
+        cid = f"{node_id}:{input_name}:{kind}"
+        out.append(ComponentHandle(cid, label, kind, patcher, module, paths, choice))
+    return out
+
+
+def _host_part(h: ComponentHandle) -> str:
+    fp = footprint(h.module, h.files or ())
+    return "D" if fp.mapped > fp.ram + fp.pinned else "P" if fp.pinned > fp.ram else "R"
+
+
+def _place_host_copy(h: ComponentHandle, host: str | None = None) -> str:
+    """Move the component's CPU copy to pinned RAM, pageable RAM or its file; returns a note."""
+    host = host if host is not None else _HOST_PART.get(h.residency, "")
+    if host == "D":
+        binding = to_mapped(h.module, h.mapped(), h.mapped_names)
+        h.mapped_names.update(binding.bound)
+        if binding.kept_bytes:
+            sample = next(iter(binding.kept.items()))
+            return (
+                f"{binding.kept_bytes / 2**20:.1f} MiB stay in RAM (the loader converted them; e.g. "
+                f"{sample[0]}: {sample[1]})"
+            )
+        return ""
+    if host == "P":
+        done, why = pin(h.module)
+        return why
+    if host == "R":
+        to_pageable(h.module, h.files or ())
+    return ""
+
+
+class _HostOps:
+    """memory.residency.HostOps on the host's model management."""
+
+    @property
+    def mm(self) -> ModuleType:  # looked up when used: the glue imports outside a host too
+        return _host("comfy.model_management")
+
+    def _loaded(self, module: Any) -> list[Any]:
+        out = []
+        for lm in list(self.mm.current_loaded_models):
+            patcher = lm.model
+            if patcher is not None and getattr(patcher, "model", None) is module:
+                out.append(lm)
+        return out
+
+    @staticmethod
+    def _bytes(lm: Any) -> int:
+        if hasattr(lm, "model_loaded_memory"):
+            return int(lm.model_loaded_memory())
+        return int(lm.model_memory())  # 2024 hosts load whole models
+
+    def on_gpu(self, handle: ComponentHandle) -> int:
+        return sum(self._bytes(lm) for lm in self._loaded(handle.module))
+
+    def load(self, handle: ComponentHandle) -> None:
+        self.mm.load_models_gpu([handle.patcher])
+
+    def evict(self, handle: ComponentHandle) -> None:
+        ours = self._loaded(handle.module)
+        keep = [lm for lm in self.mm.current_loaded_models if lm not in ours]
+        device = ours[0].device if ours else self.mm.get_torch_device()
+        self.mm.free_memory(1 << 62, device, keep_loaded=keep)  # unloads ours alone, with its accounting
+
+    def set_host_tier(self, handle: ComponentHandle, host: str) -> str:
+        return _place_host_copy(handle, host)
+
+    def warm(self, handle: ComponentHandle) -> None:
+        if handle.files:  # mapped from its file: ask the kernel to read ahead (returns at once)
+            for mf in handle.files:
+                _advise_willneed(mf.path)
+
+    def device_bytes(self) -> int:
+        return sum(self._bytes(lm) for lm in list(self.mm.current_loaded_models) if lm.model is not None)
+
+    def is_oom(self, exc: BaseException) -> bool:
+        return isinstance(exc, self.mm.OOM_EXCEPTION)
+
+    def free_device(self) -> None:
+        self.mm.unload_all_models()
+        self.mm.soft_empty_cache()
+
+
+def _advise_willneed(path: Path) -> None:
+    import mmap
+
+    if not hasattr(mmap, "MADV_WILLNEED"):
+        return
+    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        m.madvise(mmap.MADV_WILLNEED)
+
+
+def dynamic_vram_reason() -> str:
+    """Why the controller must stand aside, or "": hosts with DynamicVRAM (comfy-aimdo) page weights in
+    and out themselves, and a second manager would fight it."""
+    mm = sys.modules.get("comfy.memory_management")
+    if mm is not None and getattr(mm, "aimdo_enabled", False):
+        return "this ComfyUI manages VRAM with DynamicVRAM (comfy-aimdo)"
+    return ""
+
+
+_EVENT_TIERS = {  # controller action -> the monitor's (tier_from, tier_to)
+    "load": ("ram", "gpu"), "prefetch": ("ram", "gpu"), "evict": ("gpu", "ram"), "stream": ("ram", "stream"),
+    "pin": ("ram", "pinned"), "unpin": ("pinned", "ram"), "map": ("ram", "disk"), "warm": ("disk", "disk"),
+}  # fmt: skip
+
+
+class _Residency:
+    """The process's residency controller, its budget and the hook calls from the monitor."""
+
+    def __init__(self) -> None:
+        self.controller = Controller(_HostOps())
+        self.controller.listeners.append(self._to_telemetry)
+        self.budget_override: Budget | None = None
+        self.hardware = Hardware.pcie(4)
+        self.deferred = ""
+
+    def budget(self, m: _Monitor) -> Budget | None:
+        return self.budget_override or m.budget()
+
+    def prompt_started(self, m: _Monitor, prompt_id: str, prompt: dict[str, Any]) -> None:
+        reason = dynamic_vram_reason()
+        if reason:
+            if reason != self.deferred:
+                _log.info("Headroom: %s; the residency controller defers to it", reason)
+            self.deferred = reason
+            return
+        budget = self.budget(m)
+        if budget is None:
+            return
+        last = next(reversed(self.controller.runs), None)
+        if last is not None:
+            self.controller.prompt_finished(last)
+        self.controller.prompt_started(
+            prompt_id, prompt, budget, self.hardware, models_dir=_models_dir(), outputs=_output_nodes(prompt)
+        )
+
+    def _to_telemetry(self, prompt_id: str, event: Any) -> None:
+        if event.kind not in ("applied", "oom", "failed") or not event.action:
+            return
+        a, b = _EVENT_TIERS.get(event.action, ("", ""))
+        action = event.action if event.kind == "applied" else f"{event.action} {event.kind}"
+        node = event.node_id or None
+        monitor().telemetry.record_event(
+            tm.ResidencyEvent(time.time(), prompt_id, node, event.label, a, b, event.nbytes, action)
+        )
+
+
+_RESIDENCY: _Residency | None = None
+
+
+def residency() -> _Residency:
+    """The process-wide residency controller, created on first use."""
+    global _RESIDENCY
+    with _MONITOR_LOCK:
+        if _RESIDENCY is None:
+            _RESIDENCY = _Residency()
+        return _RESIDENCY
+
+
+def configure_residency(budget: Budget | None) -> None:
+    """Plan with this budget instead of the device's (tests, benchmarks, a --reserve-vram stand-in)."""
+    residency().budget_override = budget
 
 
 # --- tiled VAE decode

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import host
-from .common import CATEGORY, NONE_CHOICE, RESIDENCY_CHOICES, not_available
+from .common import CATEGORY, NONE_CHOICE, RESIDENCY_CHOICES
 
 
 def _files(kind: str) -> list[str]:
@@ -15,7 +15,12 @@ def _files(kind: str) -> list[str]:
 def _residency(what: str) -> tuple[list[str], dict]:
     return (
         RESIDENCY_CHOICES,
-        {"default": "auto", "tooltip": f"Where the {what} lives between uses; auto lets the planner decide"},
+        {
+            "default": "auto",
+            "tooltip": f"Where the {what} lives between uses: auto lets the planner decide; gpu keeps "
+            "it on the GPU; pinned_ram / ram keep a copy in (pinned) RAM; disk reads it from its file "
+            "with no RAM copy",
+        },
     )
 
 
@@ -33,7 +38,7 @@ class HeadroomOffloadLoader:
 
     @classmethod
     def INPUT_TYPES(cls) -> dict[str, Any]:
-        encoder_tip = "A text encoder file (models/text_encoders), or none"
+        encoder_tip = "A text encoder file (models/text_encoders), or none; overrides the checkpoint's"
         return {
             "required": {
                 "checkpoint": (_files("checkpoints"), {"tooltip": "A single-file checkpoint, or none"}),
@@ -47,11 +52,12 @@ class HeadroomOffloadLoader:
                 "model_residency": _residency("diffusion model"),
                 "text_encoder_residency": _residency("text encoders"),
                 "vae_residency": _residency("VAE"),
-            }
+            },
+            "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
-    def load(self, **inputs: Any) -> tuple[Any, Any, Any]:
-        not_available(self.DISPLAY_NAME, 6, "the stock Load Checkpoint / Load Diffusion Model loaders")
+    def load(self, unique_id: str | None = None, **inputs: Any) -> tuple[Any, Any, Any]:
+        return host.offload_load(str(unique_id), inputs)
 
 
 NODE_CLASS = HeadroomOffloadLoader

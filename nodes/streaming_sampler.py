@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..memory.units import format_bytes
 from . import host
 from .common import CATEGORY, parse_vram_budget, vram_budget_input
 
@@ -75,10 +76,12 @@ def describe_run(summary: dict[str, Any], note: str = "") -> str:
         return note or "nothing streamed: the model fits the budget"
     text = (
         f"{summary['family']}: {summary['resident_blocks']}/{summary['blocks']} blocks resident, "
-        f"prefetch {summary['prefetch']}, {summary['streamed_bytes'] / 1e9:.2f} GB streamed per step"
+        f"prefetch {summary['prefetch']}, {format_bytes(summary['streamed_bytes'])} streamed per step"
     )
     if summary.get("generic_layout"):
         text += " (blocks found by the generic rule)"
+    if summary.get("shared_steps"):
+        text += "; the host's separate cond/uncond calls share each upload"
     if summary.get("step_s") and summary.get("bound_s"):
         text += f"; {summary['step_s']:.3f} s/step vs bound {summary['bound_s']:.3f} s"
     return text

@@ -2,7 +2,8 @@
 
 ``discovery`` finds a model's blocks, ``residency`` chooses which stay on the device, ``streamer``
 keeps the rest in host memory allocated once and uploads them into a fixed ring of device slots
-ahead of the block that needs them, and ``ledger`` accounts for every byte placed on the device.
+ahead of the block that needs them, ``lockstep`` lets the model calls of one step (cond and uncond
+run separately) share each upload, and ``ledger`` accounts for every byte placed on the device.
 """
 
 from .discovery import BlockLayout, discover_blocks

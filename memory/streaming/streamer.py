@@ -3,9 +3,11 @@
 ``attach`` puts the non-block weights and the resident blocks on the device (their host tensors
 are kept, so ``detach`` only rebinds: nothing is ever copied back), and moves every streamed
 block's tensors into one host buffer allocated once (pinned when the device is CUDA and pinning
-works; pinned bytes = streamed bytes plus alignment). It then hooks each streamed block: before it
-runs, compute waits for its upload's event and its parameters become views of its ring slot; after
-it runs, they point back at the host buffer and the slot takes the next upload. Uploads go on a
+works; pinned bytes = streamed bytes plus alignment). It then hooks each streamed block: when it is
+entered (its forward or a direct child's), compute waits for its upload's event and its parameters
+become views of its ring slot; when it is left, they point back at the host buffer and the slot
+takes the next upload. Model calls of one step that the host runs separately (cond and uncond) can
+share each upload through ``run_together`` (see ``lockstep``). Uploads go on a
 side CUDA stream into ``depth + 1`` slots, each the size of the largest streamed block, so once
 warm nothing is allocated per step. The order of uploads is learnt from the first step (a block
 called out of order is uploaded on demand and counted as a miss). On a CPU device the same code
@@ -18,6 +20,7 @@ import logging
 import statistics
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +29,7 @@ from torch import nn
 
 from .discovery import BlockLayout
 from .ledger import DeviceLedger
+from .lockstep import LockStep
 from .residency import StreamingChoice
 
 log = logging.getLogger(__name__)
@@ -37,6 +41,7 @@ class StreamStats:
     uploads: int = 0
     uploaded_bytes: int = 0
     misses: int = 0  # blocks called out of the learnt order (uploaded on demand)
+    calls_together: int = 0  # model calls that shared their uploads with another call (run_together)
     steps: int = 0
     pinned: bool = False
     host_bytes: int = 0  # the streamed blocks' host buffer
@@ -145,6 +150,7 @@ class BlockStreamer:
         self._pos = 0
         self._hooks: list[Any] = []
         self._side = None
+        self._lockstep: LockStep | None = None
         self.attached = False
 
     # --- setup -----------------------------------------------------------------------------------
@@ -235,10 +241,34 @@ class BlockStreamer:
             self._side = torch.cuda.Stream(self.device)
 
     def _hook(self) -> None:
+        """A streamed block is entered through its own forward or any direct child's: some hosts run
+        a block's children without calling the block (the UNet's ``forward_timestep_embed``). It is
+        left when its forward returns, else when the next streamed block is entered or the model's
+        forward returns."""
+        shared = self._shared_modules()
         for i in self.streamed:
-            module = self.layout.blocks[i][1]
-            self._hooks.append(module.register_forward_pre_hook(lambda m, a, i=i: self._before(i)))
-            self._hooks.append(module.register_forward_hook(lambda m, a, o, i=i: self._after(i)))
+            block = self.layout.blocks[i][1]
+            for module in (block, *(c for c in block.children() if id(c) not in shared)):
+                self._hooks.append(module.register_forward_pre_hook(lambda m, a, i=i: self._enter(i)))
+            self._hooks.append(block.register_forward_hook(lambda m, a, o, i=i: self._leave(i)))
+        if self.streamed:
+            self._hooks.append(self.model.register_forward_hook(lambda m, a, o: self._leave_all()))
+
+    def _shared_modules(self) -> set[int]:
+        """Modules that are not one block's alone (also in another block or outside the blocks): a
+        call of one of them must not count as entering a block."""
+        seen: dict[int, int] = {}
+        for _, block in self.layout.blocks:
+            for module in block.modules():
+                seen[id(module)] = seen.get(id(module), 0) + 1
+        blocks = {id(block) for _, block in self.layout.blocks}
+        stack = [self.model]
+        while stack:  # the modules outside every block
+            module = stack.pop()
+            if id(module) not in blocks:
+                seen[id(module)] = seen.get(id(module), 0) + 1
+                stack += list(module.children())
+        return {key for key, count in seen.items() if count > 1}
 
     # --- timing -----------------------------------------------------------------------------------
     def _mark(self, stream: Any = None) -> Any:
@@ -287,7 +317,32 @@ class BlockStreamer:
         while self._free and len(self._inflight) < self.choice.depth + (0 if self._current else 1):
             self._issue(self.order[(self._pos + len(self._inflight)) % n])
 
-    def _before(self, block: int) -> None:
+    def _rank(self, block: int) -> int:
+        """How many blocks of the learnt order come before ``block`` from where the ring stands."""
+        n = len(self.order)
+        return (self.order.index(block) - self._pos) % n if block in self.order else n
+
+    def _enter(self, block: int) -> None:
+        if self._lockstep is not None:
+            self._lockstep.enter(block)
+        elif block not in self._current:  # else: another child of the block being computed
+            self._acquire(block)
+
+    def _leave(self, block: int) -> None:
+        if self._lockstep is not None:
+            self._lockstep.leave(block)
+        elif block in self._current:
+            self._release(block)
+
+    def _leave_all(self) -> None:
+        if self._lockstep is None:
+            for block in list(self._current):
+                self._release(block)
+
+    def _acquire(self, block: int) -> None:
+        """Bind ``block`` to its uploaded slot (waiting for the upload), the held block released."""
+        for held in list(self._current):
+            self._release(held)
         self._track_order(block)
         if not self._inflight or self._inflight[0].block != block:
             self._miss(block)
@@ -300,7 +355,8 @@ class BlockStreamer:
         self._pos = (self.order.index(block) + 1) % len(self.order)
         self._top_up()
 
-    def _after(self, block: int) -> None:
+    def _release(self, block: int) -> None:
+        """``block`` has computed: its tensors point back at the host buffer, its slot is reused."""
         slot, began = self._current.pop(block)
         if self.cuda:
             slot.done = torch.cuda.Event()
@@ -339,6 +395,23 @@ class BlockStreamer:
                 self._order_known = True
         if not self._order_known and block not in self._observed:
             self._observed.append(block)
+
+    # --- several calls per step ----------------------------------------------------------------------
+    def run_together(self, calls: Sequence[Callable[[], Any]]) -> list[Any]:
+        """Run model calls of one step (cond and uncond, when the host splits them) so that each
+        streamed block is uploaded once for all of them; the results are bitwise those of running the
+        calls one after another (see ``lockstep``). Without streamed blocks they just run in turn."""
+        if len(calls) < 2 or not self.streamed or not self.attached:
+            return [call() for call in calls]
+        if self._lockstep is not None:
+            raise RuntimeError("Headroom: run_together is already running on this model")
+        self._leave_all()
+        self._lockstep = LockStep(self, calls)
+        try:
+            return self._lockstep.run()
+        finally:
+            self._lockstep = None
+            self.stats.calls_together += len(calls)
 
     # --- teardown ----------------------------------------------------------------------------------
     def detach(self, release: bool = False) -> None:
@@ -387,6 +460,8 @@ class BlockStreamer:
             "device_peak_bytes": self.ledger.peak,
             "uploads": self.stats.uploads,
             "misses": self.stats.misses,
+            "steps": self.stats.steps,
+            "calls_together": self.stats.calls_together,
             "h2d_bytes_per_s": bw,
             "step_s": statistics.median(self.stats.step_s) if self.stats.step_s else None,
             "bound_s": self.stats.bound_s(),

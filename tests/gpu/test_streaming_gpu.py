@@ -85,3 +85,40 @@ def test_streamed_equals_resident_within_budget_and_without_growth(share: float)
     assert torch.cuda.memory_allocated() <= base, "every device byte is returned"
     summary = streamer.summary()
     assert summary["pinned"] and summary["host_bytes"] <= 1.1 * summary["streamed_bytes"]
+
+
+class ChildCalledDit(Dit):
+    """Runs each block's children itself, as the host's UNet does (the block's forward never runs)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.embed(x)
+        for block in self.blocks:
+            q, k, v = block.qkv(h).chunk(3, dim=-1)
+            h = h + block.proj(torch.nn.functional.scaled_dot_product_attention(q, k, v))
+            h = h + block.mlp_out(torch.nn.functional.gelu(block.mlp_in(h)))
+        return self.head(h)
+
+
+@pytest.mark.parametrize("model_class", [Dit, ChildCalledDit])
+def test_calls_run_together_share_uploads_and_equal_the_calls_run_alone(model_class: type) -> None:
+    torch.manual_seed(1)
+    model = model_class().to(torch.bfloat16)
+    inputs = [torch.randn(1, 256, 64, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    layout = discover_blocks(model)
+    blocks = layout.block_bytes()
+    rest = module_bytes(model) - sum(blocks)
+    budget = rest + int(0.25 * sum(blocks)) + 2 * max(blocks)
+    streamer = BlockStreamer(model, layout, choose_streaming(blocks, rest, budget), "cuda")
+    streamer.attach()
+    n = len(streamer.streamed)
+    with torch.no_grad():
+        alone = [model(x) for x in inputs]  # one after another: each call uploads every block
+        before = streamer.stats.uploads
+        together = [streamer.run_together([lambda x=x: model(x) for x in inputs]) for _ in range(2)]
+        torch.cuda.synchronize()
+    uploads = streamer.stats.uploads - before
+    streamer.detach(release=True)
+    assert n >= 2 and uploads == 2 * n, "one upload per streamed block per step for both calls"
+    for step in together:
+        assert all(torch.equal(a, b) for a, b in zip(step, alone, strict=True))
+    assert streamer.ledger.peak <= budget and streamer.stats.misses == 0

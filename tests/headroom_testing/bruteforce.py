@@ -14,6 +14,14 @@ from comfyui_headroom.memory.planner import minimum_vram
 from comfyui_headroom.memory.workload import Workload
 
 
+def _honours(pin: str, t: Tier) -> bool:
+    """The user's residency choice, restated: a GPU pin keeps every weight on the GPU; a host pin fixes
+    where the host copy lives (P pinned, R pageable, D the file)."""
+    if pin == "gpu":
+        return t.gpu == "G"
+    return not pin or t.host == {"pinned_ram": "P", "ram": "R", "disk": "D"}[pin]
+
+
 def _choices(w: Workload) -> list[tuple[Tier, ...]]:
     out = []
     for c in w.components:
@@ -22,9 +30,9 @@ def _choices(w: Workload) -> list[tuple[Tier, ...]]:
             if not uses or s < uses[0] or s > uses[-1]:
                 out.append((Tier.DISK,))
             elif c.id in step.uses:
-                out.append(tuple(t for t in USED_TIERS if c.blocks or t.gpu == "G"))
+                out.append(tuple(t for t in USED_TIERS if (c.blocks or t.gpu == "G") and _honours(c.pin, t)))
             else:
-                out.append(IDLE_TIERS)
+                out.append(tuple(t for t in IDLE_TIERS if _honours(c.pin, t)))
     return out
 
 
@@ -98,7 +106,7 @@ def _brute_force(w: Workload, budget: Budget, hw: Hardware, depth: int) -> float
                 break
             for c in comps:
                 t = tier[c.id, s]
-                prev = tier[c.id, s - 1] if s else Tier.DISK
+                prev = tier[c.id, s - 1] if s else w.initial.get(c.id, Tier.DISK)
                 if t.host in "PR" and prev.host != t.host:
                     sources = (
                         [hw.disk]

@@ -121,7 +121,9 @@ class RunResult:
 class Host:
     """A ComfyUI imported in this process, with the pack loaded and temp folders for models and images."""
 
-    def __init__(self, root: Path, work_dir: Path, pack_folder_name: str = "Headroom-Pack_test") -> None:
+    def __init__(
+        self, root: Path, work_dir: Path, pack_folder_name: str = "Headroom-Pack_test", cpu: bool = True
+    ) -> None:
         if "comfy.model_management" in sys.modules:
             raise HostUnavailable("comfy.model_management was imported before the harness set --cpu")
         self.root = root
@@ -129,7 +131,7 @@ class Host:
         install_torchvision_placeholder()
         from comfy.cli_args import args
 
-        args.cpu = True  # must precede the first import of comfy.model_management
+        args.cpu = cpu  # must precede the first import of comfy.model_management (GPU benchmarks pass False)
         if (root / "utils" / "__init__.py").is_file():
             # as main.py does: nodes.py puts comfy/ first on sys.path, after which "utils" would
             # resolve to comfy/utils.py and the built-in nodes needing utils.* would fail to import

@@ -17,8 +17,9 @@ How small the stock detection lets each family be (``supported_builders`` says w
 * Wan 2.1 t2v (``build_tiny_wan``, current hosts): width, depth and FFN size are all read from the state
   dict, so it is truly tiny; its VAE (``build_wan21_vae``) is fixed at full size and its text encoder,
   umt5-xxl, cannot be built small at all (``tiny_wan_conditioning`` stands in for its output).
-* Flux is not offered: model_detection.py fixes ``hidden_size=3072``, so one double block is ~0.4B
-  parameters.
+* Flux and Qwen-Image cannot be detected at tiny size (model_detection.py fixes their width): the
+  tiny DiTs (``build_tiny_dit``, ``load_tiny_dit``) are built from the host's own classes with an
+  explicit config instead of through the stock loaders.
 """
 
 from __future__ import annotations
@@ -389,3 +390,264 @@ def tiny_wan_conditioning(batch: int = 1, tokens: int = 8, seed: int = 0) -> lis
     """A CONDITIONING value ``[[tensor, {}]]`` of the shape umt5-xxl would give the tiny Wan model."""
     gen = torch.Generator().manual_seed(seed)
     return [[torch.randn(batch, tokens, WAN21_TEXT_DIM, generator=gen), {}]]
+
+
+def tiny_dit_config(family: str) -> dict[str, Any]:
+    """A tiny config of one of the host's DiT classes, for ``build_tiny_dit``/``load_tiny_dit``.
+
+    These families cannot be made small through the stock loaders: model_detection.py fixes Flux's
+    ``hidden_size=3072`` and Qwen-Image's width, and SD3 ties its width to its depth. The files are
+    loaded with this config instead of being detected (current hosts only). Widths and rope axes are
+    the smallest the classes accept (rope axes sum to the head size).
+    """
+    configs: dict[str, dict[str, Any]] = {
+        "flux": {
+            "image_model": "flux", "in_channels": 16, "out_channels": 16, "patch_size": 2,
+            "vec_in_dim": 32, "context_in_dim": 64, "hidden_size": 64, "mlp_ratio": 4.0, "num_heads": 2,
+            "depth": 2, "depth_single_blocks": 3, "axes_dim": [8, 12, 12], "theta": 10000,
+            "qkv_bias": True, "guidance_embed": True,
+        },
+        "qwen_image": {
+            "image_model": "qwen_image", "in_channels": 64, "out_channels": 16, "num_layers": 4,
+            "attention_head_dim": 32, "num_attention_heads": 2, "joint_attention_dim": 64,
+            "axes_dims_rope": (8, 12, 12),
+        },
+        "sd3": {
+            "in_channels": 16, "out_channels": 16, "patch_size": 2, "depth": 4, "input_size": None,
+            "adm_in_channels": 32, "num_patches": 256, "pos_embed_max_size": 16,
+            "pos_embed_scaling_factor": None, "x_block_self_attn_layers": [],
+            "context_embedder_config": {
+                "target": "torch.nn.Linear", "params": {"in_features": 64, "out_features": 256},
+            },
+        },
+    }  # fmt: skip
+    return copy.deepcopy(configs[family])
+
+
+def _tiny_dit_model_config(family: str, state_dict: dict) -> Any:
+    import comfy.model_detection
+
+    model_config = comfy.model_detection.model_config_from_unet_config(tiny_dit_config(family), state_dict)
+    if model_config is None:
+        raise NotImplementedError(f"the host ({current_host_version()}) has no {family} model class")
+    return model_config
+
+
+def build_tiny_dit(
+    models_dir: Path,
+    family: str,
+    name: str | None = None,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float16,
+) -> Path:
+    """The diffusion model of ``family`` ("flux", "qwen_image", "sd3") at ``tiny_dit_config`` size,
+    built from the host's own classes, in ``diffusion_models/``; load it with ``load_tiny_dit``."""
+    model_config = _tiny_dit_model_config(family, {})
+    model = _on_meta(lambda: model_config.get_model({}))
+    state_dict = _init_state_dict(model.diffusion_model, seed, dtype)
+    name = name or f"tiny_{family}.safetensors"
+    return _save(state_dict, models_dir, "diffusion_models", name, f"{family}_tiny")
+
+
+def load_tiny_dit(path: Path, family: str) -> Any:
+    """A MODEL (the host's ModelPatcher) from a ``build_tiny_dit`` file: the steps of the host's
+    ``load_diffusion_model_state_dict`` (dtype choice, ``get_model``, ``load_model_weights``), with
+    the tiny config in place of detection."""
+    import comfy.model_management as mm
+    import comfy.model_patcher
+    import comfy.utils
+
+    state_dict = comfy.utils.load_torch_file(str(path))
+    model_config = _tiny_dit_model_config(family, state_dict)
+    load_device, offload_device = mm.get_torch_device(), mm.unet_offload_device()
+    supported = list(model_config.supported_inference_dtypes)
+    unet_dtype = mm.unet_dtype(
+        model_params=comfy.utils.calculate_parameters(state_dict),
+        supported_dtypes=supported,
+        weight_dtype=comfy.utils.weight_dtype(state_dict),
+    )
+    model_config.set_inference_dtype(unet_dtype, mm.unet_manual_cast(unet_dtype, load_device, supported))
+    model = model_config.get_model(state_dict, "").to(offload_device)
+    model.load_model_weights(state_dict, "")
+    return comfy.model_patcher.ModelPatcher(model, load_device=load_device, offload_device=offload_device)
+
+
+def build_tiny_wan_blocks(
+    models_dir: Path,
+    name: str = "tiny_wan21_blocks.safetensors",
+    seed: int = 0,
+    num_layers: int = 4,
+    scaled_fp8: bool = False,
+) -> Path:
+    """``build_tiny_wan`` with ``num_layers`` blocks, for the stock UNETLoader (current hosts).
+
+    ``scaled_fp8``: the host's scaled-fp8 format, as ComfyUI saves it: every Linear weight in
+    float8_e4m3fn with its fp32 ``scale_weight`` (absmax / 448) and a ``scaled_fp8`` marker tensor,
+    which makes the loader build ``comfy.ops.scaled_fp8_ops``; the other tensors stay fp16.
+    """
+    _require_wan()
+    import comfy.ops
+    from comfy.ldm.wan.model import WanModel
+
+    config = {**TINY_WAN21, "num_layers": num_layers}
+    model = _on_meta(lambda: WanModel(**config, operations=comfy.ops.disable_weight_init))
+    state_dict = _init_state_dict(model, seed, torch.float32)
+    linears = {n for n, m in model.named_modules() if type(m).__name__ == "Linear"}
+    for key in list(state_dict):
+        module, _, leaf = key.rpartition(".")
+        value = state_dict[key]
+        if scaled_fp8 and module in linears and leaf == "weight":
+            scale = value.abs().max().clamp(min=1e-12) / 448.0
+            state_dict[key] = (value / scale).to(torch.float8_e4m3fn)
+            state_dict[f"{module}.scale_weight"] = scale.reshape(()).float()
+        else:
+            state_dict[key] = value.to(torch.float16)
+    if scaled_fp8:
+        state_dict["scaled_fp8"] = torch.tensor([], dtype=torch.float8_e4m3fn)
+    kind = "wan21_t2v_scaled_fp8" if scaled_fp8 else "wan21_t2v"
+    return _save(state_dict, models_dir, "diffusion_models", name, kind)
+
+
+# --- tiled VAE decode: the video VAEs of issue #5 (current hosts only) -----------------------------
+# comfy/sd.py builds the Wan 2.2 VAE with this fixed config for any state dict that has
+# ``decoder.upsamples.0.upsamples.0.residual.2.weight`` (48 latent channels, 16x spatial).
+WAN22_VAE_CONFIG: dict[str, Any] = {
+    "dim": 160,
+    "z_dim": 48,
+    "dim_mult": [1, 2, 4, 4],
+    "num_res_blocks": 2,
+    "attn_scales": [],
+    "temperal_downsample": [False, True, True],
+    "dropout": 0.0,
+}
+# What comfy/sd.py builds for a state dict with ``decoder.conv_in.conv.weight`` (HunyuanVideo's VAE):
+# the SD KL layout with 3D convolutions and 4x time compression.
+HUNYUAN_VIDEO_VAE_DDCONFIG: dict[str, Any] = {
+    **SD_VAE_DDCONFIG,
+    "z_channels": 16,
+    "conv3d": True,
+    "time_compress": 4,
+}
+_LTXV_ENCODER_BLOCKS = [["res_x", {"num_layers": 1}], ["compress_all", {}], ["res_x", {"num_layers": 1}]]
+_LTXV_COMMON: dict[str, Any] = {
+    "dims": 3, "in_channels": 3, "out_channels": 3, "latent_channels": 128,
+    "encoder_blocks": _LTXV_ENCODER_BLOCKS, "scaling_factor": 1.0, "norm_layer": "pixel_norm",
+    "patch_size": 4, "latent_log_var": "uniform",
+    "use_quant_conv": False, "causal_decoder": False,
+}  # fmt: skip
+# Small LTXV VAEs the host builds from a file's ``config`` metadata (comfy/sd.py reads it for LTXV):
+# the layer kinds of LTX-Video 0.9.1 (timestep conditioning, frame noise, residual depth-to-space) and
+# of 0.9.0 (neither), plus a channel-changing block, every depth-to-space stride and the 4x4 patch.
+# The decoder lists run from the output back to the latent; the last entry must be a "res_x" (that is
+# what the host's detection looks for).
+LTXV_TINY_CONFIGS: dict[str, dict[str, Any]] = {
+    "0.9.1": {**_LTXV_COMMON, "timestep_conditioning": True, "decoder_blocks": [
+        ["res_x", {"num_layers": 1, "inject_noise": True}],
+        ["compress_all", {"residual": True, "multiplier": 2}],
+        ["res_x_y", {"multiplier": 2}],
+        ["compress_time", {}],
+        ["res_x", {"num_layers": 1, "inject_noise": True}],
+        ["compress_space", {}],
+        ["res_x", {"num_layers": 1}],
+    ]},
+    "0.9.0": {**_LTXV_COMMON, "timestep_conditioning": False, "decoder_blocks": [
+        ["res_x", {"num_layers": 1}], ["compress_all", {}], ["res_x_y", 1], ["res_x", {"num_layers": 2}],
+        ["compress_all", {}], ["res_x", {"num_layers": 1}],
+    ]},
+}  # fmt: skip
+
+
+def host_video_vaes() -> tuple[str, ...]:
+    """Which of the video VAE builders below the imported host can load ("wan22", "hunyuan_video",
+    "ltxv"); the 2024 host has none of them."""
+    import importlib.util
+
+    def has(module: str) -> bool:
+        try:
+            return importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            return False
+
+    found = []
+    if has("comfy.ldm.wan.vae2_2"):
+        found.append("wan22")
+    if has("comfy.ldm.modules.diffusionmodules.model"):
+        import comfy.ldm.modules.diffusionmodules.model as kl
+
+        if hasattr(kl, "VideoConv3d"):
+            found.append("hunyuan_video")
+    if has("comfy.ldm.lightricks.vae.causal_video_autoencoder"):
+        found.append("ltxv")
+    return tuple(found)
+
+
+def _require_video_vae(kind: str) -> None:
+    if kind not in host_video_vaes():
+        raise NotImplementedError(f"the host ({current_host_version()}) cannot build the {kind} VAE")
+
+
+def wan22_vae_state_dict(seed: int = 0, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    """The Wan 2.2 video VAE (48 channels, 16x spatial, 4x temporal) as ``comfy.sd.VAE(sd=...)`` detects
+    it. Full size (the host fixes its config): ~700M parameters' worth of float32 in memory."""
+    _require_video_vae("wan22")
+    from comfy.ldm.wan.vae2_2 import WanVAE
+
+    return _init_state_dict(_on_meta(lambda: WanVAE(**WAN22_VAE_CONFIG)), seed, dtype)
+
+
+def small_wan_vae(version: str, seed: int = 0, width: int = 16) -> torch.nn.Module:
+    """The host's own Wan VAE class ("2.1" or "2.2") with a decoder ``width`` base channels wide (96 and
+    256 in the real ones), in eval mode on the CPU, for tests that need large latents on a CPU; the
+    layers, caches and decode loop are the host's. Keep ``width`` >= 16: with fewer channels a 2D
+    resample convolution on a narrow crop falls below torch's oneDNN size threshold (N*C*H*W > 20480)
+    while the full frame is above it, and the two kernels round differently."""
+    if version == "2.2":
+        _require_video_vae("wan22")
+        from comfy.ldm.wan.vae2_2 import WanVAE
+
+        config = {**WAN22_VAE_CONFIG, "dim": width // 2, "dec_dim": width}
+    else:
+        _require_wan()
+        from comfy.ldm.wan.vae import WanVAE
+
+        config = {**WAN21_VAE_CONFIG, "dim": width}
+    model = _on_meta(lambda: WanVAE(**config))
+    model.load_state_dict(_init_state_dict(model, seed, torch.float32), assign=True)
+    return model.eval()
+
+
+def hunyuan_video_vae_state_dict(
+    seed: int = 0, dtype: torch.dtype = torch.float32
+) -> dict[str, torch.Tensor]:
+    """HunyuanVideo's KL VAE (16 channels, 3D convolutions, 8x spatial, 4x temporal) as
+    ``comfy.sd.VAE(sd=...)`` detects it. Full size (the host fixes ch=128, ch_mult=[1, 2, 4, 4])."""
+    _require_video_vae("hunyuan_video")
+    from comfy.ldm.models.autoencoder import AutoencoderKL
+
+    model = _on_meta(lambda: AutoencoderKL(ddconfig=dict(HUNYUAN_VIDEO_VAE_DDCONFIG), embed_dim=16))
+    return _init_state_dict(model, seed, dtype)
+
+
+def ltxv_vae(
+    config: str | int = "0.9.1", seed: int = 0, dtype: torch.dtype = torch.float32
+) -> tuple[dict, dict]:
+    """``(state_dict, metadata)`` of an LTXV video VAE for ``comfy.sd.VAE(sd=..., metadata=...)``: one of
+    LTXV_TINY_CONFIGS by name, or the host's own full-size config by version number (0, 1, 2). The
+    per-channel latent statistics are mean 0, std 1 (random ones would scale the latent by ~0.02)."""
+    _require_video_vae("ltxv")
+    import json
+
+    from comfy.ldm.lightricks.vae.causal_video_autoencoder import VideoVAE
+
+    if isinstance(config, str):
+        cfg = LTXV_TINY_CONFIGS[config]
+        model, metadata = _on_meta(lambda: VideoVAE(config=cfg)), {"config": json.dumps({"vae": cfg})}
+    else:
+        model, metadata = _on_meta(lambda: VideoVAE(version=config)), {}
+    state_dict = _init_state_dict(model, seed, dtype)
+    for key in state_dict:
+        if key.endswith("std-of-means"):
+            state_dict[key] = torch.ones_like(state_dict[key])
+        elif key.endswith("mean-of-means"):
+            state_dict[key] = torch.zeros_like(state_dict[key])
+    return state_dict, metadata

@@ -82,7 +82,10 @@ def test_loader_lists_the_hosts_model_folders(host: Host) -> None:
     spec = host.node_class("HeadroomOffloadLoader").INPUT_TYPES()["required"]
     assert vae.name in spec["vae"][0]
     assert spec["vae"][0][0] == "none"
-    assert spec["clip_type"][0] == host.nodes.CLIPLoader.INPUT_TYPES()["required"]["type"][0]
+    # the single- and dual-file loaders' types, single first (its default stays the default)
+    single = list(host.nodes.CLIPLoader.INPUT_TYPES()["required"]["type"][0])
+    dual = host.nodes.DualCLIPLoader.INPUT_TYPES()["required"].get("type", ([],))[0]
+    assert spec["clip_type"][0] == single + [t for t in dual if t not in single]
 
 
 def test_stock_prompt_runs_through_the_host(host: Host) -> None:
@@ -109,12 +112,12 @@ def test_stock_prompt_runs_through_the_host(host: Host) -> None:
     assert set(again.cached) == {"1", "2", "3", "4"}
 
 
-def test_a_node_that_has_not_landed_fails_clearly(host: Host) -> None:
+def test_a_loader_with_no_model_chosen_fails_clearly(host: Host) -> None:
     loader = host.node_class("HeadroomOffloadLoader").INPUT_TYPES()["required"]
-    inputs = {name: spec[0][0] for name, spec in loader.items()}  # the first choice of each list
+    inputs = {name: spec[0][0] for name, spec in loader.items()}  # the first choice of each: no files
     prompt = {
         "1": {"class_type": "HeadroomOffloadLoader", "inputs": inputs},
         "2": {"class_type": "HeadroomMemoryMonitor", "inputs": {"value": ["1", 0]}},  # an output node
     }
-    with pytest.raises(PromptFailed, match=r"Offload Loader \(Headroom\) is not available yet .*#6"):
+    with pytest.raises(PromptFailed, match=r"Offload Loader: choose a checkpoint or a diffusion_model"):
         host.run(prompt)

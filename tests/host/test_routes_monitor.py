@@ -146,7 +146,7 @@ def test_status_filters_samples_by_time(served: Served) -> None:
     assert samples and all(s["t"] > first.t for s in samples) and samples[-1]["t"] >= second.t
 
 
-@pytest.mark.parametrize("route", ["report", "plan"])
+@pytest.mark.parametrize("route", ["report", "plan", "residency"])
 def test_unknown_and_malformed_prompt_ids(served: Served, route: str) -> None:
     assert "unknown prompt" in served.get_json(f"/headroom/{route}/no-such-prompt", status=404)["error"]
     for bad in ("bad!id", "-leading-dash", "x" * 129):
@@ -182,6 +182,8 @@ def test_report_and_plan_of_a_run(served: Served) -> None:
     plan = served.get_json(f"/headroom/plan/{pid}")
     assert plan["state"] == "planned" and plan["preflight"]["level"] == "ok"
     assert [s["node"] for s in plan["plan"]["steps"]] == ["1", "2"]
+    residency = served.get_json(f"/headroom/residency/{pid}")  # no model: nothing to move
+    assert residency["prompt_id"] == pid and residency["feasible"] and residency["planned"] == []
 
 
 def test_preflight_warns_the_client_that_queued_a_workflow_that_cannot_fit(served: Served) -> None:

@@ -3,7 +3,9 @@ its blocks stream through the ring, after a stock LoRA loader too, and the model
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -79,7 +81,7 @@ def test_streamed_latent_is_the_stock_latent_bit_for_bit(tiny: Host) -> None:
     streamed = tiny.run(prompt("HeadroomStreamingSampler", vram_budget="0.075"))
     assert torch.equal(_latent(streamed), stock)
     text = streamed.ui["9"]["text"][0]
-    assert "blocks resident" in text and "GB streamed per step" in text, text
+    assert "blocks resident" in text and "MiB streamed per step" in text, text
     # the model is left as it was: a stock run afterwards gives the same latent again
     assert torch.equal(_latent(tiny.run(prompt("KSampler"))), stock)
 
@@ -117,14 +119,78 @@ def test_a_bad_budget_names_the_node_and_the_input(tiny: Host, budget: str) -> N
         tiny.run(prompt("HeadroomStreamingSampler", vram_budget=budget))
 
 
+def pack_host_module(host: Host) -> Any:
+    """The pack's ``nodes.host`` as the host imported it (the module name differs between hosts)."""
+    return next(m for name, m in sys.modules.items() if name.endswith(f"{host.pack_dir.name}.nodes.host"))
+
+
+# --- cond and uncond split into separate model calls -----------------------------------------------
+SPLIT_STEPS = 3
+
+
+@pytest.fixture(scope="module")
+def split_runs(tiny: Host) -> dict[str, Any]:
+    """Stock KSampler and the streamer's sampling of one prompt while the host's memory estimate
+    says a cond+uncond batch never fits, so that it runs them as separate model calls each step."""
+    base_model = sys.modules["comfy.model_base"].BaseModel
+    estimate = base_model.memory_required
+    base_model.memory_required = lambda self, *args, **kwargs: 1 << 45  # 32 TiB: nothing fits
+    try:
+        with torch.inference_mode():
+            model, clip, _ = tiny.node_class("CheckpointLoaderSimple")().load_checkpoint(CKPT)
+            (positive,) = tiny.node_class("CLIPTextEncode")().encode(clip, "split cfg")
+            (negative,) = tiny.node_class("CLIPTextEncode")().encode(clip, "")
+            (latent,) = tiny.node_class("EmptyLatentImage")().generate(64, 64, 2)
+            calls: list[list[int]] = []
+
+            def counting(apply_model, args):  # every model call the host makes, cond (0) or uncond (1)
+                calls.append(list(args["cond_or_uncond"]))
+                return apply_model(args["input"], args["timestep"], **args["c"])
+
+            model = model.clone()
+            model.set_model_unet_function_wrapper(counting)
+            args = (11, SPLIT_STEPS, 5.0, "euler", "normal", positive, negative, latent, 1.0)
+            (stock,) = tiny.nodes.common_ksampler(model, *args[:8], denoise=1.0)
+            stock_calls = list(calls)
+            calls.clear()
+            streamed, run = pack_host_module(tiny).streaming_ksample(
+                model, args, budget=int(0.075 * 2**30), prefetch=None, resident_blocks=None, pin=True
+            )
+    finally:
+        base_model.memory_required = estimate
+    return {"stock": stock, "streamed": streamed, "stock_calls": stock_calls, "calls": calls, "run": run}
+
+
+def test_a_split_cfg_batch_streams_to_the_stock_latent(split_runs: dict[str, Any]) -> None:
+    summary = split_runs["run"].summary
+    streamed_blocks = summary["blocks"] - summary["resident_blocks"]
+    stock_calls = split_runs["stock_calls"]
+    steps = [sorted(stock_calls[i : i + 2]) for i in range(0, len(stock_calls), 2)]
+    assert steps == [[[0], [1]]] * SPLIT_STEPS, "the host split every step in a cond and an uncond call"
+    assert split_runs["calls"] == split_runs["stock_calls"], "each call computed once, in the host's order"
+    assert torch.equal(split_runs["streamed"]["samples"], split_runs["stock"]["samples"])
+    assert streamed_blocks >= 2 and summary["misses"] == 0
+    assert summary["uploads"] >= SPLIT_STEPS * streamed_blocks, "the UNet's blocks went through the ring"
+
+
+def test_a_split_cfg_batch_uploads_each_block_once_per_step(tiny: Host, split_runs: dict[str, Any]) -> None:
+    if tiny.legacy:
+        pytest.skip(
+            "the 2024 host has no calc_cond_batch wrapper to gather a step's calls: there each call "
+            "uploads the streamed blocks (checked for exactness by the test above)"
+        )
+    summary = split_runs["run"].summary
+    streamed_blocks = summary["blocks"] - summary["resident_blocks"]
+    ahead = summary["uploads"] - SPLIT_STEPS * streamed_blocks  # next step's first blocks, prefetched
+    assert 0 <= ahead <= summary["prefetch"] + 1, f"{summary['uploads']} uploads for {SPLIT_STEPS} steps"
+    assert summary["steps"] == SPLIT_STEPS and summary["shared_steps"] == SPLIT_STEPS
+    assert summary["calls_together"] == 2 * SPLIT_STEPS and summary["model_calls"] == 2 * SPLIT_STEPS
+    assert summary["replay_mismatches"] == 0
+
+
 @torch.inference_mode()  # as the host's executor runs nodes
 def test_an_interrupt_mid_sampling_leaves_nothing_behind(tiny: Host) -> None:
-    import sys
-
-    # the pack as the host imported it (the module name differs between hosts)
-    host_module = next(
-        m for name, m in sys.modules.items() if name.endswith(f"{tiny.pack_dir.name}.nodes.host")
-    )
+    host_module = pack_host_module(tiny)
     interrupted = tiny.model_management.InterruptProcessingException
     model, clip, _ = tiny.node_class("CheckpointLoaderSimple")().load_checkpoint(CKPT)
     (positive,) = tiny.node_class("CLIPTextEncode")().encode(clip, "interrupted")

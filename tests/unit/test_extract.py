@@ -13,6 +13,7 @@ from comfyui_headroom.memory.extract import workload_from_graph
 from comfyui_headroom.memory.graph import parse_workflow
 from comfyui_headroom.memory.order import predict_order
 from comfyui_headroom.memory.workload import Workload
+from headroom_testing.prompts import offload_t2i
 
 
 def _ui(nodes: list[tuple[int, str, list[tuple[str, str, int | None]], list[str], list[Any]]]) -> dict:
@@ -170,3 +171,39 @@ def test_a_lora_named_after_its_base_model_is_sized_by_its_rank() -> None:
     assert 0.2 * 19e9 * 2 < big.bytes < 0.3 * 19e9 * 2
     assert small.bytes == pytest.approx(big.bytes * 16 / 384, rel=0.01)
     assert big.blocks, "a LoRA patches every block, so it streams with them"
+
+
+def _offload_prompt(**inputs: Any) -> dict:
+    return offload_t2i(**({"clip_type": "flux"} | inputs))
+
+
+def test_the_offload_loader_takes_a_part_from_its_own_file_over_the_checkpoint() -> None:
+    whole = _workload(_offload_prompt(checkpoint="flux1-dev-fp8.safetensors"))
+    assert {c.kind for c in whole.components} == {"diffusion_model", "text_encoder", "vae"}
+    split = _workload(
+        _offload_prompt(
+            checkpoint="flux1-dev-fp8.safetensors",
+            vae="ae.safetensors",
+            text_encoder_1="clip_l.safetensors",
+            text_encoder_2="t5xxl_fp16.safetensors",
+        )
+    )
+    by_kind = {c.id.split(":")[1]: c for c in split.components}
+    # the checkpoint still gives the diffusion model; encoders and VAE come from their own files
+    assert set(by_kind) == {"checkpoint", "vae", "text_encoder_1", "text_encoder_2"}
+    assert by_kind["checkpoint"].kind == "diffusion_model"
+
+
+def test_the_offload_loader_residency_inputs_pin_its_components() -> None:
+    w = _workload(
+        _offload_prompt(
+            diffusion_model="flux1-dev.safetensors",
+            text_encoder_1="clip_l.safetensors",
+            text_encoder_2="t5xxl_fp16.safetensors",
+            vae="ae.safetensors",
+            model_residency="disk",
+            text_encoder_residency="ram",
+        )
+    )
+    pins = {c.kind: {x.pin for x in w.components if x.kind == c.kind} for c in w.components}
+    assert pins == {"diffusion_model": {"disk"}, "text_encoder": {"ram"}, "vae": {""}}

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from comfyui_headroom.memory.baselines import lower_bound
-from comfyui_headroom.memory.costmodel import GB, Budget, Hardware, Tier
+from comfyui_headroom.memory.costmodel import GB, IDLE_TIERS, Budget, Hardware, Tier, pinned_tiers
 from comfyui_headroom.memory.planner import minimum_vram, plan
 from comfyui_headroom.memory.workload import Component, Step, Workload
 from headroom_testing.bruteforce import brute_force, search_space
@@ -85,7 +85,8 @@ def workloads(draw: st.DrawFn) -> tuple[Workload, Budget]:
         nbytes = draw(sizes)
         nblocks = draw(st.sampled_from([0, 2, 3, 5]))
         block = nbytes // (nblocks + 1) if nblocks else 0
-        comps.append(Component(f"c{i}", f"c{i}", nbytes, (block,) * nblocks if block else ()))
+        pin = draw(st.sampled_from(["", "", "", "gpu", "pinned_ram", "ram", "disk"]))  # mostly auto
+        comps.append(Component(f"c{i}", f"c{i}", nbytes, (block,) * nblocks if block else (), pin=pin))
     steps = []
     for s in range(draw(st.integers(1, 4))):
         uses = draw(st.lists(st.sampled_from([c.id for c in comps]), max_size=2, unique=True))
@@ -102,7 +103,9 @@ def workloads(draw: st.DrawFn) -> tuple[Workload, Budget]:
     # VRAM around the biggest component's size, where the interesting choices (stream or not) live
     vram = int(max(c.bytes for c in comps) * draw(st.sampled_from([0.3, 0.5, 0.7, 0.9, 1.2, 2.0, 4.0])))
     budget = Budget(vram=vram, ram=ram, pinned=draw(st.integers(0, ram // 2**29)) * 2**29)
-    return Workload(tuple(comps), tuple(steps)), budget
+    # a re-plan mid-prompt starts from where the components are, not from disk
+    initial = {c.id: draw(st.sampled_from(IDLE_TIERS)) for c in comps if draw(st.booleans())}
+    return Workload(tuple(comps), tuple(steps), initial=initial), budget
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -125,7 +128,11 @@ def test_planner_matches_brute_force(case: tuple[Workload, Budget]) -> None:
         assert sum(s.transfer_s for s in p.steps) == pytest.approx(expected, rel=1e-9)
         for s in p.steps:
             assert s.ram <= budget.ram and s.pinned <= budget.pinned
-        assert lower_bound(w, budget, HW).transfer_s <= p.transfer_s * (1 + 1e-9)
+        if not w.initial:  # the bound prices every first load from disk
+            assert lower_bound(w, budget, HW).transfer_s <= p.transfer_s * (1 + 1e-9)
+        for s in p.steps:  # a residency choice is honoured at every step
+            for cid, pl in s.placements.items():
+                assert pl.tier in pinned_tiers(w.component(cid).pin, tuple(Tier))
 
 
 def test_two_models_of_one_step_stream_together_sharing_one_ring() -> None:
@@ -162,3 +169,26 @@ def test_synchronous_streaming_is_the_last_resort_below_a_ring_of_two_blocks() -
     assert p.wall_s >= p.transfer_s
     roomy = Budget(vram=ring_of_two, ram=32 * GB, pinned=16 * GB)
     assert plan(w, roomy, HW).prefetch_depth >= 1, "with room for a ring, uploads overlap compute"
+
+
+def test_a_replan_starts_from_where_the_components_are() -> None:
+    w = flux_like()
+    cold = plan(w, Budget.from_card(24 * GB, 64 * GB), HW)
+    warm_w = Workload(w.components, w.steps, initial={"te": Tier.GPU_RAM})
+    warm = plan(warm_w, Budget.from_card(24 * GB, 64 * GB), HW)
+    assert warm.transfer_s < cold.transfer_s  # the text encoder is already on the GPU
+    assert not any("load t5xxl" in a for a in warm.steps[0].actions)
+    assert any("load t5xxl" in a for a in cold.steps[0].actions)
+
+
+def test_a_residency_choice_binds_the_plan() -> None:
+    w = flux_like()
+    te = w.component("te")
+    pinned = Workload(
+        (Component("te", te.label, te.bytes, te.blocks, pin="disk"), *w.components[1:]), w.steps
+    )
+    p = plan(pinned, Budget.from_card(24 * GB, 64 * GB), HW)
+    assert p.feasible
+    assert {s.placements["te"].tier.host for s in p.steps if "te" in s.placements} == {"D"}
+    with pytest.raises(ValueError, match="unknown residency"):
+        Component("x", "x", 10, pin="vram")

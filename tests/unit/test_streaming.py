@@ -3,6 +3,9 @@ per streamed block per step, the order learnt, every tensor back on the host aft
 
 from __future__ import annotations
 
+import functools
+import threading
+
 import pytest
 import torch
 from torch import nn
@@ -45,9 +48,9 @@ class TinyDiT(nn.Module):
         self.out = nn.Linear(width, 8)
         self.call_order = order or list(range(depth))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, order: list[int] | None = None) -> torch.Tensor:
         h = self.embed(x)
-        for i in self.call_order:
+        for i in self.call_order if order is None else order:
             h = self.blocks[i](h)
         return self.out(h)
 
@@ -145,9 +148,10 @@ def test_low_precision_weights_stream_unchanged(dtype: torch.dtype) -> None:
     model = _model(dtype=dtype)
     streamer, x, expected = _attached(model, 0.3)
     with torch.no_grad():
-        got = model(x)
+        got = [model(x) for _ in range(2)]
     streamer.detach()
-    assert torch.equal(got, expected)
+    assert all(torch.equal(g, expected) for g in got)
+    assert streamer.stats.uploads >= 2 * len(streamer.streamed) > 0 and streamer.stats.misses == 0
     assert model.blocks[0].up.weight.dtype == dtype
 
 
@@ -238,3 +242,170 @@ def test_discovery_of_known_layouts_and_the_generic_rule() -> None:
     )  # fmt: skip
     odd = discover_blocks(Odd())
     assert odd.generic and odd.names == ("stages.0", "stages.1", "stages.2")
+
+
+class SeqBlock(nn.Sequential):
+    """A block the model never calls itself: it runs the children, as the host's UNet does."""
+
+
+class ChildCalledNet(nn.Module):
+    def __init__(self, width: int = 16, depth: int = 6) -> None:
+        super().__init__()
+        self.embed = nn.Linear(8, width)
+        self.input_blocks = nn.ModuleList(
+            SeqBlock(nn.Linear(width, width), nn.GELU(), nn.Linear(width, width)) for _ in range(depth)
+        )
+        self.middle_block = SeqBlock(nn.Linear(width, width))
+        self.output_blocks = nn.ModuleList(SeqBlock(nn.Linear(2 * width, width)) for _ in range(depth))
+        self.out = nn.Linear(width, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, skips = self.embed(x), []
+        for block in self.input_blocks:
+            for layer in block:  # forward_timestep_embed: the block's own forward never runs
+                h = layer(h)
+            skips.append(h)
+        for layer in self.middle_block:
+            h = layer(h)
+        for block in self.output_blocks:
+            for layer in block:
+                h = layer(torch.cat([h, skips.pop()], dim=-1))
+        return self.out(h)
+
+
+def _stream(model: nn.Module, share: float) -> tuple[BlockStreamer, DeviceLedger]:
+    layout = discover_blocks(model)
+    blocks = layout.block_bytes()
+    rest = module_bytes(model) - sum(blocks)
+    budget = rest + int(share * sum(blocks)) + 2 * max(blocks) + 1
+    ledger = DeviceLedger(budget)
+    streamer = BlockStreamer(model, layout, choose_streaming(blocks, rest, budget), "cpu", ledger=ledger)
+    streamer.attach()
+    return streamer, ledger
+
+
+def _in_ring(streamer: BlockStreamer, tensor: torch.Tensor) -> bool:
+    ptr = tensor.data_ptr()
+    return any(s.buffer.data_ptr() <= ptr < s.buffer.data_ptr() + s.buffer.numel() for s in streamer._slots)
+
+
+def test_blocks_entered_through_their_children_stream_too() -> None:
+    torch.manual_seed(1)
+    model = ChildCalledNet()
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        expected = model(x)
+    streamer, ledger = _stream(model, 0.3)
+    n = len(streamer.streamed)
+    first = model.input_blocks[streamer.streamed[0]][0]
+    seen: list[bool] = []
+    first.register_forward_pre_hook(lambda m, a: seen.append(_in_ring(streamer, m.weight)))
+    before = streamer.stats.uploads
+    with torch.no_grad():
+        got = [model(x) for _ in range(3)]
+    uploads = streamer.stats.uploads - before
+    streamer.detach(release=True)
+    assert all(torch.equal(g, expected) for g in got)
+    assert n >= 4 and seen == [True] * 3, "the block computes from a ring slot"
+    assert uploads == 3 * n and streamer.stats.misses == 0, "each streamed block uploaded once per step"
+    assert ledger.peak <= ledger.budget
+
+
+def test_a_module_shared_with_another_block_does_not_enter_a_block() -> None:
+    torch.manual_seed(3)
+    model = ChildCalledNet()
+    shared = nn.GELU()  # weightless (a shared weight cannot stream), like a shared rope embedder
+    for block in model.input_blocks:  # one module in every block (and so in none alone)
+        block.append(shared)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        expected = model(x)
+    streamer, _ = _stream(model, 0.3)
+    with torch.no_grad():
+        got = [model(x) for _ in range(2)]
+    streamer.detach()
+    assert all(torch.equal(g, expected) for g in got)
+    assert streamer.stats.misses == 0, "the shared module did not pull another block in"
+
+
+@pytest.mark.parametrize("model_kind", ["dit", "children"])
+def test_calls_run_together_upload_each_block_once_per_step_and_match_alone(model_kind: str) -> None:
+    torch.manual_seed(2)
+    model = _model() if model_kind == "dit" else ChildCalledNet()
+    inputs = [torch.randn(4, 8), torch.randn(3, 8), torch.randn(4, 8)]  # batch sizes differ, as chunks may
+    with torch.no_grad():
+        expected = [[model(x * (s + 1)) for x in inputs] for s in range(3)]
+    streamer, ledger = _stream(model, 0.25)
+    n = len(streamer.streamed)
+    threads = threading.active_count()
+    per_step, got = [], []
+    for s in range(3):
+        before = streamer.stats.uploads
+        with torch.no_grad():
+            got.append(streamer.run_together([functools.partial(model, x * (s + 1)) for x in inputs]))
+        per_step.append(streamer.stats.uploads - before)
+    stats = streamer.stats
+    streamer.detach(release=True)
+    for step_got, step_expected in zip(got, expected, strict=True):
+        assert all(torch.equal(g, e) for g, e in zip(step_got, step_expected, strict=True))
+    assert n >= 2 and per_step == [n] * 3, "one upload per streamed block per step for all three calls"
+    assert stats.misses == 0 and stats.steps == 3 and stats.calls_together == 9
+    assert ledger.peak <= ledger.budget
+    assert threading.active_count() == threads, "the calls' threads are gone"
+
+
+def test_calls_that_take_different_paths_still_match() -> None:
+    model = _model()
+    x = torch.randn(2, 8)
+    orders = [list(range(8)), [0, 1, 2, 4, 6, 7], [0, 1, 2, 3, 3, 4, 5, 6, 7], []]  # skips, a repeat, none
+    with torch.no_grad():
+        expected = [model(x, order) for order in orders]
+    streamer, _ = _stream(model, 0.25)
+    with torch.no_grad():
+        got = streamer.run_together([functools.partial(model, x, order) for order in orders])
+        again = model(x)  # a plain call afterwards still streams exactly
+    streamer.detach()
+    assert all(torch.equal(g, e) for g, e in zip(got, expected, strict=True))
+    assert torch.equal(again, expected[0])
+
+
+def test_the_calls_keep_the_callers_grad_and_inference_mode() -> None:
+    model = _model()
+    streamer, _ = _stream(model, 0.25)
+    x = torch.randn(2, 8)
+
+    def modes() -> tuple[bool, bool, bool]:
+        out = model(x)
+        return torch.is_inference_mode_enabled(), torch.is_grad_enabled(), out.is_inference()
+
+    with torch.inference_mode():
+        inside = streamer.run_together([modes, modes])
+    with torch.no_grad():
+        no_grad = streamer.run_together([modes, modes])
+    streamer.detach()
+    assert inside == [(True, False, True)] * 2
+    assert no_grad == [(False, False, False)] * 2
+
+
+def test_a_failing_call_stops_the_others_and_leaves_the_streamer_usable() -> None:
+    model = _model()
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        expected = model(x)
+    streamer, _ = _stream(model, 0.25)
+    victim = model.blocks[streamer.streamed[2]].norm  # inside a streamed block, mid-round
+
+    def fail_on_batch_of_five(m: nn.Module, args: tuple) -> None:
+        if args[0].shape[0] == 5:
+            raise ValueError("boom")
+
+    hook = victim.register_forward_pre_hook(fail_on_batch_of_five)
+    threads = threading.active_count()
+    with torch.no_grad(), pytest.raises(ValueError, match="boom"):
+        streamer.run_together([functools.partial(model, x), functools.partial(model, torch.randn(5, 8))])
+    hook.remove()
+    assert threading.active_count() == threads and streamer._lockstep is None and not streamer._current
+    with torch.no_grad():
+        assert torch.equal(model(x), expected)
+        assert all(torch.equal(o, expected) for o in streamer.run_together([lambda: model(x)] * 2))
+    streamer.detach()

@@ -53,7 +53,7 @@ def test_a_host_without_the_hooks_fails_open_with_a_log_line(
     assert "per-node memory telemetry is off" in caplog.text
 
 
-def test_a_server_gets_three_read_only_routes_and_the_preflight_handler(
+def test_a_server_gets_four_read_only_routes_and_the_preflight_handler(
     fresh: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "execution", ModuleType("execution"))
@@ -63,10 +63,11 @@ def test_a_server_gets_three_read_only_routes_and_the_preflight_handler(
     assert sorted((r.method, r.path) for r in server.routes) == [
         ("GET", "/headroom/plan/{prompt_id}"),
         ("GET", "/headroom/report/{prompt_id}"),
+        ("GET", "/headroom/residency/{prompt_id}"),
         ("GET", "/headroom/status"),
     ]
     host.install_monitor(server)  # idempotent: no second set of routes or handlers
-    assert len(list(server.routes)) == 3 and len(server.handlers) == 1
+    assert len(list(server.routes)) == 4 and len(server.handlers) == 1
 
 
 @pytest.mark.parametrize("body", [None, [], "text", {"no": "prompt"}, {"prompt": "not a dict"}])
@@ -93,3 +94,23 @@ def test_the_user_can_switch_the_monitor_off(fresh: None, monkeypatch: pytest.Mo
         "server": "off: HEADROOM_MONITOR=0",
     }
     assert not list(server.routes) and not server.handlers and host._MONITOR is None
+
+
+def test_the_residency_controller_defers_to_dynamic_vram(
+    fresh: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    aimdo = ModuleType("comfy.memory_management")
+    aimdo.aimdo_enabled = True  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "comfy.memory_management", aimdo)
+    monkeypatch.setattr(host, "_RESIDENCY", None)
+    control = host.residency()
+    control.budget_override = host.Budget(vram=8 * 2**30, ram=32 * 2**30, pinned=2**30)
+    prompt = {"1": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}}}
+    with caplog.at_level(logging.INFO, logger="headroom"):
+        control.prompt_started(host.monitor(), "p1", prompt)
+        control.prompt_started(host.monitor(), "p2", prompt)
+    assert not control.controller.runs  # nothing planned, nothing will move
+    assert sum("DynamicVRAM" in r.getMessage() for r in caplog.records) == 1  # said once
+    aimdo.aimdo_enabled = False  # type: ignore[attr-defined]
+    control.prompt_started(host.monitor(), "p3", prompt)
+    assert "p3" in control.controller.runs

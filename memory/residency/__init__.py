@@ -1,0 +1,11 @@
+"""Component residency at run time: the controller that applies plans, and the host-side weight tiers
+(pinned RAM, pageable RAM, memory-mapped safetensors) it moves components between."""
+
+from .controller import Controller, Event, HostOps, Run
+from .host_memory import Footprint, can_pin, footprint, pin, to_mapped, to_pageable
+from .mapped import Binding, MappedFile, bind, open_mapped
+
+__all__ = [
+    "Binding", "Controller", "Event", "Footprint", "HostOps", "MappedFile", "Run", "bind", "can_pin",
+    "footprint", "open_mapped", "pin", "to_mapped", "to_pageable",
+]  # fmt: skip

@@ -1,0 +1,453 @@
+"""The runtime residency controller: applies a prompt's plan at node boundaries and re-plans on deviation.
+
+Policy only; the host module does the moves through the host's own model management (``HostOps``).
+The controller manages the components a Headroom loader registered (``register``); the plan still
+accounts for every other component, which the host loads and evicts as usual.
+
+At each node start it looks the node up in the plan:
+- the next planned node: apply that step's placements (evict what the plan moves off the GPU, then
+  load what computes fully there, then change host tiers), load what the plan prefetches for the next
+  node, and start warming the file pages of what the next node uploads;
+- a later node (the ones between were cached, or a lazy branch was skipped): re-plan the rest of the
+  prompt from where every component is now, then apply;
+- a node the plan does not know (an expanded helper): nothing.
+State is read back from the host (``HostOps.on_gpu``) at every boundary, so an OOM after which the host
+unloaded everything is recovered at the next one. An OOM inside one of the controller's own loads frees
+the device through the host and retries once. Every planned and applied action goes to the prompt's log.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..costmodel import Budget, Hardware, Tier
+from ..extract import workload_from_graph
+from ..graph import Graph, Link, parse_workflow
+from ..order import output_signatures, predict_cached, predict_order
+from ..planner import Plan, StepPlan, plan
+from ..workload import Workload
+
+_log = logging.getLogger("headroom")
+HOST_ACTIONS = ("pin", "unpin", "map", "warm")  # host-side moves: logged, not part of the GPU plan
+
+
+class HostOps(Protocol):
+    """What the controller asks of the host; ``handle`` is whatever the loader registered."""
+
+    def on_gpu(self, handle: Any) -> int: ...  # bytes of it on the device now (the host's accounting)
+    def load(self, handle: Any) -> None: ...  # fully onto the device, through the host's loader
+    def evict(self, handle: Any) -> None: ...  # off the device, through the host's unload
+    def set_host_tier(self, handle: Any, host: str) -> str: ...  # "P"/"R"/"D"; returns a note
+    def warm(self, handle: Any) -> None: ...  # start reading its file pages (may do nothing)
+    def device_bytes(self) -> int: ...  # every model's bytes on the device (the ledger)
+    def is_oom(self, exc: BaseException) -> bool: ...
+    def free_device(self) -> None: ...  # unload every model through the host
+
+
+@dataclass(frozen=True)
+class Event:
+    t: float  # seconds since the prompt started
+    node_id: str
+    kind: str  # planned, applied, replan, oom, failed, ledger, note
+    action: str = ""  # load, prefetch, evict, stream, pin, unpin, map, warm
+    component: str = ""
+    label: str = ""
+    nbytes: int = 0
+    detail: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Run:
+    prompt_id: str
+    workload: Workload
+    plan: Plan
+    started: float
+    graph: Graph | None = None
+    position: int = 0  # index in plan.steps of the next expected node
+    events: list[Event] = field(default_factory=list)
+    ledger_peak: int = 0
+    finished: set[str] = field(default_factory=set)
+    managed_ids: frozenset[str] = frozenset()  # the components the planned log covers
+    current: str | None = None  # the node that started and has not finished
+    closed: bool = False
+
+
+@dataclass
+class Managed:
+    component_id: str
+    label: str
+    handle: Any
+
+
+def _tier_of(on_gpu: bool, host: str) -> Tier:
+    if on_gpu:
+        return {"P": Tier.GPU_PINNED, "R": Tier.GPU_RAM, "D": Tier.GPU_ONLY}[host]
+    return {"P": Tier.PINNED, "R": Tier.RAM, "D": Tier.DISK}[host]
+
+
+def _ancestors(graph: Graph, node_id: str) -> set[str]:
+    """Every node whose output ``node_id`` needs, through any chain of links."""
+    seen: set[str] = set()
+    stack = [node_id]
+    while stack:
+        node = graph.nodes.get(stack.pop())
+        for value in node.inputs.values() if node is not None else ():
+            if isinstance(value, Link) and value.node not in seen:
+                seen.add(value.node)
+                stack.append(value.node)
+    return seen
+
+
+def _target(sp: StepPlan, component_id: str) -> Tier:
+    placement = sp.placements.get(component_id)
+    return placement.tier if placement is not None else Tier.DISK
+
+
+class Controller:
+    """One per process; runs are kept by prompt id (the last ``keep`` of them)."""
+
+    def __init__(self, ops: HostOps, keep: int = 16) -> None:
+        self.ops = ops
+        self.managed: dict[str, Managed] = {}
+        self.host_tier: dict[str, str] = {}  # component id -> "P"/"R"/"D", as last set
+        self.runs: OrderedDict[str, Run] = OrderedDict()
+        self.keep = keep
+        self.held: set[Hashable] = set()  # cache signatures of the outputs the host holds
+        self.listeners: list[Callable[[str, Event], None]] = []
+        self.lock = threading.RLock()
+
+    # -- registration (the loader node)
+    def register(self, component_id: str, label: str, handle: Any, host: str = "R") -> None:
+        with self.lock:
+            self.managed[component_id] = Managed(component_id, label, handle)
+            self.host_tier[component_id] = host
+
+    def forget(self, prefix: str) -> None:
+        """Drop every registration of one loader node (its id prefix), before it registers anew."""
+        with self.lock:
+            for cid in [c for c in self.managed if c.startswith(prefix)]:
+                del self.managed[cid]
+                self.host_tier.pop(cid, None)
+
+    # -- prompt boundaries
+    def prompt_started(
+        self,
+        prompt_id: str,
+        prompt: dict[str, Any],
+        budget: Budget,
+        hardware: Hardware,
+        models_dir: Path | Sequence[Path] | None = None,
+        outputs: list[str] | None = None,
+    ) -> Run | None:
+        """Plan the prompt around the nodes the host serves from its cache; None if it cannot be planned."""
+        try:
+            graph = parse_workflow(prompt)
+            cached = predict_cached(graph, self.held)
+            order = predict_order(graph, cached=cached, outputs=outputs)
+            workload = workload_from_graph(graph, order, models_dir=models_dir, tflops=hardware.tflops)
+        except (ValueError, KeyError, TypeError) as exc:
+            _log.info("Headroom: prompt %s is not planned (%s); the host manages its models", prompt_id, exc)
+            return None
+        with self.lock:
+            workload = replace(workload, initial=self._actual_tiers(workload))
+            result, note = self._plan(workload, budget, hardware)
+            run = Run(prompt_id, workload, result, time.monotonic(), graph)
+            self.runs[prompt_id] = run
+            while len(self.runs) > self.keep:
+                self.runs.popitem(last=False)
+            if cached:
+                self._event(
+                    run, "", "note", detail=f"served from the host's cache, not planned: {sorted(cached)}"
+                )
+            if note:
+                self._event(run, "", "note", detail=note)
+            self._log_planned(run)
+            return run
+
+    def _plan(self, workload: Workload, budget: Budget, hardware: Hardware) -> tuple[Plan, str]:
+        result = plan(workload, budget, hardware)
+        if result.feasible:
+            return result, ""
+        if any(c.pin for c in workload.components):
+            free = replace(workload, components=tuple(replace(c, pin="") for c in workload.components))
+            freed = plan(free, budget, hardware)
+            if freed.feasible:
+                return (
+                    freed,
+                    "the residency choices do not fit this budget; the planner placed those components",
+                )
+        return result, f"no plan fits; the host manages the models ({result.bottleneck})"
+
+    def prompt_finished(self, prompt_id: str) -> None:
+        """Close a run: log a node that started and never finished (current hosts report no finish for a
+        node that raised), and remember which outputs the host now holds, to predict cache hits."""
+        with self.lock:
+            run = self.runs.get(prompt_id)
+            if run is None or run.closed:
+                return
+            run.closed = True
+            if run.current is not None:
+                off = [m.label for m in self._managed(run) if not self.ops.on_gpu(m.handle)]
+                detail = f"the node did not finish; off the device: {off}"
+                self._event(run, run.current, "failed", detail=detail)
+            if run.graph is not None:
+                self.held = output_signatures(run.graph, run.finished | self._cached_ids(run))
+
+    @staticmethod
+    def _cached_ids(run: Run) -> set[str]:
+        planned = {sp.step.node_id for sp in run.plan.steps} | run.finished
+        return set(run.graph.nodes) - planned if run.graph is not None else set()
+
+    # -- node boundaries
+    def node_started(self, prompt_id: str, node_id: str) -> None:
+        with self.lock:
+            run = self.runs.get(prompt_id)
+            if run is None:
+                return
+            run.current = node_id
+            if not run.plan.feasible:
+                return
+            steps = [sp.step.node_id for sp in run.plan.steps]
+            if node_id not in steps[run.position :]:
+                self._event(run, node_id, "note", detail="not in the plan (an expanded or unplanned node)")
+                return
+            s = steps.index(node_id, run.position)
+            if s != run.position:
+                self._reorder(run, s)
+                s = 0
+            elif {m.component_id for m in self._managed(run)} != run.managed_ids:
+                # a loader of this prompt registered its components: their moves join the log from here
+                self._supersede(run, s)
+                self._log_planned(run, s)
+            self._apply(run, s)
+            run.position = s + 1
+            self._ledger(run, node_id)
+
+    def node_finished(self, prompt_id: str, node_id: str, ok: bool = True) -> None:
+        with self.lock:
+            run = self.runs.get(prompt_id)
+            if run is None:
+                return
+            run.current = None
+            if ok:
+                run.finished.add(node_id)
+            else:  # the host may have unloaded everything (an OOM): the next boundary reads it back
+                off = [m.label for m in self._managed(run) if not self.ops.on_gpu(m.handle)]
+                self._event(run, node_id, "failed", detail=f"the node failed; off the device now: {off}")
+            self._ledger(run, node_id)
+
+    # -- planning bookkeeping
+    def _managed(self, run: Run) -> list[Managed]:
+        ids = {c.id for c in run.workload.components}
+        return [m for cid, m in self.managed.items() if cid in ids]
+
+    def _actual_tiers(self, workload: Workload) -> dict[str, Tier]:
+        out = {}
+        for c in workload.components:
+            m = self.managed.get(c.id)
+            if m is not None:
+                out[c.id] = _tier_of(self.ops.on_gpu(m.handle) > 0, self.host_tier.get(c.id, "R"))
+        return out
+
+    def _reorder(self, run: Run, s: int) -> None:
+        """Node ``s`` started before the plan's next ones. Those among its ancestors must have run or been
+        served from cache: they leave the plan. The others are still to come (the host orders independent
+        branches its own way): they follow node ``s``. Then re-plan from where everything is."""
+        skipped = run.plan.steps[run.position : s]
+        started = run.plan.steps[s].step.node_id
+        done = _ancestors(run.graph, started) if run.graph is not None else set()
+        gone = [sp for sp in skipped if sp.step.node_id in done]
+        later = [sp for sp in skipped if sp.step.node_id not in done]
+        why = f"node {started} started first"
+        if gone:
+            why += f"; {[sp.step.node_id for sp in gone]} did not run (cached)"
+        if later:
+            why += f"; {[sp.step.node_id for sp in later]} still to come"
+        self._replan(run, [run.plan.steps[s], *later, *run.plan.steps[s + 1 :]], why)
+
+    def _replan(self, run: Run, rest: list[StepPlan], why: str) -> None:
+        self._supersede(run, run.position)
+        workload = Workload(
+            run.workload.components,
+            tuple(sp.step for sp in rest),
+            run.workload.notes,
+            initial=self._actual_tiers(run.workload),
+        )
+        result, note = self._plan(workload, run.plan.budget, run.plan.hardware)
+        self._event(run, rest[0].step.node_id, "replan", detail=why + (f"; {note}" if note else ""))
+        run.workload, run.plan, run.position = workload, result, 0
+        self._log_planned(run)
+
+    def _log_planned(self, run: Run, start: int = 0) -> None:
+        """The GPU actions the plan implies for the managed components from step ``start`` on, simulated
+        from where they are (the initial tiers at the first step, the host's accounting later)."""
+        managed = sorted(m.component_id for m in self._managed(run))
+        run.managed_ids = frozenset(managed)
+        if start == 0:
+            on = {cid: run.workload.initial_tier(cid).gpu != "" for cid in managed}
+        else:
+            on = {cid: self.ops.on_gpu(self.managed[cid].handle) > 0 for cid in managed}
+        for sp in run.plan.steps[start:]:
+            for cid in managed:
+                gpu = _target(sp, cid).gpu
+                action = (
+                    "load" if gpu == "G" and not on[cid] else
+                    "stream" if gpu == "S" else
+                    "evict" if not gpu and on[cid] else ""
+                )  # fmt: skip
+                on[cid] = bool(gpu)
+                if action:
+                    self._planned(run, sp, cid, action)
+            for cid in sp.prefetch_ids:
+                if cid in on and not on[cid]:
+                    on[cid] = True
+                    self._planned(run, sp, cid, "prefetch")
+
+    def _supersede(self, run: Run, start: int) -> None:
+        """Mark the planned actions of steps ``start``.. as replaced (a re-plan or new registrations)."""
+        pending = {sp.step.node_id for sp in run.plan.steps[start:]}
+        run.events = [
+            replace(e, kind="superseded") if e.kind == "planned" and e.node_id in pending else e
+            for e in run.events
+        ]
+
+    def _planned(self, run: Run, sp: StepPlan, cid: str, action: str) -> None:
+        c = run.workload.component(cid)
+        self._event(run, sp.step.node_id, "planned", action, cid, c.label, c.bytes)
+
+    # -- applying a step
+    def _apply(self, run: Run, s: int) -> None:
+        sp = run.plan.steps[s]
+        node_id = sp.step.node_id
+        managed = self._managed(run)
+        for m in managed:  # evictions first: the loads that follow need their room
+            if not _target(sp, m.component_id).gpu and self.ops.on_gpu(m.handle):
+                nbytes = self.ops.on_gpu(m.handle)
+                if self._do(run, node_id, m, "evict", nbytes, lambda m=m: self.ops.evict(m.handle)):
+                    # the host's unload gives back fresh pageable memory: its host tier is set anew below
+                    self.host_tier.pop(m.component_id, None)
+        for m in managed:
+            tier = _target(sp, m.component_id)
+            if tier.gpu == "G" and not self.ops.on_gpu(m.handle):
+                self._load(run, node_id, m, "load")
+            elif tier.gpu == "S":
+                self._event(
+                    run,
+                    node_id,
+                    "applied",
+                    "stream",
+                    m.component_id,
+                    m.label,
+                    detail="the sampler streams it",
+                )
+            # host copies move only where the plan places a live component (after its last use it stays
+            # where it is: the next prompt may want it); a streamed component's host copy is the streamer's
+            if m.component_id in sp.placements and tier.gpu != "S":
+                self._host_tier(run, node_id, m, tier.host)
+        for cid in sp.prefetch_ids:
+            m = self.managed.get(cid)
+            if m is not None and not self.ops.on_gpu(m.handle):
+                self._load(run, node_id, m, "prefetch")
+        if s + 1 < len(run.plan.steps):
+            nxt = run.plan.steps[s + 1]
+            for m in managed:
+                if _target(nxt, m.component_id).gpu and not self.ops.on_gpu(m.handle):
+                    self._do(run, node_id, m, "warm", 0, lambda m=m: self.ops.warm(m.handle))
+
+    def _host_tier(self, run: Run, node_id: str, m: Managed, host: str) -> None:
+        if self.host_tier.get(m.component_id) == host:
+            return
+        notes: list[str] = []
+        action = {"P": "pin", "R": "unpin", "D": "map"}[host]
+        if self._do(
+            run, node_id, m, action, 0, lambda: notes.append(self.ops.set_host_tier(m.handle, host)), notes
+        ):
+            self.host_tier[m.component_id] = host
+
+    def _load(self, run: Run, node_id: str, m: Managed, action: str) -> None:
+        nbytes = run.workload.component(m.component_id).bytes
+        try:
+            self.ops.load(m.handle)
+        except Exception as exc:
+            if not self.ops.is_oom(exc):
+                self._event(run, node_id, "failed", action, m.component_id, m.label, nbytes, repr(exc))
+                return
+            self._event(
+                run, node_id, "oom", action, m.component_id, m.label, nbytes, "freeing the device, retrying"
+            )
+            try:
+                self.ops.free_device()
+                self.ops.load(m.handle)
+            except Exception as again:  # the node loads it itself, as it would without Headroom
+                self._event(run, node_id, "failed", action, m.component_id, m.label, nbytes, repr(again))
+                return
+        self._event(run, node_id, "applied", action, m.component_id, m.label, nbytes)
+
+    def _do(
+        self, run: Run, node_id: str, m: Managed, action: str, nbytes: int, fn: Callable[[], Any],
+        notes: list[str] | None = None,
+    ) -> bool:  # fmt: skip
+        try:
+            fn()
+        except Exception as exc:  # a move that fails leaves the component where it was: fail open
+            self._event(run, node_id, "failed", action, m.component_id, m.label, nbytes, repr(exc))
+            return False
+        detail = "; ".join(n for n in notes or () if n)
+        self._event(run, node_id, "applied", action, m.component_id, m.label, nbytes, detail)
+        return True
+
+    def _ledger(self, run: Run, node_id: str) -> None:
+        used = self.ops.device_bytes()
+        run.ledger_peak = max(run.ledger_peak, used)
+        detail = "over budget" if used > run.plan.budget.vram else ""
+        self._event(run, node_id, "ledger", nbytes=used, detail=detail)
+
+    def _event(
+        self, run: Run, node_id: str, kind: str, action: str = "", component: str = "", label: str = "",
+        nbytes: int = 0, detail: str = "",
+    ) -> None:  # fmt: skip
+        t = round(time.monotonic() - run.started, 6)
+        event = Event(t, node_id, kind, action, component, label, nbytes, detail)
+        run.events.append(event)
+        for listener in self.listeners:
+            try:
+                listener(run.prompt_id, event)
+            except Exception:  # telemetry must never break a run
+                _log.debug("Headroom: a residency listener failed", exc_info=True)
+
+    # -- reading
+    def log(self, prompt_id: str) -> list[Event]:
+        with self.lock:
+            run = self.runs.get(prompt_id)
+            return list(run.events) if run else []
+
+    def summary(self, prompt_id: str) -> dict[str, Any] | None:
+        """Planned vs applied GPU actions, the ledger's peak against the budget, and every event."""
+        with self.lock:
+            run = self.runs.get(prompt_id)
+            if run is None:
+                return None
+            moves = [e for e in run.events if e.action and e.action not in HOST_ACTIONS]
+            return {
+                "prompt_id": prompt_id,
+                "feasible": run.plan.feasible,
+                "budget_vram": run.plan.budget.vram,
+                "ledger_peak": run.ledger_peak,
+                "planned": sorted((e.node_id, e.action, e.component) for e in moves if e.kind == "planned"),
+                "applied": sorted((e.node_id, e.action, e.component) for e in moves if e.kind == "applied"),
+                "replans": sum(e.kind == "replan" for e in run.events),
+                "over_budget": sum(e.detail == "over budget" for e in run.events),
+                "wall_s": run.plan.wall_s if math.isfinite(run.plan.wall_s) else None,
+                "events": [e.as_dict() for e in run.events],
+            }

@@ -1,0 +1,176 @@
+"""Weights that live in their safetensors file: zero-copy tensors over a private memory map.
+
+A "disk" component keeps no copy of its weights in RAM: every parameter is a view of the file's pages,
+which the kernel reads on first touch and may drop again under pressure (they are clean page cache).
+The map is private (copy-on-write), so nothing can write back into the user's model file.
+
+A loader builds its modules the usual way (a copy in RAM), then ``bind`` points each parameter whose
+bytes equal a tensor of the file at that tensor and lets the copy go. Parameters the loader converted
+(another dtype, fused or renamed keys that match nothing) keep their RAM copy and are reported.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..components import ComponentError, read_header
+
+TORCH_DTYPES: dict[str, torch.dtype] = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+    "BOOL": torch.bool,
+}  # fmt: skip
+for _code, _name in (("F8_E4M3", "float8_e4m3fn"), ("F8_E5M2", "float8_e5m2")):
+    if hasattr(torch, _name):  # every torch the host supports has them; keep old ones importable
+        TORCH_DTYPES[_code] = getattr(torch, _name)
+
+
+class MappedFile:
+    """A validated safetensors file mapped read-only-by-contract into this process."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.specs, _ = read_header(self.path)  # raises ComponentError naming the file and the problem
+        size = self.path.stat().st_size
+        with self.path.open("rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+        self.data_start = 8 + length
+        # shared=False: a MAP_PRIVATE mapping; pages come from the page cache and are never written back
+        self.storage = torch.UntypedStorage.from_file(str(self.path), shared=False, nbytes=size)
+        self.size = size
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.specs
+
+    def tensor(self, key: str) -> torch.Tensor | None:
+        """The tensor ``key`` as a view of the mapping, or None where no zero-copy view exists (a dtype
+        torch lacks, or data not aligned to its element size)."""
+        spec = self.specs[key]
+        dtype = TORCH_DTYPES.get(spec.dtype)
+        if dtype is None:
+            return None
+        item = torch.empty((), dtype=dtype).element_size()
+        offset = self.data_start + spec.start
+        if offset % item:
+            return None
+        stride = _contiguous_strides(spec.shape)
+        return torch.empty(0, dtype=dtype).set_(self.storage, offset // item, spec.shape, stride)
+
+    def owns(self, t: torch.Tensor) -> bool:
+        """True when ``t``'s memory lies inside this mapping."""
+        if t.device.type != "cpu":
+            return False
+        base = self.storage.data_ptr()
+        ptr = t.untyped_storage().data_ptr()
+        return base <= ptr < base + self.size
+
+
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= max(dim, 1)
+    return tuple(reversed(strides))
+
+
+@dataclass
+class Binding:
+    """Which of a module's tensors view the file, and what stayed in RAM (with why)."""
+
+    bound: dict[str, str] = field(default_factory=dict)  # module tensor name -> file key
+    mapped_bytes: int = 0
+    kept: dict[str, str] = field(default_factory=dict)  # module tensor name -> reason
+    kept_bytes: int = 0
+
+
+def _named_tensors(module: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    yield from module.named_parameters(remove_duplicate=True)
+    yield from module.named_buffers(remove_duplicate=True)
+
+
+def _candidates(name: str, by_leaf: dict[str, list[str]]) -> list[str]:
+    """File keys that may hold module tensor ``name``: equal, or equal after a prefix on either side (a
+    checkpoint's ``model.diffusion_model.``; the host's ``diffusion_model.`` over a bare UNet file)."""
+    leaf = name.rsplit(".", 1)[-1]
+    return [k for k in by_leaf.get(leaf, ()) if k == name or k.endswith("." + name) or name.endswith("." + k)]
+
+
+def bind(
+    module: torch.nn.Module, files: Iterable[MappedFile], known: dict[str, str] | None = None
+) -> Binding:
+    """Point ``module``'s CPU tensors at equal tensors of ``files`` (see the module docstring).
+
+    Equality is checked byte for byte, so a binding never changes a result. ``known`` maps module names to
+    file keys found by an earlier bind of the same module (after the host moved it back from the GPU).
+    """
+    files = list(files)
+    result = Binding()
+    index: list[tuple[MappedFile, dict[str, list[str]]]] = []
+    for mf in files:
+        by_leaf: dict[str, list[str]] = {}
+        for key in mf.specs:
+            by_leaf.setdefault(key.rsplit(".", 1)[-1], []).append(key)
+        index.append((mf, by_leaf))
+    for name, t in _named_tensors(module):
+        nbytes = t.numel() * t.element_size()
+        if t.device.type != "cpu":
+            result.kept[name], result.kept_bytes = "on a device", result.kept_bytes + nbytes
+            continue
+        if any(mf.owns(t) for mf in files):
+            result.bound[name] = (known or {}).get(name, name)
+            result.mapped_bytes += nbytes
+            continue
+        view, key = _find(name, t, index, (known or {}).get(name))
+        if view is None:
+            result.kept[name] = key  # the reason
+            result.kept_bytes += nbytes
+            continue
+        t.data = view  # keeps the Parameter object: the host and other patchers may hold it
+        result.bound[name] = key
+        result.mapped_bytes += nbytes
+    return result
+
+
+def _find(
+    name: str, t: torch.Tensor, index: list[tuple[MappedFile, dict[str, list[str]]]], hint: str | None
+) -> tuple[torch.Tensor | None, str]:
+    reason = "no tensor of that name in the file"
+    for mf, by_leaf in index:
+        keys = [hint] if hint in mf.specs else _candidates(name, by_leaf)
+        for key in keys:
+            view = mf.tensor(key)
+            if view is None:
+                reason = f"{key}: no zero-copy view (dtype or alignment)"
+            elif view.dtype != t.dtype or tuple(view.shape) != tuple(t.shape):
+                reason = f"{key}: converted by the loader ({view.dtype} {tuple(view.shape)})"
+            elif not torch.equal(view, t):
+                reason = f"{key}: different values (patched or converted)"
+            else:
+                return view, key
+    return None, reason
+
+
+def mapped_bytes(module: torch.nn.Module, files: Iterable[MappedFile]) -> int:
+    """Bytes of ``module``'s tensors that view one of ``files``."""
+    files = list(files)
+    return sum(
+        t.numel() * t.element_size() for _, t in _named_tensors(module) if any(f.owns(t) for f in files)
+    )
+
+
+def open_mapped(paths: Iterable[str | Path]) -> list[MappedFile]:
+    """Map every path; a bad file raises ComponentError naming it."""
+    out = []
+    for p in paths:
+        try:
+            out.append(MappedFile(p))
+        except ComponentError:
+            raise
+        except (OSError, RuntimeError) as exc:
+            raise ComponentError(f"{p}: cannot memory-map: {exc}") from exc
+    return out

@@ -1,0 +1,228 @@
+"""The residency controller against a stand-in host: it applies the plan it logs, keeps the device
+ledger under the budget, re-plans around cached and skipped nodes, and recovers from OOMs."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from comfyui_headroom.memory.costmodel import GB, Budget, Hardware
+from comfyui_headroom.memory.residency import Controller
+from headroom_testing.prompts import offload_t2i
+
+HW = Hardware.pcie(4)
+FILES = {
+    "diffusion_model": "flux1-dev.safetensors",
+    "text_encoder_1": "clip_l.safetensors",
+    "text_encoder_2": "t5xxl_fp16.safetensors",
+    "vae": "ae.safetensors",
+}
+
+
+class OOM(RuntimeError):
+    pass
+
+
+class FakeHost:
+    """The host's accounting reduced to a set of loaded handles; sizes come from the plan's catalogue."""
+
+    def __init__(self) -> None:
+        self.loaded: dict[str, int] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.fail_next_load: type[BaseException] | None = None
+        self.host: dict[str, str] = {}
+
+    def on_gpu(self, handle: Any) -> int:
+        return self.loaded.get(handle[0], 0)
+
+    def load(self, handle: Any) -> None:
+        if self.fail_next_load is not None:
+            exc, self.fail_next_load = self.fail_next_load, None
+            raise exc("CUDA out of memory (injected)")
+        self.calls.append(("load", handle[0]))
+        self.loaded[handle[0]] = handle[1]
+
+    def evict(self, handle: Any) -> None:
+        self.calls.append(("evict", handle[0]))
+        self.loaded.pop(handle[0], None)
+
+    def set_host_tier(self, handle: Any, host: str) -> str:
+        self.host[handle[0]] = host
+        return ""
+
+    def warm(self, handle: Any) -> None:
+        self.calls.append(("warm", handle[0]))
+
+    def device_bytes(self) -> int:
+        return sum(self.loaded.values())
+
+    def is_oom(self, exc: BaseException) -> bool:
+        return isinstance(exc, OOM)
+
+    def free_device(self) -> None:
+        self.calls.append(("free", "*"))
+        self.loaded.clear()
+
+
+def prompt(seed: int = 1, **loader: str) -> dict[str, Any]:
+    return offload_t2i(seed, **({"clip_type": "flux"} | FILES | loader))
+
+
+def setup(card_gb: float = 48) -> tuple[Controller, FakeHost, Budget]:
+    host = FakeHost()
+    controller = Controller(host)
+    budget = Budget.from_card(int(card_gb * GB), 64 * GB)
+    return controller, host, budget
+
+
+def register(controller: Controller, run_workload: Any) -> None:
+    for c in run_workload.components:
+        controller.register(c.id, c.label, (c.id, c.bytes))
+
+
+def execute(controller: Controller, prompt_id: str, order: list[str], fail: str | None = None) -> None:
+    host = controller.ops
+    for node_id in order:
+        controller.node_started(prompt_id, node_id)
+        for e in controller.log(prompt_id):  # the sampler leaves its resident blocks on the device
+            if e.kind == "applied" and e.action == "stream" and e.node_id == node_id:
+                host.loaded[e.component] = 1
+        controller.node_finished(prompt_id, node_id, ok=node_id != fail)
+        if node_id == fail:
+            return
+    controller.prompt_finished(prompt_id)
+
+
+def first_run(card_gb: float = 48) -> tuple[Controller, FakeHost, Budget]:
+    controller, host, budget = setup(card_gb)
+    run = controller.prompt_started("p1", prompt(), budget, HW)
+    assert run is not None and run.plan.feasible
+    register(controller, run.workload)
+    controller.runs.clear()  # plan again now that the loader's components are registered
+    run = controller.prompt_started("p1", prompt(), budget, HW)
+    execute(controller, "p1", [sp.step.node_id for sp in run.plan.steps])
+    return controller, host, budget
+
+
+@pytest.mark.parametrize("card_gb", [48, 24, 12])
+def test_the_controller_applies_exactly_what_it_planned_within_budget(card_gb: float) -> None:
+    controller, host, budget = first_run(card_gb)
+    summary = controller.summary("p1")
+    assert summary is not None and summary["feasible"]
+    assert summary["planned"], "a cold start loads something"
+    assert summary["applied"] == summary["planned"]
+    assert summary["over_budget"] == 0 and 0 < summary["ledger_peak"] <= budget.vram
+    assert summary["replans"] == 0
+
+
+def test_a_small_card_evicts_the_text_encoder_before_the_sampler_and_streams_the_model() -> None:
+    controller, host, budget = first_run(12)
+    applied = controller.summary("p1")["applied"]
+    assert ("4", "stream", "1:diffusion_model:diffusion_model") in applied
+    assert ("4", "evict", "1:text_encoder_2:text_encoder") in applied
+
+
+def test_a_second_prompt_is_planned_around_the_nodes_the_host_serves_from_cache() -> None:
+    controller, host, budget = first_run(24)
+    host.calls.clear()
+    run = controller.prompt_started("p2", prompt(seed=2), budget, HW)
+    assert run is not None
+    assert [sp.step.node_id for sp in run.plan.steps] == ["4", "5", "6"]  # loader, encode, latent cached
+    execute(controller, "p2", ["4", "5", "6"])
+    summary = controller.summary("p2")
+    assert summary["replans"] == 0 and summary["applied"] == summary["planned"]
+    assert any("served from the host's cache" in e["detail"] for e in summary["events"])
+
+
+def test_an_unpredicted_skip_replans_from_where_the_components_are() -> None:
+    controller, host, budget = first_run(24)
+    controller.held.clear()  # forget the cache: the plan expects every node to run again
+    run = controller.prompt_started("p2", prompt(seed=2), budget, HW)
+    assert [sp.step.node_id for sp in run.plan.steps][:2] != ["4", "5"]
+    execute(controller, "p2", ["4", "5", "6"])  # the host served 1, 2, 3 from its cache after all
+    summary = controller.summary("p2")
+    assert summary["replans"] == 1
+    assert summary["applied"] == summary["planned"]  # against the new plan
+    assert summary["over_budget"] == 0
+
+
+def test_an_oom_in_a_controller_load_frees_the_device_and_retries() -> None:
+    controller, host, budget = setup(24)
+    run = controller.prompt_started("p1", prompt(), budget, HW)
+    register(controller, run.workload)
+    controller.runs.clear()
+    run = controller.prompt_started("p1", prompt(), budget, HW)
+    host.fail_next_load = OOM
+    execute(controller, "p1", [sp.step.node_id for sp in run.plan.steps])
+    kinds = [e.kind for e in controller.log("p1")]
+    assert "oom" in kinds and ("free", "*") in host.calls
+    summary = controller.summary("p1")
+    assert summary["applied"] == summary["planned"]
+
+
+def test_after_a_failed_node_unloaded_everything_the_next_prompt_loads_again() -> None:
+    controller, host, budget = first_run(48)
+    run = controller.prompt_started("p2", prompt(seed=3), budget, HW)
+    controller.node_started("p2", "4")
+    host.loaded.clear()  # the host's OOM handler: unload_all_models()
+    controller.node_finished("p2", "4", ok=False)
+    assert any(e.kind == "failed" for e in controller.log("p2"))
+    run = controller.prompt_started("p3", prompt(seed=3), budget, HW)
+    assert all(not t.gpu for t in run.workload.initial.values())
+    execute(controller, "p3", [sp.step.node_id for sp in run.plan.steps])
+    summary = controller.summary("p3")
+    assert ("4", "load", "1:diffusion_model:diffusion_model") in summary["applied"]
+    assert summary["applied"] == summary["planned"]
+
+
+def test_residency_choices_are_honoured_and_dropped_only_when_they_cannot_fit() -> None:
+    controller, host, budget = setup(48)
+    run = controller.prompt_started("p1", prompt(text_encoder_residency="disk"), budget, HW)
+    te = "1:text_encoder_2:text_encoder"
+    assert {sp.placements[te].tier.host for sp in run.plan.steps if te in sp.placements} == {"D"}
+    small = Budget.from_card(12 * GB, 64 * GB)
+    run = controller.prompt_started("p2", prompt(model_residency="gpu"), small, HW)
+    assert run.plan.feasible  # flux-dev cannot stay whole on a 12 GB card: the choice gives way
+    assert any("do not fit this budget" in e.detail for e in run.events)
+
+
+def test_an_unplannable_prompt_leaves_the_host_in_charge() -> None:
+    controller, host, budget = setup()
+    broken = copy.deepcopy(prompt())
+    broken["4"]["inputs"]["model"] = ["99", 0]
+    assert controller.prompt_started("p1", {"a": 1}, budget, HW) is None
+    controller.node_started("p1", "4")  # no run: nothing happens, nothing raises
+    assert host.calls == []
+
+
+def test_components_registered_while_the_prompt_runs_join_the_plan() -> None:
+    controller, host, budget = setup(24)
+    run = controller.prompt_started("p1", prompt(), budget, HW)
+    order = [sp.step.node_id for sp in run.plan.steps]
+    assert order[0] == "1"  # the loader runs first and registers what it loaded
+    controller.node_started("p1", "1")
+    register(controller, run.workload)
+    controller.node_finished("p1", "1")
+    execute(controller, "p1", order[1:])
+    summary = controller.summary("p1")
+    assert summary["planned"] and summary["applied"] == summary["planned"]
+    assert summary["over_budget"] == 0
+
+
+def test_independent_nodes_the_host_runs_in_another_order_stay_in_the_plan() -> None:
+    controller, host, budget = first_run(24)
+    run = controller.prompt_started(
+        "p2",
+        prompt(seed=2) | {"9": {"class_type": "PreviewImage", "inputs": {"images": ["5", 0]}}},
+        budget,
+        HW,
+    )
+    order = [sp.step.node_id for sp in run.plan.steps]
+    swapped = order[:-2] + order[-2:][::-1]  # the two output nodes, independent of each other
+    execute(controller, "p2", swapped)
+    summary = controller.summary("p2")
+    assert summary["replans"] == 1  # once, when the host's order is seen; the other node is still planned
+    assert summary["applied"] == summary["planned"]
+    assert not any(e["detail"].startswith("not in the plan") for e in summary["events"])

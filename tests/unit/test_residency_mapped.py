@@ -1,0 +1,137 @@
+"""Disk residency: module weights become views of their safetensors file, byte-identical, with no
+private copy left in RAM; anything the loader converted keeps its copy and says why."""
+
+from __future__ import annotations
+
+import gc
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from comfyui_headroom.memory.components import ComponentError
+from comfyui_headroom.memory.residency import MappedFile, bind, footprint, pin, to_pageable
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 8)).eval()
+
+
+def _save(module: torch.nn.Module, path: Path, prefix: str = "model.diffusion_model.") -> Path:
+    save_file({prefix + k: v.contiguous() for k, v in module.state_dict().items()}, str(path))
+    return path
+
+
+def test_a_mapped_file_gives_the_same_tensors_as_safetensors(tmp_path: Path) -> None:
+    tensors = {
+        "a": torch.randn(3, 5),
+        "b": torch.arange(7, dtype=torch.float16),
+        "c": torch.ones(2, dtype=torch.bfloat16),
+    }
+    save_file(tensors, str(tmp_path / "x.safetensors"))
+    mf = MappedFile(tmp_path / "x.safetensors")
+    loaded = load_file(str(tmp_path / "x.safetensors"))
+    for key in tensors:
+        view = mf.tensor(key)
+        assert view is not None and mf.owns(view)
+        assert torch.equal(view, loaded[key]) and view.dtype == loaded[key].dtype
+
+
+def test_bound_weights_view_the_file_and_compute_the_same(tmp_path: Path) -> None:
+    module = _model()
+    x = torch.randn(4, 64)
+    before = module(x)
+    mf = MappedFile(_save(module, tmp_path / "m.safetensors"))
+    result = bind(module, [mf])
+    assert not result.kept and result.mapped_bytes == sum(p.numel() * 4 for p in module.parameters())
+    assert footprint(module, [mf]).mapped == result.mapped_bytes and footprint(module, [mf]).ram == 0
+    assert torch.equal(module(x), before)
+
+
+def test_writing_a_bound_weight_never_reaches_the_file(tmp_path: Path) -> None:
+    module = _model()
+    path = _save(module, tmp_path / "m.safetensors")
+    original = path.read_bytes()
+    bind(module, [MappedFile(path)])
+    with torch.no_grad():
+        module[0].weight.add_(1.0)  # copy-on-write: a private page, the file is untouched
+    assert path.read_bytes() == original
+
+
+def test_converted_or_patched_weights_keep_their_copy_and_say_why(tmp_path: Path) -> None:
+    module = _model()
+    path = _save(module, tmp_path / "m.safetensors")
+    module[0].half()
+    with torch.no_grad():
+        module[2].weight.mul_(2)
+    result = bind(module, [MappedFile(path)])
+    assert "0.weight" in result.kept and "converted" in result.kept["0.weight"]
+    assert "2.weight" in result.kept and "different values" in result.kept["2.weight"]
+    assert "2.bias" in result.bound
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="reads RssAnon from /proc/self/status (Linux)"
+)
+def test_binding_releases_the_private_copy(tmp_path: Path) -> None:
+    def anon() -> int:
+        line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("RssAnon"))
+        return int(line.split()[1]) * 1024
+
+    module = torch.nn.Linear(4096, 4096, bias=False)  # 64 MiB of private weights
+    path = _save(module, tmp_path / "big.safetensors", prefix="")
+    gc.collect()
+    held = anon()
+    bind(module, [MappedFile(path)])
+    gc.collect()
+    assert held - anon() > 48 * 2**20  # the 64 MiB copy is gone; the file's pages are page cache
+
+
+def test_pinning_without_cuda_says_so_and_pageable_copies_undo_a_mapping(tmp_path: Path) -> None:
+    module = _model()
+    mf = MappedFile(_save(module, tmp_path / "m.safetensors"))
+    bind(module, [mf])
+    if not torch.cuda.is_available():
+        done, why = pin(module)
+        assert done == 0 and "no CUDA" in why
+    copied = to_pageable(module, [mf])
+    assert copied > 0 and footprint(module, [mf]).mapped == 0
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"", "too short"),
+        (b"\x80\x02}q\x00" + b"\x00" * 64, "pickle"),
+        (b"\x0a\x00\x00\x00\x00\x00\x00\x00{not json}xxxxx", "not JSON"),
+    ],
+)
+def test_a_bad_file_is_refused_with_its_name_and_the_problem(
+    tmp_path: Path, content: bytes, problem: str
+) -> None:
+    path = tmp_path / "bad model.safetensors"
+    path.write_bytes(content)
+    with pytest.raises(ComponentError, match=problem) as info:
+        MappedFile(path)
+    assert "bad model.safetensors" in str(info.value)
+
+
+def test_a_truncated_file_is_refused(tmp_path: Path) -> None:
+    path = _save(_model(), tmp_path / "m.safetensors")
+    path.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(ComponentError, match="truncated"):
+        MappedFile(path)
+
+
+def test_a_bare_file_binds_under_the_hosts_prefix(tmp_path: Path) -> None:
+    # a diffusion-model file has bare keys; the host's module names carry "diffusion_model."
+    wrapper = torch.nn.Module()
+    wrapper.diffusion_model = _model()
+    mf = MappedFile(_save(wrapper.diffusion_model, tmp_path / "unet.safetensors", prefix=""))
+    result = bind(wrapper, [mf])
+    assert not result.kept and set(result.bound) == {
+        f"diffusion_model.{k}" for k in ("0.weight", "0.bias", "2.weight", "2.bias")
+    }
