@@ -199,9 +199,14 @@ def _select(parts: list[ComponentInfo], kind: str | None, file_name: str) -> Com
     chosen = [p for p in parts if p.kind == kind]
     if not chosen:
         raise ComponentError(f"{file_name}: has no {kind} (it holds {', '.join(p.kind for p in parts)})")
+    return merge_parts(chosen)
+
+
+def merge_parts(chosen: list[ComponentInfo]) -> ComponentInfo:
+    """Parts the host loads as one object (SDXL/SD3/Flux text encoders: one CLIP) as one component."""
     if len(chosen) == 1:
         return chosen[0]
-    # SDXL/SD3/Flux checkpoints: the text encoders load as one CLIP object
+    kind = chosen[0].kind
     blocks = tuple(Block(f"{p.family}.{b.name}", b.bytes) for p in chosen for b in p.blocks)
     family = "+".join(str(p.family) for p in chosen)
     note = "text encoders loaded together: " + ", ".join(f"{p.family} {p.bytes} B" for p in chosen)

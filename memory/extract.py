@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .activations import activation_bytes
-from .catalog import lookup, lookup_components
+from .catalog import lookup, lookup_components, merge_parts
 from .components import ComponentError, ComponentInfo
 from .costmodel import PIN_CHOICES
 from .graph import Graph, Link, Node
@@ -51,6 +51,7 @@ class LoaderSpec:
     # part kind -> the inputs whose files replace a checkpoint's part of that kind (the Offload Loader)
     overrides: tuple[tuple[str, tuple[str, ...]], ...] = ()
     residency: tuple[tuple[str, str], ...] = ()  # part kind -> the input holding the user's residency
+    merge: tuple[str, ...] = ()  # part kinds whose files the loader builds into one object (one CLIP)
 
 
 _CKPT = (("ckpt_name", "checkpoint"),)
@@ -100,6 +101,7 @@ LOADERS: dict[str, LoaderSpec] = {
             ("text_encoder", "text_encoder_residency"),
             ("vae", "vae_residency"),
         ),
+        merge=("text_encoder",),
     ),  # fmt: skip
 }
 _OUTPUT_KIND = {
@@ -179,7 +181,8 @@ class _Extractor:
 
         replaced = {kind for kind, names in spec.overrides if any(named(n) for n in names)}
         pins = {kind: node.inputs.get(name) for kind, name in spec.residency}
-        by_kind: dict[str, set[str]] = {}
+        # component id -> (parts, label files); parts of one id are one host object (merged)
+        grouped: dict[str, tuple[list[ComponentInfo], list[str], str]] = {}
         for input_name, kind in spec.files:
             file = node.inputs.get(input_name)
             if not named(input_name):
@@ -188,14 +191,19 @@ class _Extractor:
                 part_kind = part.kind if kind == "checkpoint" else kind
                 if kind == "checkpoint" and part_kind in replaced:
                     continue  # the loader takes this part from its own file input instead
-                pin = pins.get(part_kind)
-                cid = self._add(
-                    f"{node_id}:{input_name}:{part_kind}",
-                    part,
-                    f"{Path(str(file)).name} [{part_kind}]",
-                    pin if isinstance(pin, str) and pin in PIN_CHOICES else "",
-                )
-                by_kind.setdefault(part_kind, set()).add(cid)
+                first = next((c for c in grouped if c.endswith(f":{part_kind}")), None)
+                cid = first if part_kind in spec.merge and first else f"{node_id}:{input_name}:{part_kind}"
+                parts, names, _ = grouped.setdefault(cid, ([], [], part_kind))
+                parts.append(part)
+                if Path(str(file)).name not in names:
+                    names.append(Path(str(file)).name)
+        by_kind: dict[str, set[str]] = {}
+        for cid, (parts, names, part_kind) in grouped.items():
+            pin = pins.get(part_kind)
+            label = f"{' + '.join(names)} [{part_kind}]"
+            info = merge_parts(parts)
+            self._add(cid, info, label, pin if isinstance(pin, str) and pin in PIN_CHOICES else "")
+            by_kind.setdefault(part_kind, set()).add(cid)
         outputs = []
         for out_type in spec.outputs:
             carried = {c for k in CARRIES.get(out_type, ()) for c in by_kind.get(k, ())}

@@ -119,7 +119,12 @@ class _Problem:
         uses = [
             [s for s, step in enumerate(workload.steps) if c.id in step.uses] for c in workload.components
         ]
-        self.live = [(u[0], u[-1]) if u else None for u in uses]
+        # a component already off disk when the plan starts (a re-plan, a cached second run) is live from
+        # the first step: keeping it where it is until its use may beat dropping and reloading it
+        start = [0 if workload.initial_tier(c.id) != Tier.DISK else None for c in workload.components]
+        self.live = [
+            (s if s is not None else u[0], u[-1]) if u else None for u, s in zip(uses, start, strict=True)
+        ]
         self.trans = [
             np.array([[transition_seconds(hw, c.bytes, a, b) for b in Tier] for a in Tier])
             for c in workload.components

@@ -8,6 +8,8 @@ Two hosts are supported: current ComfyUI (0.3.6x and later) and the March-2024 c
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import functools
 import importlib
 import importlib.util
@@ -19,6 +21,7 @@ import sys
 import threading
 import time
 import uuid
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -755,7 +758,10 @@ def _add_routes(web: Any, routes: Any) -> None:
         prompt_id, error = _prompt_id(web, request)
         if error is not None:
             return error
-        summary = residency().controller.summary(prompt_id)
+        # in a worker thread: the controller's lock is held through a load at a node boundary
+        summary = await asyncio.get_running_loop().run_in_executor(
+            None, residency().controller.summary, prompt_id
+        )
         if summary is None:
             return web.json_response({"error": f"unknown prompt {prompt_id}: no residency log"}, status=404)
         return web.json_response(summary)
@@ -837,6 +843,25 @@ class ComponentHandle:
     residency: str
     files: list[MappedFile] | None = None
     mapped_names: dict[str, str] = field(default_factory=dict)
+    clones: list[Any] = field(default_factory=list)  # weakrefs to the patcher's clones (LoRA loaders)
+
+    def live_clones(self) -> list[Any]:
+        alive = [c() for c in self.clones]
+        return [c for c in alive if c is not None]
+
+    def watch_clones(self) -> None:
+        """Hosts with patcher callbacks tell us about clones (a LoRA loader's): the node computes with
+        the clone, so loading the base ahead of it would only be undone. 2024 hosts have no callbacks."""
+        patcher_extension = sys.modules.get("comfy.patcher_extension")
+        callbacks = getattr(patcher_extension, "CallbacksMP", None)
+        if callbacks is None or not hasattr(self.patcher, "add_callback"):
+            return
+        clones = self.clones
+
+        def on_clone(original: Any, clone: Any) -> None:
+            clones.append(weakref.ref(clone))
+
+        self.patcher.add_callback(callbacks.ON_CLONE, on_clone)
 
     def mapped(self) -> list[MappedFile]:
         if self.files is None:
@@ -972,12 +997,19 @@ def offload_load(node_id: str, inputs: dict[str, Any]) -> tuple[Any, Any, Any]:
 
     handles = _handles(node_id, inputs, files, model, clip, vae)
     control = residency()
-    control.controller.forget(f"{node_id}:")
     for h in handles:
-        note = _place_host_copy(h)
-        control.controller.register(h.component_id, h.label, h, _host_part(h))
+        if dynamic_vram_reason():
+            break  # DynamicVRAM places weights itself
+        try:
+            note = _place_host_copy(h)
+        except Exception as exc:  # fail open: the models loaded fine, they just stay in pageable RAM
+            note = f"could not place it as {h.residency} ({exc!r}); it stays in RAM"
         if note:
             _log.info("Headroom: %s: %s", h.label, note)
+    control.controller.forget(f"{node_id}:")
+    for h in handles:
+        h.watch_clones()
+        control.controller.register(h.component_id, h.label, h)
     return model, clip, vae
 
 
@@ -1044,10 +1076,13 @@ class _HostOps:
         return _host("comfy.model_management")
 
     def _loaded(self, module: Any) -> list[Any]:
+        """The host's LoadedModel entries on the compute device whose patcher wraps ``module`` (clones
+        share it); models the host keeps on the CPU (a text encoder under lowvram) do not count."""
+        device = self.mm.get_torch_device()
         out = []
         for lm in list(self.mm.current_loaded_models):
             patcher = lm.model
-            if patcher is not None and getattr(patcher, "model", None) is module:
+            if patcher is not None and getattr(patcher, "model", None) is module and lm.device == device:
                 out.append(lm)
         return out
 
@@ -1060,14 +1095,33 @@ class _HostOps:
     def on_gpu(self, handle: ComponentHandle) -> int:
         return sum(self._bytes(lm) for lm in self._loaded(handle.module))
 
-    def load(self, handle: ComponentHandle) -> None:
+    def fully_loaded(self, handle: ComponentHandle) -> bool:
+        return any(self._bytes(lm) >= int(lm.model_memory()) for lm in self._loaded(handle.module))
+
+    def room_for(self, handle: ComponentHandle) -> bool:
+        """What load_models_gpu asks before it evicts (1.1x the model plus the inference reserve)."""
+        mm = self.mm
+        device = mm.get_torch_device()
+        if getattr(device, "type", "cpu") == "cpu":
+            return True
+        need = handle.patcher.model_size() * 1.1 + mm.minimum_inference_memory()
+        return mm.get_free_memory(device) >= need
+
+    def load(self, handle: ComponentHandle) -> str:
+        patched = [c for c in handle.live_clones() if getattr(c, "patches", None)]
+        if patched:  # the node loads its patched clone; loading the base would be undone at once
+            return f"a patched clone ({len(patched)}) is what the node computes with; the host loads that"
         self.mm.load_models_gpu([handle.patcher])
+        return ""
 
     def evict(self, handle: ComponentHandle) -> None:
         ours = self._loaded(handle.module)
         keep = [lm for lm in self.mm.current_loaded_models if lm not in ours]
         device = ours[0].device if ours else self.mm.get_torch_device()
         self.mm.free_memory(1 << 62, device, keep_loaded=keep)  # unloads ours alone, with its accounting
+
+    def host_part(self, handle: ComponentHandle) -> str:
+        return _host_part(handle)
 
     def set_host_tier(self, handle: ComponentHandle, host: str) -> str:
         return _place_host_copy(handle, host)
@@ -1078,7 +1132,12 @@ class _HostOps:
                 _advise_willneed(mf.path)
 
     def device_bytes(self) -> int:
-        return sum(self._bytes(lm) for lm in list(self.mm.current_loaded_models) if lm.model is not None)
+        device = self.mm.get_torch_device()
+        return sum(
+            self._bytes(lm)
+            for lm in list(self.mm.current_loaded_models)
+            if lm.model is not None and lm.device == device
+        )
 
     def is_oom(self, exc: BaseException) -> bool:
         return isinstance(exc, self.mm.OOM_EXCEPTION)
@@ -1123,7 +1182,21 @@ class _Residency:
         self.deferred = ""
 
     def budget(self, m: _Monitor) -> Budget | None:
-        return self.budget_override or m.budget()
+        """The override, else the card's budget less what the host keeps for inference (its
+        minimum_inference_memory, which --reserve-vram raises): its loads fall back to partial ones
+        inside that reserve."""
+        if self.budget_override is not None:
+            return self.budget_override
+        budget = m.budget()
+        mm = sys.modules.get("comfy.model_management")
+        if budget is None or mm is None or not hasattr(mm, "minimum_inference_memory"):
+            return budget
+        reserve = int(mm.minimum_inference_memory())
+        if reserve <= budget.reserve:
+            return budget
+        return dataclasses.replace(
+            budget, vram=max(0, budget.vram + budget.reserve - reserve), reserve=reserve
+        )
 
     def prompt_started(self, m: _Monitor, prompt_id: str, prompt: dict[str, Any]) -> None:
         reason = dynamic_vram_reason()

@@ -43,8 +43,11 @@ class HostOps(Protocol):
     """What the controller asks of the host; ``handle`` is whatever the loader registered."""
 
     def on_gpu(self, handle: Any) -> int: ...  # bytes of it on the device now (the host's accounting)
-    def load(self, handle: Any) -> None: ...  # fully onto the device, through the host's loader
+    def fully_loaded(self, handle: Any) -> bool: ...  # every weight on the device (no partial load)
+    def room_for(self, handle: Any) -> bool: ...  # the host can load it without evicting anything
+    def load(self, handle: Any) -> str: ...  # fully onto the device; "" or why it was not loaded
     def evict(self, handle: Any) -> None: ...  # off the device, through the host's unload
+    def host_part(self, handle: Any) -> str: ...  # where its CPU copy is now: "P", "R" or "D"
     def set_host_tier(self, handle: Any, host: str) -> str: ...  # "P"/"R"/"D"; returns a note
     def warm(self, handle: Any) -> None: ...  # start reading its file pages (may do nothing)
     def device_bytes(self) -> int: ...  # every model's bytes on the device (the ledger)
@@ -90,6 +93,9 @@ class Managed:
     handle: Any
 
 
+_PIN_HOST = {"pinned_ram": "P", "ram": "R", "disk": "D"}  # a residency choice's host part
+
+
 def _tier_of(on_gpu: bool, host: str) -> Tier:
     if on_gpu:
         return {"P": Tier.GPU_PINNED, "R": Tier.GPU_RAM, "D": Tier.GPU_ONLY}[host]
@@ -120,7 +126,7 @@ class Controller:
     def __init__(self, ops: HostOps, keep: int = 16) -> None:
         self.ops = ops
         self.managed: dict[str, Managed] = {}
-        self.host_tier: dict[str, str] = {}  # component id -> "P"/"R"/"D", as last set
+        self.unreachable: set[tuple[str, str]] = set()  # (component, host tier) that could not be set
         self.runs: OrderedDict[str, Run] = OrderedDict()
         self.keep = keep
         self.held: set[Hashable] = set()  # cache signatures of the outputs the host holds
@@ -128,17 +134,16 @@ class Controller:
         self.lock = threading.RLock()
 
     # -- registration (the loader node)
-    def register(self, component_id: str, label: str, handle: Any, host: str = "R") -> None:
+    def register(self, component_id: str, label: str, handle: Any) -> None:
         with self.lock:
             self.managed[component_id] = Managed(component_id, label, handle)
-            self.host_tier[component_id] = host
+            self.unreachable = {u for u in self.unreachable if u[0] != component_id}
 
     def forget(self, prefix: str) -> None:
         """Drop every registration of one loader node (its id prefix), before it registers anew."""
         with self.lock:
             for cid in [c for c in self.managed if c.startswith(prefix)]:
                 del self.managed[cid]
-                self.host_tier.pop(cid, None)
 
     # -- prompt boundaries
     def prompt_started(
@@ -226,6 +231,8 @@ class Controller:
             if s != run.position:
                 self._reorder(run, s)
                 s = 0
+                if not run.plan.feasible:
+                    return
             elif {m.component_id for m in self._managed(run)} != run.managed_ids:
                 # a loader of this prompt registered its components: their moves join the log from here
                 self._supersede(run, s)
@@ -257,7 +264,7 @@ class Controller:
         for c in workload.components:
             m = self.managed.get(c.id)
             if m is not None:
-                out[c.id] = _tier_of(self.ops.on_gpu(m.handle) > 0, self.host_tier.get(c.id, "R"))
+                out[c.id] = _tier_of(self.ops.on_gpu(m.handle) > 0, self.ops.host_part(m.handle))
         return out
 
     def _reorder(self, run: Run, s: int) -> None:
@@ -334,12 +341,10 @@ class Controller:
         for m in managed:  # evictions first: the loads that follow need their room
             if not _target(sp, m.component_id).gpu and self.ops.on_gpu(m.handle):
                 nbytes = self.ops.on_gpu(m.handle)
-                if self._do(run, node_id, m, "evict", nbytes, lambda m=m: self.ops.evict(m.handle)):
-                    # the host's unload gives back fresh pageable memory: its host tier is set anew below
-                    self.host_tier.pop(m.component_id, None)
+                self._do(run, node_id, m, "evict", nbytes, lambda m=m: self.ops.evict(m.handle))
         for m in managed:
             tier = _target(sp, m.component_id)
-            if tier.gpu == "G" and not self.ops.on_gpu(m.handle):
+            if tier.gpu == "G" and not self.ops.fully_loaded(m.handle):
                 self._load(run, node_id, m, "load")
             elif tier.gpu == "S":
                 self._event(
@@ -351,14 +356,25 @@ class Controller:
                     m.label,
                     detail="the sampler streams it",
                 )
-            # host copies move only where the plan places a live component (after its last use it stays
-            # where it is: the next prompt may want it); a streamed component's host copy is the streamer's
-            if m.component_id in sp.placements and tier.gpu != "S":
+            # A host copy exists only off the device (the host moves weights, it keeps none behind). It moves
+            # where the plan places a live component, and to the user's choice after its last use; an auto
+            # one then stays where it is (the next prompt may want it). A streamed one's is the streamer's.
+            if tier.gpu == "S" or self.ops.on_gpu(m.handle):
+                continue
+            pin = run.workload.component(m.component_id).pin
+            if m.component_id in sp.placements:
                 self._host_tier(run, node_id, m, tier.host)
+            elif pin in _PIN_HOST:
+                self._host_tier(run, node_id, m, _PIN_HOST[pin])
         for cid in sp.prefetch_ids:
             m = self.managed.get(cid)
-            if m is not None and not self.ops.on_gpu(m.handle):
+            if m is None or self.ops.fully_loaded(m.handle):
+                continue
+            if self.ops.room_for(m.handle):
                 self._load(run, node_id, m, "prefetch")
+            else:  # the node that needs it loads it; the host would evict to make room now
+                c = run.workload.component(cid)
+                self._event(run, node_id, "skipped", "prefetch", cid, m.label, c.bytes, "no free room yet")
         if s + 1 < len(run.plan.steps):
             nxt = run.plan.steps[s + 1]
             for m in managed:
@@ -366,33 +382,51 @@ class Controller:
                     self._do(run, node_id, m, "warm", 0, lambda m=m: self.ops.warm(m.handle))
 
     def _host_tier(self, run: Run, node_id: str, m: Managed, host: str) -> None:
-        if self.host_tier.get(m.component_id) == host:
+        """Move the host copy to ``host`` when it is elsewhere (read back from the host: its own unloads
+        leave fresh pageable memory behind); log what really happened."""
+        key = (m.component_id, host)
+        if key in self.unreachable or self.ops.host_part(m.handle) == host:
             return
-        notes: list[str] = []
         action = {"P": "pin", "R": "unpin", "D": "map"}[host]
-        if self._do(
-            run, node_id, m, action, 0, lambda: notes.append(self.ops.set_host_tier(m.handle, host)), notes
-        ):
-            self.host_tier[m.component_id] = host
+        try:
+            note = self.ops.set_host_tier(m.handle, host)
+        except Exception as exc:  # fail open: the weights stay where they are
+            note = repr(exc)
+        reached = self.ops.host_part(m.handle) == host
+        if not reached:
+            self.unreachable.add(key)  # not retried every node (no CUDA to pin, converted weights)
+        kind = "applied" if reached else "skipped"
+        self._event(run, node_id, kind, action, m.component_id, m.label, 0, note)
 
     def _load(self, run: Run, node_id: str, m: Managed, action: str) -> None:
         nbytes = run.workload.component(m.component_id).bytes
+        oom = False
         try:
-            self.ops.load(m.handle)
+            why = self.ops.load(m.handle)
         except Exception as exc:
             if not self.ops.is_oom(exc):
                 self._event(run, node_id, "failed", action, m.component_id, m.label, nbytes, repr(exc))
                 return
-            self._event(
-                run, node_id, "oom", action, m.component_id, m.label, nbytes, "freeing the device, retrying"
-            )
+            oom, why = True, ""
+        if oom:  # outside the except block, so the failed attempt's tensors are already freed
+            if action == "prefetch":  # never unload the running node's models for a prefetch
+                self._event(run, node_id, "oom", action, m.component_id, m.label, nbytes, "skipped")
+                return
+            self._event(run, node_id, "oom", action, m.component_id, m.label, nbytes, "freeing, retrying")
             try:
                 self.ops.free_device()
-                self.ops.load(m.handle)
+                why = self.ops.load(m.handle)
             except Exception as again:  # the node loads it itself, as it would without Headroom
                 self._event(run, node_id, "failed", action, m.component_id, m.label, nbytes, repr(again))
                 return
-        self._event(run, node_id, "applied", action, m.component_id, m.label, nbytes)
+        if why:
+            self._event(run, node_id, "skipped", action, m.component_id, m.label, nbytes, why)
+        elif not self.ops.on_gpu(m.handle):
+            self._event(
+                run, node_id, "failed", action, m.component_id, m.label, nbytes, "the host did not load it"
+            )
+        else:
+            self._event(run, node_id, "applied", action, m.component_id, m.label, nbytes)
 
     def _do(
         self, run: Run, node_id: str, m: Managed, action: str, nbytes: int, fn: Callable[[], Any],

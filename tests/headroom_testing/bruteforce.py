@@ -26,8 +26,10 @@ def _choices(w: Workload) -> list[tuple[Tier, ...]]:
     out = []
     for c in w.components:
         uses = [s for s, step in enumerate(w.steps) if c.id in step.uses]
+        # already off disk at the start: live from the first step (the planner's documented rule)
+        first = 0 if w.initial.get(c.id, Tier.DISK) != Tier.DISK else (uses[0] if uses else 0)
         for s, step in enumerate(w.steps):
-            if not uses or s < uses[0] or s > uses[-1]:
+            if not uses or s < first or s > uses[-1]:
                 out.append((Tier.DISK,))
             elif c.id in step.uses:
                 out.append(tuple(t for t in USED_TIERS if (c.blocks or t.gpu == "G") and _honours(c.pin, t)))

@@ -210,9 +210,9 @@ def test_the_controller_applies_its_plan_and_keeps_the_ledger_under_budget(
     summary = host_module.residency().controller.summary("residency-1")
     assert summary["feasible"], summary
     assert summary["applied"] == summary["planned"], summary["events"]
-    # the text encoder leaves before the sampler, which prefetches the VAE into its room
+    # the text encoder leaves before the sampler, and the VAE takes its room while the sampler runs
     assert ("5", "evict", "11:text_encoder_1:text_encoder") in summary["applied"]
-    assert ("5", "prefetch", "11:vae:vae") in summary["applied"]
+    assert {("5", "prefetch", "11:vae:vae"), ("5", "load", "11:vae:vae")} & set(summary["applied"])
     assert summary["over_budget"] == 0 and 0 < summary["ledger_peak"] <= budget
 
 

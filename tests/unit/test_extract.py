@@ -188,10 +188,15 @@ def test_the_offload_loader_takes_a_part_from_its_own_file_over_the_checkpoint()
             text_encoder_2="t5xxl_fp16.safetensors",
         )
     )
-    by_kind = {c.id.split(":")[1]: c for c in split.components}
-    # the checkpoint still gives the diffusion model; encoders and VAE come from their own files
-    assert set(by_kind) == {"checkpoint", "vae", "text_encoder_1", "text_encoder_2"}
-    assert by_kind["checkpoint"].kind == "diffusion_model"
+    by_input = {c.id.split(":")[1]: c for c in split.components}
+    # the checkpoint still gives the diffusion model; encoders and VAE come from their own files, and
+    # the two encoders are one component, as the loader builds them into one CLIP
+    assert set(by_input) == {"checkpoint", "vae", "text_encoder_1"}
+    assert by_input["checkpoint"].kind == "diffusion_model"
+    encoders = by_input["text_encoder_1"]
+    assert encoders.label == "clip_l.safetensors + t5xxl_fp16.safetensors [text_encoder]"
+    sizes = [lookup(f, "text_encoder").bytes for f in ("clip_l.safetensors", "t5xxl_fp16.safetensors")]
+    assert encoders.bytes == sum(sizes)
 
 
 def test_the_offload_loader_residency_inputs_pin_its_components() -> None:
