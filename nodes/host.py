@@ -635,6 +635,10 @@ def install_monitor(server: Any = None) -> dict[str, str]:
         m.hooks["nodes"] = state
         if state != "on":
             _log.warning("Headroom: per-node memory telemetry is %s; the workflow runs as usual", state)
+        try:
+            m.hooks["oom_retry"] = _hook_oom_retry(execution)
+        except Exception as exc:
+            m.hooks["oom_retry"] = f"off: {exc!r}"
     server = server if server is not None else _prompt_server()
     if server is None:
         m.hooks.setdefault("server", "off: no PromptServer in this process (routes and events need one)")
@@ -1154,6 +1158,50 @@ def _advise_willneed(path: Path) -> None:
         return
     with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
         m.madvise(mmap.MADV_WILLNEED)
+
+
+def _hook_oom_retry(execution: ModuleType) -> str:
+    """A node that runs out of memory in a prompt the controller manages is run once more, after the
+    controller freed the device through the host and put back what the node needs: the prompt finishes
+    when the budget allows. (Without it the host unloads everything and fails the prompt.)"""
+    run = getattr(execution, "get_output_data", None)
+    if run is None:
+        return "off: no get_output_data on this host"
+    if getattr(run, "__headroom_oom__", False):
+        return "on"
+
+    def recovered(exc: BaseException) -> bool:
+        mm = sys.modules.get("comfy.model_management")
+        controller = residency().controller
+        if mm is None or not isinstance(exc, mm.OOM_EXCEPTION) or not controller.runs:
+            return False
+        _log.warning("Headroom: a node ran out of memory; freeing the device and running it once more")
+        return controller.recover(next(reversed(controller.runs)))
+
+    if inspect.iscoroutinefunction(run):
+
+        @functools.wraps(run)
+        async def get_output_data(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await run(*args, **kwargs)
+            except Exception as exc:
+                if not recovered(exc):
+                    raise
+            return await run(*args, **kwargs)  # outside the except: the failed try's tensors are gone
+    else:
+
+        @functools.wraps(run)
+        def get_output_data(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return run(*args, **kwargs)
+            except Exception as exc:
+                if not recovered(exc):
+                    raise
+            return run(*args, **kwargs)
+
+    get_output_data.__headroom_oom__ = True  # type: ignore[attr-defined]
+    execution.get_output_data = get_output_data
+    return "on"
 
 
 def dynamic_vram_reason() -> str:

@@ -83,6 +83,8 @@ class Run:
     finished: set[str] = field(default_factory=set)
     managed_ids: frozenset[str] = frozenset()  # the components the planned log covers
     current: str | None = None  # the node that started and has not finished
+    retried: set[str] = field(default_factory=set)  # nodes re-run once after an OOM
+    failed: str | None = None  # the last node that finished with an error
     closed: bool = False
 
 
@@ -140,10 +142,16 @@ class Controller:
             self.unreachable = {u for u in self.unreachable if u[0] != component_id}
 
     def forget(self, prefix: str) -> None:
-        """Drop every registration of one loader node (its id prefix), before it registers anew."""
+        """Drop every registration of one loader node (its id prefix), before it registers anew; what the
+        old objects still hold on the device goes, through the host (nobody computes with them now)."""
         with self.lock:
             for cid in [c for c in self.managed if c.startswith(prefix)]:
-                del self.managed[cid]
+                old = self.managed.pop(cid)
+                try:
+                    if self.ops.on_gpu(old.handle):
+                        self.ops.evict(old.handle)
+                except Exception:  # fail open: the host evicts it when it needs the room
+                    _log.debug("Headroom: could not evict a replaced component", exc_info=True)
 
     # -- prompt boundaries
     def prompt_started(
@@ -249,15 +257,46 @@ class Controller:
             run.current = None
             if ok:
                 run.finished.add(node_id)
-            else:  # the host may have unloaded everything (an OOM): the next boundary reads it back
+            else:
+                run.failed = (
+                    node_id  # the host may have unloaded everything (an OOM): the next boundary reads it back
+                )
                 off = [m.label for m in self._managed(run) if not self.ops.on_gpu(m.handle)]
                 self._event(run, node_id, "failed", detail=f"the node failed; off the device now: {off}")
             self._ledger(run, node_id)
 
+    def recover(self, prompt_id: str) -> bool:
+        """After an OOM inside the running node: free the device through the host, put back what the
+        node needs, and say whether it may run once more (once per node; never outside a plan)."""
+        with self.lock:
+            run = self.runs.get(prompt_id)
+            if run is None or not run.plan.feasible:
+                return False
+            node_id = run.current or run.failed  # hosts differ in whether a failed node "finishes"
+            if node_id is None or node_id in run.retried:
+                return False
+            run.retried.add(node_id)
+            self._event(
+                run, node_id, "oom", detail="the node ran out of memory: freeing the device, retrying it"
+            )
+            try:
+                self.ops.free_device()
+                steps = [sp.step.node_id for sp in run.plan.steps]
+                if node_id in steps:
+                    self._apply(run, steps.index(node_id))
+            except Exception as exc:  # fail open: the host handles the error as usual
+                self._event(run, node_id, "failed", detail=f"recovery failed: {exc!r}")
+                return False
+            self._ledger(run, node_id)
+            return True
+
     # -- planning bookkeeping
     def _managed(self, run: Run) -> list[Managed]:
+        """The registered components of this prompt, less those whose loader is still to run here: it
+        will build new objects, and moving the old ones would only fill the device."""
         ids = {c.id for c in run.workload.components}
-        return [m for cid, m in self.managed.items() if cid in ids]
+        pending = {sp.step.node_id for sp in run.plan.steps[run.position :]}
+        return [m for cid, m in self.managed.items() if cid in ids and cid.split(":", 1)[0] not in pending]
 
     def _actual_tiers(self, workload: Workload) -> dict[str, Tier]:
         out = {}
@@ -366,8 +405,9 @@ class Controller:
                 self._host_tier(run, node_id, m, tier.host)
             elif pin in _PIN_HOST:
                 self._host_tier(run, node_id, m, _PIN_HOST[pin])
+        by_id = {m.component_id: m for m in managed}
         for cid in sp.prefetch_ids:
-            m = self.managed.get(cid)
+            m = by_id.get(cid)
             if m is None or self.ops.fully_loaded(m.handle):
                 continue
             if self.ops.room_for(m.handle):
