@@ -468,11 +468,15 @@ _MONITOR_LOCK = threading.Lock()
 
 def monitor() -> _Monitor:
     """The process-wide monitor, created on first use."""
-    global _MONITOR
+    return _process_wide("_MONITOR", _Monitor)
+
+
+def _process_wide(name: str, factory: Callable[[], Any]) -> Any:
+    """This module's global ``name``, made by ``factory`` on first use (tests reset it to None)."""
     with _MONITOR_LOCK:
-        if _MONITOR is None:
-            _MONITOR = _Monitor()
-        return _MONITOR
+        if globals()[name] is None:
+            globals()[name] = factory()
+        return globals()[name]
 
 
 def configure_monitor(rate_hz: float | None = None, assume_vram: int | None | str = "keep") -> None:
@@ -1279,11 +1283,7 @@ _RESIDENCY: _Residency | None = None
 
 def residency() -> _Residency:
     """The process-wide residency controller, created on first use."""
-    global _RESIDENCY
-    with _MONITOR_LOCK:
-        if _RESIDENCY is None:
-            _RESIDENCY = _Residency()
-        return _RESIDENCY
+    return _process_wide("_RESIDENCY", _Residency)
 
 
 def configure_residency(budget: Budget | None) -> None:

@@ -248,8 +248,13 @@ def test_an_oom_in_a_controller_load_is_recovered(
     assert torch.isfinite(image(result)).all()
 
 
-def _oom_in_decode(tiny: Host, monkeypatch: pytest.MonkeyPatch, times: int) -> list[int]:
-    """VAE.decode raises the host's OOM ``times`` times, then decodes (stands in for a too-small card)."""
+def _oom_in_decode(
+    tiny: Host, monkeypatch: pytest.MonkeyPatch, times: int, seed: int
+) -> tuple[torch.Tensor, list]:
+    """The stock loaders' image for ``seed``, then, on an empty device, VAE.decode raising the host's OOM
+    ``times`` times before it decodes (stands in for a card too small for that moment)."""
+    expected = image(tiny.run(stock_files(tiny, seed=seed)))
+    tiny.free()
     vae_class = sys.modules["comfy.sd"].VAE
     original, raised = vae_class.decode, []
 
@@ -260,16 +265,14 @@ def _oom_in_decode(tiny: Host, monkeypatch: pytest.MonkeyPatch, times: int) -> l
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(vae_class, "decode", decode_oom)
-    return raised
+    return expected, raised
 
 
 def test_an_oom_in_a_node_is_recovered_and_the_prompt_finishes(
     tiny: Host, controlled: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     host_module, budget = controlled
-    expected = image(tiny.run(stock_files(tiny, seed=12)))
-    tiny.free()
-    raised = _oom_in_decode(tiny, monkeypatch, times=1)
+    expected, raised = _oom_in_decode(tiny, monkeypatch, times=1, seed=12)
     result = tiny.run(separate(seed=12), prompt_id="residency-5")
     assert raised == [1] and torch.equal(image(result), expected)
     log = host_module.residency().controller.log("residency-5")
@@ -281,9 +284,7 @@ def test_an_oom_that_persists_fails_the_prompt_and_the_next_one_runs(
     tiny: Host, controlled: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     host_module, budget = controlled
-    expected = image(tiny.run(stock_files(tiny, seed=13)))
-    tiny.free()
-    _oom_in_decode(tiny, monkeypatch, times=2)  # the retry runs out of memory too: the host's error
+    expected, _ = _oom_in_decode(tiny, monkeypatch, times=2, seed=13)  # the retry runs out too
     with pytest.raises(PromptFailed, match="out of memory"):
         tiny.run(separate(seed=13), prompt_id="residency-6")
     result = tiny.run(separate(seed=13), prompt_id="residency-7")  # the host re-runs the decode
