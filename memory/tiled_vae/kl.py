@@ -1,4 +1,6 @@
-"""Exact tiled decode for the KL (GroupNorm) image VAEs: SD1.x/SD2, SDXL, SD3 and Flux (4/16 channels).
+"""Exact tiled decode for the KL (GroupNorm) VAEs: SD1.x/SD2, SDXL, SD3 and Flux (4/16 channels), and
+HunyuanVideo's 3D-convolution KL VAE (its GroupNorms span the whole clip: same scheme, every frame in
+each tile, time upsampled inside the stages as the host does).
 
 The decoder (``decoder.conv_in``, ``mid.block_1/attn_1/block_2``, ``up[i].block[j]``, ``up[i].upsample``,
 ``norm_out``, ``conv_out``; duck-typed, never imported) is cut into stages at its GroupNorm layers:
@@ -26,7 +28,7 @@ from torch import nn
 
 from .groupnorm import GroupStats, StatsMerger, apply_group_norm, kernel_stats
 from .runtime import MIN_TILE, DecodeOptions, DecodeReport, Progress, run_with_oom_retry, tile_for_budget
-from .tiles import Unsupported, conv_radius, grid, grid_size, upsampled_need
+from .tiles import Unsupported, conv_radius, crop_area, tiles_of, upsampled_need
 
 # The stage estimate counts the tensors alive at a tile's peak (see Stage.work_channels); measured with
 # measure.PeakLiveBytes on the host's SD decoder it is exact to the channel, so the margin is small.
@@ -48,13 +50,37 @@ class Stage:
     halo: int  # stage-input pixels each tile reads beyond its core
     scale: int  # output pixels per input pixel (2 after an upsample)
     level: int  # input resolution = latent resolution * 2**level
+    time_level: int  # time upsamples before this stage (video: T latent frames -> 2T - 1 each)
+    time_up: bool  # this stage's upsample also doubles time (HunyuanVideo's first levels)
     in_channels: tuple[int, ...]
     out_channels: int
     work_channels: int  # values per input pixel the body holds at its peak, inputs excluded
+    # Video (3D) convolutions pad a copy of their input (replicate, causal in time): the channels per
+    # input pixel of the largest such copy (the upsampled sum in an upsampling stage). 0 for images.
+    pad_channels: int = 0
+
+    def frames(self, latent_frames: int) -> int:
+        """Frames of this stage's input for a clip of ``latent_frames`` (1 for images)."""
+        frames = latent_frames
+        for _ in range(self.time_level):
+            frames = 2 * frames - 1
+        return frames
+
+
+def _name(module: object) -> str:
+    return type(module).__name__
 
 
 def _is_groupnorm(module: object) -> bool:
     return isinstance(module, nn.GroupNorm)
+
+
+def _time_up(upsample: nn.Module, video: bool) -> bool:
+    """Whether the host's Upsample doubles time too: a scalar factor on a video, or (2, 2, 2)."""
+    factor = getattr(upsample, "scale_factor", 2.0)
+    if isinstance(factor, (tuple, list)):
+        return len(factor) == 3 and float(factor[0]) > 1
+    return video and float(factor) > 1
 
 
 def _spatial_scale(upsample: nn.Module) -> int:
@@ -93,9 +119,17 @@ def check_decoder(model: nn.Module) -> nn.Module:
     decoder = getattr(model, "decoder", None)
     if decoder is None or getattr(model, "max_batch_size", None) is not None:
         raise Unsupported("no plain decoder")
-    for name in ("conv_in", "mid", "up", "norm_out", "conv_out"):
+    for name in ("conv_in", "mid", "up", "norm_out", "conv_out", "num_resolutions"):
         if not hasattr(decoder, name):
             raise Unsupported(f"decoder has no {name}")
+    # The same attribute names, other maths: HunyuanImage 2.1's and HunyuanVideo 1.5's decoders add a
+    # channel-repeated latent to conv_in's output and upsample by pixel shuffle, in another order.
+    if hasattr(decoder, "block_out_channels") or len(decoder.up) != decoder.num_resolutions:
+        raise Unsupported(f"{type(decoder).__module__}.{type(decoder).__name__} is not the LDM KL decoder")
+    for i_level, level in enumerate(decoder.up):
+        upsample = getattr(level, "upsample", None)
+        if i_level != 0 and (_name(upsample) != "Upsample" or not getattr(upsample, "with_conv", False)):
+            raise Unsupported(f"up[{i_level}] upsamples with {_name(upsample)}, not an LDM Upsample")
     if getattr(decoder, "give_pre_end", False):
         raise Unsupported("decoder returns its pre-output features")
     if not _is_groupnorm(decoder.norm_out):
@@ -112,6 +146,8 @@ def build_stages(decoder: nn.Module, act: Callable[[torch.Tensor], torch.Tensor]
     """The up path and output head as GroupNorm-delimited stages, with halos from the layers."""
     stages: list[Stage] = []
     level = 0  # resolution doubling count so far
+    time_level = 0
+    video = not isinstance(decoder.conv_in, nn.Conv2d)
     levels = list(reversed(range(len(decoder.up))))
     for i_level in levels:
         up = decoder.up[i_level]
@@ -123,6 +159,7 @@ def build_stages(decoder: nn.Module, act: Callable[[torch.Tensor], torch.Tensor]
             short = _shortcut(block)
             up_here = upsample if last else None
             scale = _spatial_scale(up_here) if up_here is not None else 1
+            time_up = up_here is not None and _time_up(up_here, video)
             name = f"up{i_level}.block{j}"
 
             def body_a(h: torch.Tensor, block: nn.Module = block, swish: Callable = swish) -> torch.Tensor:
@@ -154,9 +191,12 @@ def build_stages(decoder: nn.Module, act: Callable[[torch.Tensor], torch.Tensor]
                     conv_radius(block.conv1),
                     1,
                     level,
+                    time_level,
+                    False,
                     (cin,),
                     cout,
                     cin + cout,  # normalised input, conv1 output
+                    cin if video else 0,
                 )  # fmt: skip
             )
             need = upsampled_need(conv_radius(up_here.conv), scale) if up_here is not None else 0
@@ -171,14 +211,18 @@ def build_stages(decoder: nn.Module, act: Callable[[torch.Tensor], torch.Tensor]
                     reach + need,
                     scale,
                     level,
+                    time_level,
+                    time_up,
                     (cout, cin),
                     cout,
                     # normalised t, conv2 output, shortcut, sum; then the sum, upsampled, convolved
-                    max(cout * (3 + (short is not None)), cout * (1 + 2 * scale * scale)),
+                    max(cout * (3 + (short is not None)), cout * (1 + 2 * scale * scale * (1 + time_up))),
+                    (cout * scale * scale * (1 + time_up) if up_here is not None else cout) if video else 0,
                 )  # fmt: skip
             )
             if up_here is not None:
                 level += 1 if scale == 2 else 0
+                time_level += time_up
 
     def body_out(h: torch.Tensor) -> torch.Tensor:
         y = decoder.conv_out(act(h))
@@ -200,30 +244,40 @@ def build_stages(decoder: nn.Module, act: Callable[[torch.Tensor], torch.Tensor]
             conv_radius(decoder.conv_out),
             1,
             level,
+            time_level,
+            False,
             (channels,),
             cout_last,
             2 * channels + cout_last,  # normalised, activated, output
+            channels if video else 0,
         )  # fmt: skip
     )
     return stages
 
 
-def estimate_stage(stage: Stage, tile: int, dtype_bytes: int, exact: bool) -> int:
-    """Peak activation bytes of one tile of ``stage`` (``tile`` stage-input pixels a side).
+def estimate_stage(
+    stage: Stage, tile: int, dtype_bytes: int, exact: bool, frames: int = 1, rows: int | None = None
+) -> int:
+    """Peak activation bytes of one tile of ``stage`` (``tile`` stage-input pixels a side, or a strip
+    ``tile`` wide and ``rows`` high), over ``frames`` input frames (video: every frame is in the tile).
 
     Live at the peak: the input crops (on a CUDA device they are copies; on the CPU views of the parked
-    activations, so this over-counts there) and the body's work (``Stage.work_channels``). The exact
-    GroupNorm adds a few float64 channels.
+    activations, so this over-counts there), the body's work (``Stage.work_channels``) and, for video,
+    the padded copy a 3D convolution makes of its input. The exact GroupNorm adds a few float64 channels.
     """
     side = tile + 2 * stage.halo
+    height = rows if rows else side
+    area = height * side * frames
     per_px = sum(stage.in_channels) + stage.work_channels
-    extra = 16 * 3 * 8 * side * side if exact else 0
-    return int(WORK_FACTOR * per_px * side * side * dtype_bytes + extra)
+    padded = stage.pad_channels * (frames + 2) * (height + 2) * (side + 2)
+    extra = 16 * 3 * 8 * area if exact else 0
+    return int((WORK_FACTOR * per_px * area + padded) * dtype_bytes + extra)
 
 
-def estimate_head(latent_hw: tuple[int, int], channels: int, dtype_bytes: int) -> int:
-    """Peak activation bytes of the head (conv_in + mid block) on one latent at latent resolution."""
-    pixels = latent_hw[0] * latent_hw[1]
+def estimate_head(latent_hw: tuple[int, int], channels: int, dtype_bytes: int, frames: int = 1) -> int:
+    """Peak activation bytes of the head (conv_in + mid block) on one latent at latent resolution (its
+    attention spans every pixel of every frame)."""
+    pixels = latent_hw[0] * latent_hw[1] * frames
     return int((HEAD_FACTOR * channels * pixels + pixels * pixels) * dtype_bytes)
 
 
@@ -240,45 +294,60 @@ class KLTiledDecoder:
     def __init__(self, model: nn.Module, options: DecodeOptions) -> None:
         self.model = model
         self.decoder = check_decoder(model)
-        if not isinstance(self.decoder.conv_in, nn.Conv2d) and not options.allow_unverified:
-            # HunyuanVideo's 3D-convolution KL decoder fits the same scheme (whole clip per tile, space
-            # tiled) but has not been checked bit for bit against a host: keep the host's decode.
-            raise Unsupported("3D-convolution KL decoder (HunyuanVideo) tiling is not verified exact yet")
         self.options = options
         self.stages = build_stages(self.decoder, options.act)
+        self.strips = options.strips(video=not isinstance(self.decoder.conv_in, nn.Conv2d))
 
     # -- sizing -----------------------------------------------------------------------------------
-    def stage_tile(self, stage: Stage, latent_hw: tuple[int, int], dtype_bytes: int) -> int:
+    def stage_tile(self, stage: Stage, latent_hw: tuple[int, int], dtype_bytes: int, frames: int = 1) -> int:
+        """The tile side (stage-input px) for ``stage`` on a ``latent_hw`` latent of ``frames`` frames."""
         size = max(latent_hw) * 2**stage.level
+        if self.strips:
+            size = latent_hw[1] * 2**stage.level
         if self.options.tile is not None:
             total = 2 ** self.stages[-1].level
             return min(size, max(MIN_TILE, self.options.tile * 2**stage.level // total))
         if self.options.budget_bytes is None:
             return size
-        side = 1 + 2 * stage.halo  # estimate_stage of a 1-px core covers this many pixels a side
-        per_px = estimate_stage(stage, 1, dtype_bytes, self.options.exact) / side**2
-        return tile_for_budget(per_px, stage.halo, self.options.budget_bytes, size)
+        rows = latent_hw[0] * 2**stage.level if self.strips else None
+        n = stage.frames(frames)
+        per_px = estimate_stage(stage, 1, dtype_bytes, self.options.exact, n, rows) / crop_area(
+            1, stage.halo, rows or 1 + 2 * stage.halo, 1 + 2 * stage.halo, self.strips
+        )
+        return tile_for_budget(per_px, stage.halo, self.options.budget_bytes, size, rows)
+
+    def _tile_estimate(self, stage: Stage, tile: int, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
+        frames = latent_shape[2] if len(latent_shape) == 5 else 1
+        height = latent_shape[-2] * 2**stage.level
+        rows = height if self.strips else None
+        return estimate_stage(stage, tile, dtype_bytes, self.options.exact, stage.frames(frames), rows)
+
+    def _head_estimate(self, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
+        frames = latent_shape[2] if len(latent_shape) == 5 else 1
+        hw = (latent_shape[-2], latent_shape[-1])
+        channels = self.decoder.mid.block_1.in_channels
+        return latent_shape[0] * estimate_head(hw, channels, dtype_bytes, frames)
 
     def predicted_peak(self, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
         hw = (latent_shape[-2], latent_shape[-1])
         frames = latent_shape[2] if len(latent_shape) == 5 else 1
         tiles = [
-            estimate_stage(s, self.stage_tile(s, hw, dtype_bytes), dtype_bytes, self.options.exact)
+            self._tile_estimate(s, self.stage_tile(s, hw, dtype_bytes, frames), latent_shape, dtype_bytes)
             for s in self.stages
         ]
-        head = latent_shape[0] * estimate_head(hw, self.decoder.mid.block_1.in_channels, dtype_bytes)
-        return frames * max([head, *tiles])
+        return max([self._head_estimate(latent_shape, dtype_bytes), *tiles])
 
     def minimum_peak(self, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
         """The activation bytes the smallest tiles still need (below this no budget can work)."""
-        frames = latent_shape[2] if len(latent_shape) == 5 else 1
         hw = (latent_shape[-2], latent_shape[-1])
         tiles = [
-            estimate_stage(s, min(MIN_TILE, max(hw) * 2**s.level), dtype_bytes, self.options.exact)
+            self._tile_estimate(s, min(MIN_TILE, max(hw) * 2**s.level), latent_shape, dtype_bytes)
             for s in self.stages
         ]
-        head = latent_shape[0] * estimate_head(hw, self.decoder.mid.block_1.in_channels, dtype_bytes)
-        return frames * max([head, *tiles])
+        return max([self._head_estimate(latent_shape, dtype_bytes), *tiles])
+
+    def _count(self, stage: Stage, hw: tuple[int, int], tile: int) -> int:
+        return len(tiles_of(hw[0] * 2**stage.level, hw[1] * 2**stage.level, tile, self.strips))
 
     # -- running ----------------------------------------------------------------------------------
     def decode(
@@ -289,9 +358,9 @@ class KLTiledDecoder:
         report = DecodeReport(self.family)
         dtype_bytes = torch.empty((), dtype=opts.dtype).element_size()
         hw = (latent.shape[-2], latent.shape[-1])
-        per_sample = 1 + sum(
-            grid_size(*(d * 2**s.level for d in hw), self.stage_tile(s, hw, dtype_bytes)) for s in self.stages
-        )
+        frames = latent.shape[2] if latent.ndim == 5 else 1
+        tiles = [self.stage_tile(s, hw, dtype_bytes, frames) for s in self.stages]
+        per_sample = 1 + sum(self._count(s, hw, t) for s, t in zip(self.stages, tiles, strict=True))
         progress = Progress(per_sample * latent.shape[0], opts.progress)
         report.predicted_peak_bytes = self.predicted_peak(tuple(latent.shape), dtype_bytes)
         with torch.no_grad():
@@ -301,7 +370,7 @@ class KLTiledDecoder:
         progress.step(latent.shape[0])
         results = []
         for b in range(latent.shape[0]):
-            results.append(self._decode_one(head[b : b + 1], hw, report, progress, dtype_bytes))
+            results.append(self._decode_one(head[b : b + 1], hw, frames, report, progress, dtype_bytes))
         del head
         image = torch.cat(results, 0) if out is None else torch.cat(results, 0, out=out)
         return image, report
@@ -317,7 +386,13 @@ class KLTiledDecoder:
         return dec.mid.block_2(h, None)
 
     def _decode_one(
-        self, h: torch.Tensor, hw: tuple[int, int], report: DecodeReport, progress: Progress, dtype_bytes: int
+        self,
+        h: torch.Tensor,
+        hw: tuple[int, int],
+        frames: int,
+        report: DecodeReport,
+        progress: Progress,
+        dtype_bytes: int,
     ) -> torch.Tensor:
         opts = self.options
         mode = opts.stats_mode()
@@ -339,10 +414,9 @@ class KLTiledDecoder:
                     produced.clear()
                     produced.update(self._run_stage(stage, parks, stats, tile, merge_for, progress))
 
-                tile = self.stage_tile(stage, hw, dtype_bytes)
+                tile = self.stage_tile(stage, hw, dtype_bytes, frames)
                 used = run_with_oom_retry(attempt, tile, opts, report)
-                size = parks[stage.inputs[0]].shape[-2:]
-                report.stages.append((stage.name, used, grid_size(size[0], size[1], used)))
+                report.stages.append((stage.name, used, self._count(stage, hw, used)))
                 if stage.output != "t":  # the block (or decoder) is done with its inputs
                     for name in stage.inputs:
                         parks.pop(name, None)
@@ -373,8 +447,7 @@ class KLTiledDecoder:
         )
         out: torch.Tensor | None = None
         s = stage.scale
-        tiles = list(grid(height, width, tile))
-        for t in tiles:
+        for t in tiles_of(height, width, tile, self.strips):
             if opts.check_interrupt is not None:
                 opts.check_interrupt()
             c = t.crop(stage.halo, height, width)

@@ -34,7 +34,16 @@ class DecodeOptions:
     check_interrupt: Callable[[], None] | None = None
     oom_types: tuple[type[BaseException], ...] = ()
     on_oom: Callable[[], None] | None = None
-    allow_unverified: bool = False  # engines not yet checked bit for bit against a host (Wan 2.2)
+
+    def strips(self, video: bool) -> bool:
+        """Whether video activations are cut in full-height strips instead of squares.
+
+        On the CPU torch picks a 3D convolution's kernel (oneDNN or its native one, which round
+        differently) from N*C*T*H of the input, never W: a strip as tall as the image gets the same
+        kernel as the full decode, a shorter crop may not. A GPU has no such rule; squares fit a budget
+        better there.
+        """
+        return video and torch.device(self.device).type == "cpu"
 
     def stats_mode(self) -> str:
         if self.stats != "auto":
@@ -75,10 +84,12 @@ class Progress:
         self.total += units
 
 
-def tile_for_budget(bytes_per_px: float, halo: int, budget: float, size: int) -> int:
-    """The largest square tile side ``t`` (stage-input px) with ``bytes_per_px * (t + 2 halo)^2``
-    within ``budget``, at least MIN_TILE and at most ``size``."""
-    side = math.isqrt(max(0, int(budget / max(bytes_per_px, 1e-9)))) - 2 * halo
+def tile_for_budget(bytes_per_px: float, halo: int, budget: float, size: int, rows: int | None = None) -> int:
+    """The largest tile side ``t`` (stage-input px) whose crop fits ``budget``, at least MIN_TILE and at
+    most ``size``: a square, ``bytes_per_px * (t + 2 halo)^2``, or with ``rows`` a full-height strip,
+    ``bytes_per_px * rows * (t + 2 halo)``."""
+    pixels = max(0, int(budget / max(bytes_per_px, 1e-9)))
+    side = (pixels // rows if rows else math.isqrt(pixels)) - 2 * halo
     return max(MIN_TILE, min(size, side))
 
 

@@ -50,6 +50,22 @@ def grid_size(height: int, width: int, tile: int) -> int:
     return len(spans(height, tile)) * len(spans(width, tile))
 
 
+def columns(height: int, width: int, tile: int) -> Iterator[Tile]:
+    """Full-height strips at most ``tile`` wide (how video is cut on a CPU: DecodeOptions.strips)."""
+    for x0, x1 in spans(width, tile):
+        yield Tile(0, height, x0, x1)
+
+
+def tiles_of(height: int, width: int, tile: int, strips: bool) -> list[Tile]:
+    return list(columns(height, width, tile) if strips else grid(height, width, tile))
+
+
+def crop_area(tile: int, halo: int, height: int, width: int, strips: bool) -> int:
+    """Pixels of the largest crop (core plus halo, clipped to the image) of this layout."""
+    side = tile + 2 * halo
+    return (height if strips else min(side, height)) * min(side, width)
+
+
 def conv_radius(module: nn.Module) -> int:
     """How many pixels a stride-1 "same" convolution reaches on each side in the last two dims.
 
@@ -65,7 +81,9 @@ def conv_radius(module: nn.Module) -> int:
     radius = [d * (k - 1) // 2 for k, d in zip(kernel, dilation, strict=True)]
     manual = getattr(module, "_padding", None)
     if manual is None and module is not conv:
-        manual = module.padding if isinstance(module.padding, tuple) else None
+        # LTXV's CausalConv3d keeps no padding of its own: its conv pads in space itself
+        wrapper = getattr(module, "padding", None)
+        manual = wrapper if isinstance(wrapper, tuple) else None
     if manual is not None and any(manual):  # F.pad order: (w, w, h, h, ...)
         padding = [manual[2], manual[0]]
     else:

@@ -8,7 +8,17 @@ GroupNorm: its RMS_norm is per pixel and its only attention is per frame in the 
 * the rest (upsamples and output head) is purely local in space: each spatial tile, grown by the
   receptive field computed from its layers, runs through *all* latent frames in order with one causal
   cache of its own that is never reset, so time is exact and the frame count is the full decode's;
-* the tile is cropped back, no blending. In float32 on the CPU the result is bit-identical.
+* the tile is cropped back, no blending. In float32 on the CPU the result is bit-identical (checked
+  against the host's own decode for Wan 2.1 and Wan 2.2).
+
+On a CPU the tiles are full-height strips (``DecodeOptions.strips``). Wan's 2D resample convolutions
+take oneDNN or torch's native kernel by N*C*H*W, which a narrow crop could push below the threshold
+the full frame is above: with the real decoders' widths (>= 96 channels) and a crop of at least
+MIN_TILE/2 + halo latent px it never does.
+
+Wan 2.2's decoder differs only in its up blocks (``Up_ResidualBlock``: residual blocks plus a
+``DupUp3D`` shortcut, a per-pixel repeat, which is told which chunk is the first) and in a 2x2
+unpatchify after the decoder, a per-pixel rearrangement done here on each tile.
 """
 
 from __future__ import annotations
@@ -20,14 +30,15 @@ from einops import rearrange
 from torch import nn
 
 from .runtime import MIN_TILE, DecodeOptions, DecodeReport, Progress, run_with_oom_retry, tile_for_budget
-from .tiles import Unsupported, conv_radius, grid, grid_size
+from .tiles import Unsupported, conv_radius, crop_area, tiles_of
 
 CACHE_T = 2  # frames a causal 3x3x3 convolution keeps from the previous chunk (the host's CACHE_T)
 # Peak live activation values per output pixel of a tile (halo included), the causal cache and the four
 # frames one latent frame becomes included: measured with measure.PeakLiveBytes on the host's Wan 2.1
-# decoder (4070, bench/tiled_vae.py), plus a margin. Wan 2.2's decoder is wider (256 vs 96 base
-# channels) at half the resolution before its 2x2 unpatchify: scaled by the widths, not yet measured.
-WAN_VALUES_PER_PX = {"wan21": 4300.0, "wan22": 4300.0 * 256 / 96 / 4}
+# decoder (bench/tiled_vae.py), plus a margin. Wan 2.2's decoder is wider (256 vs 96 base channels) at
+# half the resolution before its 2x2 unpatchify; per output pixel it measured about the same (4380 at
+# 3 latent frames of 6x6, the host's full-size Wan 2.2 decoder).
+WAN_VALUES_PER_PX = {"wan21": 4300.0, "wan22": 4700.0}
 HEAD_BYTES_PER_PX = 24.0  # per latent pixel x middle channels (head: conv1 + middle with attention)
 
 
@@ -102,12 +113,8 @@ class WanTiledDecoder:
         kinds = {_name(m) for m in decoder.upsamples}
         if kinds <= {"ResidualBlock", "Resample"}:
             self.family, self.patch = "wan21", 1
-        elif kinds == {"Up_ResidualBlock"} and getattr(options, "allow_unverified", False):
-            self.family, self.patch = "wan22", 2  # the host unpatchifies 2x2 after the decoder
         elif kinds == {"Up_ResidualBlock"}:
-            # Wan 2.2: the same scheme applies (handled below), but it is not yet checked bit for bit
-            # against a host, so the node keeps the host's own decode for it.
-            raise Unsupported("Wan 2.2 tiling is not verified exact yet")
+            self.family, self.patch = "wan22", 2  # the host unpatchifies 2x2 after the decoder
         else:
             raise Unsupported(f"Wan decoder with {sorted(kinds)}")
         self.model, self.decoder, self.options = model, decoder, options
@@ -120,26 +127,28 @@ class WanTiledDecoder:
         self.time_factor = 2 ** _time_upsamples(decoder)
         self.cached_convs = sum(_name(m) == "CausalConv3d" for m in decoder.modules())
         self.mid_channels = decoder.conv1.out_channels
+        self.strips = options.strips(video=True)
 
     # -- sizing -----------------------------------------------------------------------------------
     def tile_bytes(self, tile: int, dtype_bytes: int, latent_hw: tuple[int, int] | None = None) -> int:
         """Activation bytes of a tile with a ``tile`` latent px core (its crop clipped to the image)."""
         height, width = latent_hw or (tile + 2 * self.halo,) * 2
-        crop_h, crop_w = min(tile + 2 * self.halo, height), min(tile + 2 * self.halo, width)
-        return int(WAN_VALUES_PER_PX[self.family] * crop_h * crop_w * self.scale**2 * dtype_bytes)
+        area = crop_area(tile, self.halo, height, width, self.strips)
+        return int(WAN_VALUES_PER_PX[self.family] * area * self.scale**2 * dtype_bytes)
 
     def head_bytes(self, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
         pixels = latent_shape[0] * latent_shape[-2] * latent_shape[-1]
         return int(HEAD_BYTES_PER_PX * self.mid_channels * pixels * dtype_bytes)
 
     def latent_tile(self, latent_hw: tuple[int, int], dtype_bytes: int) -> int:
-        size = max(latent_hw)
+        size = latent_hw[1] if self.strips else max(latent_hw)
         if self.options.tile is not None:
             return min(size, max(MIN_TILE, self.options.tile // self.scale))
         if self.options.budget_bytes is None:
             return size
         per_px = WAN_VALUES_PER_PX[self.family] * self.scale**2 * dtype_bytes
-        return tile_for_budget(per_px, self.halo, self.options.budget_bytes, size)
+        rows = latent_hw[0] if self.strips else None
+        return tile_for_budget(per_px, self.halo, self.options.budget_bytes, size, rows)
 
     def predicted_peak(self, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
         hw = (latent_shape[-2], latent_shape[-1])
@@ -159,7 +168,7 @@ class WanTiledDecoder:
         dtype_bytes = torch.empty((), dtype=opts.dtype).element_size()
         batch, _, frames, height, width = latent.shape
         tile = self.latent_tile((height, width), dtype_bytes)
-        progress = Progress(frames + batch * frames * grid_size(height, width, tile), opts.progress)
+        progress = Progress(frames + batch * frames * self._count(height, width, tile), opts.progress)
         report.predicted_peak_bytes = self.predicted_peak(tuple(latent.shape), dtype_bytes)
         with torch.no_grad():
             parked = self._head(latent, progress)
@@ -176,6 +185,9 @@ class WanTiledDecoder:
                 used = run_with_oom_retry(attempt, tile, opts, report)
                 report.stages.append((f"tail[{b}]", used, state["tiles"]))
         return out, report
+
+    def _count(self, height: int, width: int, tile: int) -> int:
+        return len(tiles_of(height, width, tile, self.strips))
 
     def _head(self, latent: torch.Tensor, progress: Progress) -> list[torch.Tensor]:
         """conv2, conv1 and the middle block on whole frames, one latent frame at a time (batched)."""
@@ -198,7 +210,7 @@ class WanTiledDecoder:
         opts, dec = self.options, self.decoder
         height, width = parked[0].shape[-2:]
         s, count = self.scale, 0
-        for t in grid(height, width, tile):
+        for t in tiles_of(height, width, tile, self.strips):
             c = t.crop(self.halo, height, width)
             cache: list = [None] * self.cached_convs
             frame = 0

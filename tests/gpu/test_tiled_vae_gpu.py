@@ -49,3 +49,48 @@ def test_cuda_tiled_decode_matches_and_stays_in_budget(dtype: torch.dtype) -> No
     assert peak <= 1.1 * report.predicted_peak_bytes and peak <= budget
     tolerance = 1e-4 if dtype == torch.float32 else max(spread, 0.0) + 0.05
     assert (got - want).abs().max().item() <= tolerance
+
+
+@pytest.fixture
+def no_tf32() -> object:
+    """Full float32 convolutions: TF32 rounds differently for a tile and for the whole frame."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+@pytest.mark.parametrize("family", ["wan22", "ltxv"])
+def test_cuda_video_decode_matches_and_stays_in_budget(host: object, family: str, no_tf32: object) -> None:
+    """The video engines on CUDA (square tiles, each PixelNorm per tile): the host's own classes at a
+    small size, float32, against their own full decode on the same device."""
+    from headroom_testing.tiny_models import host_video_vaes, ltxv_vae, small_wan_vae
+
+    if family not in host_video_vaes():
+        pytest.skip(f"the host has no {family} VAE")
+    device = torch.device("cuda")
+    if family == "wan22":
+        model = small_wan_vae("2.2").to(device)
+        z = torch.randn(1, 48, 3, 20, 20, device=device)
+    else:
+        import comfy.sd
+
+        state_dict, metadata = ltxv_vae("0.9.1", seed=5)
+        model = comfy.sd.VAE(sd=state_dict, metadata=metadata).first_stage_model.to(device, torch.float32)
+        z = torch.randn(1, 128, 2, 20, 20, device=device)
+    with torch.no_grad():
+        torch.manual_seed(3)  # LTXV draws noise while decoding; both decodes draw the same
+        want = model.decode(z).float().cpu()
+    budget = 64 << 20
+    engine = make_tiled_decoder(model, DecodeOptions(device, torch.float32, budget_bytes=budget, pin=True))
+    assert not engine.strips  # squares on a GPU
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    with torch.no_grad():
+        torch.manual_seed(3)
+        got, report = engine.decode(z)
+    peak = torch.cuda.max_memory_allocated() - base
+    assert report.max_tiles_in_a_stage > 1
+    assert peak <= 1.1 * report.predicted_peak_bytes
+    assert got.shape == want.shape and (got - want).abs().max().item() <= 1e-4

@@ -17,13 +17,19 @@ import torch
 
 from headroom_testing.harness import Host, PromptFailed
 from headroom_testing.tiny_models import (
+    LTXV_TINY_CONFIGS,
     SD_VAE_DDCONFIG,
     _init_state_dict,
     _on_meta,
     build_tiny_vae,
     build_wan21_vae,
     flux_vae_state_dict,
+    host_video_vaes,
+    hunyuan_video_vae_state_dict,
+    ltxv_vae,
+    small_wan_vae,
     supported_builders,
+    wan22_vae_state_dict,
 )
 
 pytestmark = pytest.mark.host
@@ -276,7 +282,7 @@ def wan_vae(host: Host) -> Any:
 def test_wan21_tiled_is_bitwise_the_full_decode_with_every_frame(host: Host, wan_vae: Any) -> None:
     """Through the node, with a budget that allows 16-latent-pixel tiles: two tiles, five frames."""
     tv = engine(host)
-    z = latent((1, 16, 2, 17, 4), seed=8)  # 2 latent frames -> 5 frames of 136x32
+    z = latent((1, 16, 2, 4, 17), seed=8)  # 2 latent frames -> 5 frames of 32x136 (strips on a CPU)
     want = stock_decode(host, wan_vae, z)
     probe = tv.make_tiled_decoder(
         wan_vae.first_stage_model, tv.DecodeOptions(torch.device("cpu"), torch.float32)
@@ -299,3 +305,298 @@ def test_wan21_tiled_is_bitwise_the_full_decode_with_every_frame(host: Host, wan
     assert reports and reports[0].max_tiles_in_a_stage == 2  # really tiled
     assert want.shape[0] == 5
     assert_identical(got, want)
+
+
+# -- Wan 2.2, HunyuanVideo, LTXV and Wan with real crops (current hosts) -----------------------------
+# Video latents are cut in full-height strips on a CPU (DecodeOptions.strips), so these latents are
+# wide and short. Each test asserts that every strip's crop is smaller than the image somewhere.
+
+
+def need_video_vae(host: Host, kind: str) -> None:
+    if kind not in host_video_vaes():
+        pytest.skip(f"the host ({host.version}) has no {kind} VAE: nothing to tile")
+
+
+def recorded_reports(monkeypatch: pytest.MonkeyPatch, engine_class: type) -> list:
+    """Every DecodeReport ``engine_class.decode`` returns from now on (the node's run included)."""
+    reports: list = []
+    original = engine_class.decode
+
+    def spy(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        reports.append(result[1])
+        return result
+
+    monkeypatch.setattr(engine_class, "decode", spy)
+    return reports
+
+
+def min_budget_gb(host: Host, vae: Any, shape: tuple[int, ...]) -> str:
+    """A vram_budget that only fits the smallest tiles: the node must cut every stage it can."""
+    tv = engine(host)
+    probe = tv.make_tiled_decoder(vae.first_stage_model, tv.DecodeOptions(torch.device("cpu"), torch.float32))
+    return f"{(vae.patcher.model_size() + probe.minimum_peak(shape, 4) * 1.01) / (1 << 30):.4f}"
+
+
+def assert_raw_identical(got: torch.Tensor, want: torch.Tensor) -> None:
+    """The decoders' own outputs, before the host clamps them to 0..1 (which could hide a difference)."""
+    assert got.shape == want.shape
+    assert (got - want.float()).abs().max().item() == 0.0
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_wan_tiles_smaller_than_the_frame_are_bitwise_the_host_decode(host: Host, version: str) -> None:
+    """The host's own Wan VAE class at a small width (``small_wan_vae``) on a latent wide enough for real
+    crops: three latent frames, so the causal caches and Wan 2.2's first-chunk handling all run."""
+    if version == "2.1" and "build_wan21_vae" not in supported_builders():
+        pytest.skip(f"the host ({host.version}) predates Wan: no comfy/ldm/wan")
+    if version == "2.2":
+        need_video_vae(host, "wan22")
+    tv = engine(host)
+    model = small_wan_vae(version)
+    channels = 48 if version == "2.2" else 16
+    z = latent((1, channels, 3, 3, 32), seed=9)
+    want = model.decode(z)
+    scale = 16 if version == "2.2" else 8
+    dec = tv.make_tiled_decoder(model, tv.DecodeOptions(torch.device("cpu"), torch.float32, tile=16 * scale))
+    got, report = dec.decode(z)
+    assert dec.family == ("wan22" if version == "2.2" else "wan21") and dec.strips and dec.scale == scale
+    assert report.max_tiles_in_a_stage == 2 and 16 + dec.halo < 32  # each crop misses part of the frame
+    assert got.shape[2] == 1 + 4 * 2  # every frame, as the full decode
+    assert_raw_identical(got, want)
+
+
+@pytest.fixture(scope="module")
+def wan22_vae(host: Host) -> Any:
+    """The full-size Wan 2.2 VAE as comfy.sd builds it (705M parameters: stored bf16, run float32)."""
+    need_video_vae(host, "wan22")
+    state_dict = wan22_vae_state_dict(seed=3, dtype=torch.bfloat16)
+    vae = host_vae(state_dict)
+    del state_dict
+    assert vae.latent_channels == 48 and type(vae.first_stage_model).__module__.endswith("vae2_2")
+    yield vae
+    del vae
+
+
+def test_node_decodes_wan22_with_the_tiled_engine_bitwise(
+    host: Host, wan22_vae: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the node with the host-built Wan 2.2 VAE: our engine runs (no fallback), the IMAGE has the
+    stock layout (frames in the batch) and the pixels of the stock VAEDecode. (The latent is small, so
+    here the crop is the frame; real crops are checked above on the same class.)"""
+    tv = engine(host)
+    reports = recorded_reports(monkeypatch, tv.WanTiledDecoder)
+    z = latent((1, 48, 2, 2, 4), seed=10)
+    want = stock_decode(host, wan22_vae, z)
+    got = tiled_decode(host, wan22_vae, z)
+    assert [r.family for r in reports] == ["wan22"]
+    assert want.shape == (5, 32, 64, 3)
+    assert_identical(got, want)
+
+
+@pytest.fixture(scope="module")
+def hunyuan_vae(host: Host) -> Any:
+    need_video_vae(host, "hunyuan_video")
+    vae = host_vae(hunyuan_video_vae_state_dict(seed=4))
+    assert vae.latent_dim == 3 and vae.latent_channels == 16
+    return vae
+
+
+def test_hunyuan_video_tiled_through_the_node_is_bitwise_the_full_decode(
+    host: Host, hunyuan_vae: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HunyuanVideo's 3D KL VAE: clip-wide GroupNorm statistics, every frame in each strip, time
+    upsampled inside the stages. Through the node with a budget for small tiles, then the engine with
+    strips of 16 latent px at every stage."""
+    tv = engine(host)
+    reports = recorded_reports(monkeypatch, tv.KLTiledDecoder)
+    z = latent((1, 16, 2, 3, 20), seed=11)  # 5 frames of 24x160
+    want = stock_decode(host, hunyuan_vae, z)
+    got = tiled_decode(host, hunyuan_vae, z, vram_budget=min_budget_gb(host, hunyuan_vae, tuple(z.shape)))
+    assert len(reports) == 1 and reports[0].max_tiles_in_a_stage >= 2
+    assert want.shape == (5, 24, 160, 3)
+    assert_identical(got, want)
+    raw, report = tv.make_tiled_decoder(
+        hunyuan_vae.first_stage_model, tv.DecodeOptions(torch.device("cpu"), torch.float32, tile=128)
+    ).decode(z)
+    assert all(n >= 2 for _, _, n in report.stages)  # every stage cut
+    assert_raw_identical(raw, hunyuan_vae.first_stage_model.decode(z))
+
+
+def test_hunyuan_video_fast_mode_stays_close(host: Host, hunyuan_vae: Any) -> None:
+    z = latent((1, 16, 2, 2, 20), seed=12)
+    want = stock_decode(host, hunyuan_vae, z)
+    got = tiled_decode(host, hunyuan_vae, z, mode="fast")
+    assert got.shape == want.shape and (got - want).abs().max().item() < 1e-4
+
+
+@pytest.fixture(scope="module", params=sorted(LTXV_TINY_CONFIGS))
+def ltxv(host: Host, request: pytest.FixtureRequest) -> Any:
+    """A small LTXV VAE the host builds from the file's config metadata (LTXV_TINY_CONFIGS)."""
+    need_video_vae(host, "ltxv")
+    state_dict, metadata = ltxv_vae(request.param, seed=5)
+    vae = comfy_vae_with_metadata(state_dict, metadata)
+    assert vae.latent_channels == 128 and type(vae.first_stage_model).__name__ == "VideoVAE"
+    return vae
+
+
+def comfy_vae_with_metadata(state_dict: dict, metadata: dict) -> Any:
+    import comfy.sd
+
+    return comfy.sd.VAE(sd=state_dict, metadata=metadata)
+
+
+def test_ltxv_tiled_through_the_node_is_bitwise_the_full_decode(
+    host: Host, ltxv: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LTXV: per-pixel norms with whole-activation means, timestep modulation, the host's frame noise
+    (drawn from the same generator state: both decodes are seeded alike), depth-to-space in space and
+    time. Through the node with a budget for small tiles, then the engine with strips of 16 px at
+    every stage."""
+    tv = engine(host)
+    reports = recorded_reports(monkeypatch, tv.LTXVTiledDecoder)
+    z = latent((1, 128, 2, 3, 34), seed=13)
+    torch.manual_seed(21)
+    want = stock_decode(host, ltxv, z)
+    torch.manual_seed(21)
+    got = tiled_decode(host, ltxv, z, vram_budget=min_budget_gb(host, ltxv, tuple(z.shape)))
+    assert len(reports) == 1 and reports[0].family == "ltxv" and reports[0].max_tiles_in_a_stage >= 2
+    assert want.shape[0] == 5
+    assert_identical(got, want)
+    options = tv.DecodeOptions(torch.device("cpu"), torch.float32, tile=16)
+    dec = tv.make_tiled_decoder(ltxv.first_stage_model, options)
+    torch.manual_seed(22)
+    raw_want = ltxv.first_stage_model.decode(z)
+    torch.manual_seed(22)
+    raw, report = dec.decode(z)
+    assert all(n >= 2 for _, _, n in report.stages)  # every stage cut
+    assert_raw_identical(raw, raw_want)
+
+
+def test_ltxv_fast_mode_stays_close(host: Host, ltxv: Any) -> None:
+    """Fast: each tile takes its PixelNorm means from its own pixels (the same numbers, rounded otherwise)."""
+    z = latent((1, 128, 2, 2, 34), seed=14)
+    torch.manual_seed(23)
+    want = stock_decode(host, ltxv, z)
+    torch.manual_seed(23)
+    got = tiled_decode(host, ltxv, z, mode="fast", vram_budget=min_budget_gb(host, ltxv, tuple(z.shape)))
+    assert got.shape == want.shape and (got - want).abs().max().item() < 1e-4
+
+
+def test_video_stage_estimates_cover_the_measured_peak(host: Host, hunyuan_vae: Any, ltxv: Any) -> None:
+    """Per-tile activation estimates vs the live bytes each stage really peaks at (PeakLiveBytes), on the
+    host's HunyuanVideo and LTXV blocks: at most 1.1x the estimate, and not wildly pessimistic."""
+    from comfyui_headroom.memory.tiled_vae.groupnorm import GroupStats, apply_group_norm
+    from comfyui_headroom.memory.tiled_vae.kl import estimate_stage
+    from comfyui_headroom.memory.tiled_vae.ltxv import apply_norm, whole_mean
+    from comfyui_headroom.memory.tiled_vae.measure import PeakLiveBytes
+
+    tv = engine(host)
+    frames, rows, side = 2, 6, 20
+    kl = tv.make_tiled_decoder(
+        hunyuan_vae.first_stage_model, tv.DecodeOptions(torch.device("cpu"), torch.float32)
+    )
+    for stage in kl.stages:
+        n, height = stage.frames(frames), rows * 2**stage.level
+        crops = [latent((1, c, n, height, side), seed=i) for i, c in enumerate(stage.in_channels)]
+        stats = GroupStats(torch.zeros(1, stage.norm.num_groups), torch.ones(1, stage.norm.num_groups))
+        with PeakLiveBytes() as meter:
+            out = stage.body(
+                apply_group_norm(crops[0], stats, stage.norm.weight, stage.norm.bias, True), *crops[1:]
+            )
+            del out
+        predicted = estimate_stage(stage, side - 2 * stage.halo, 4, True, n, height)
+        assert 0.3 * predicted <= meter.peak <= 1.1 * predicted, stage.name
+
+    lt = tv.make_tiled_decoder(ltxv.first_stage_model, tv.DecodeOptions(torch.device("cpu"), torch.float32))
+    shape = (1, 128, frames, rows, side)
+    _, bodies = lt._head(latent(shape))
+    for plan, body, spec in zip(lt.plan, bodies, lt._specs(shape), strict=True):
+        height, width = rows * spec.scale, side * spec.scale
+        channels = {
+            "x": plan.block.in_channels if plan.kind == "res_b" else plan.channels,
+            "t": plan.channels,
+        }
+        crops = [latent((1, channels[k], spec.frames, height, width), seed=1) for k in plan.inputs]
+        with PeakLiveBytes() as meter:
+            copies = [c.clone() for c in crops]  # a tile's crops are copies (contiguous) in the engine
+            out = body(
+                apply_norm(plan.norm, copies[0], whole_mean(plan.norm, crops[0])),
+                *copies[1:],
+                (0, height, 0, width),
+            )
+            del out, copies
+        predicted = lt._estimate(spec, width - 2 * spec.halo, shape, 4)
+        assert 0.3 * predicted <= meter.peak <= 1.1 * predicted, plan.name
+
+
+def test_wan22_tile_estimate_covers_the_measured_peak(host: Host, wan22_vae: Any) -> None:
+    """Wan 2.2's per-output-pixel coefficient (measured on this full-size decoder) against a tile run."""
+    from comfyui_headroom.memory.tiled_vae.measure import PeakLiveBytes
+
+    tv = engine(host)
+    dec = tv.make_tiled_decoder(
+        wan22_vae.first_stage_model, tv.DecodeOptions(torch.device("cpu"), torch.float32)
+    )
+    z = latent((1, 48, 3, 4, 6), seed=15)
+    parked = dec._head(z, _Quiet())
+    out = torch.empty(1, 3, 9, 4 * 16, 6 * 16)
+    with PeakLiveBytes() as meter:
+        dec._tiles(parked, 0, 6, out, _Quiet())
+    predicted = dec.tile_bytes(6, 4, (4, 6))
+    assert 0.3 * predicted <= meter.peak <= 1.1 * predicted
+
+
+class _Quiet:
+    def step(self, units: int = 1) -> None:
+        pass
+
+
+LOOK_ALIKES = {
+    # name: (decoder module, decoder params) as comfy/sd.py builds them inside an AutoencodingEngine
+    "HunyuanImage 2.1 (32x, pixel-shuffle up, latent skip into conv_in)": (
+        "comfy.ldm.hunyuan_video.vae",
+        {"block_out_channels": [128, 256, 512, 512, 1024, 1024], "in_channels": 3, "out_channels": 3,
+         "num_res_blocks": 2, "ffactor_spatial": 32, "upsample_match_channel": True, "z_channels": 64},
+    ),
+    "HunyuanVideo 1.5 (16x, GroupNorm, 3D)": (
+        "comfy.ldm.hunyuan_video.vae_refiner",
+        {"block_out_channels": [128, 256, 512, 1024, 1024], "in_channels": 3, "out_channels": 3,
+         "num_res_blocks": 2, "ffactor_spatial": 16, "ffactor_temporal": 4, "upsample_match_channel": True,
+         "refiner_vae": False, "z_channels": 32},
+    ),
+    "SVD video decoder (time mixing)": (
+        "comfy.ldm.modules.temporal_ae",
+        {**SD_VAE_DDCONFIG, "video_kernel_size": [3, 1, 1], "alpha": 0.0},
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(LOOK_ALIKES))
+def test_look_alike_decoders_are_left_to_the_host(host: Host, name: str) -> None:
+    """Decoders with the KL decoder's attribute names but other maths must fall back, not be tiled."""
+    import importlib.util
+
+    from comfy.ldm.models.autoencoder import AutoencodingEngine
+
+    module, params = LOOK_ALIKES[name]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package is missing too
+        found = False
+    if not found:
+        pytest.skip(f"the host ({host.version}) has no {module}")
+    decoder = module + (".VideoDecoder" if module.endswith("temporal_ae") else ".Decoder")
+    encoder = (
+        "comfy.ldm.modules.diffusionmodules.model.Encoder" if "temporal" in module else module + ".Encoder"
+    )
+    model = _on_meta(
+        lambda: AutoencodingEngine(
+            regularizer_config={"target": "comfy.ldm.models.autoencoder.DiagonalGaussianRegularizer"},
+            encoder_config={"target": encoder, "params": dict(params)},
+            decoder_config={"target": decoder, "params": dict(params)},
+        )
+    )
+    tv = engine(host)
+    with pytest.raises(tv.Unsupported):
+        tv.make_tiled_decoder(model, tv.DecodeOptions(torch.device("cpu"), torch.float32))

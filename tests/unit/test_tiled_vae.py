@@ -14,6 +14,7 @@ from comfyui_headroom.memory.tiled_vae import DecodeOptions, Unsupported, make_t
 from comfyui_headroom.memory.tiled_vae.budget import GiB, activation_budget, parse_vram_budget
 from comfyui_headroom.memory.tiled_vae.groupnorm import StatsMerger, apply_group_norm, kernel_stats
 from comfyui_headroom.memory.tiled_vae.kl import estimate_head, estimate_stage
+from comfyui_headroom.memory.tiled_vae.ltxv import apply_norm, whole_mean
 from comfyui_headroom.memory.tiled_vae.measure import PeakLiveBytes
 from comfyui_headroom.memory.tiled_vae.runtime import (
     MIN_TILE,
@@ -21,7 +22,7 @@ from comfyui_headroom.memory.tiled_vae.runtime import (
     run_with_oom_retry,
     tile_for_budget,
 )
-from comfyui_headroom.memory.tiled_vae.tiles import conv_radius, grid, spans
+from comfyui_headroom.memory.tiled_vae.tiles import conv_radius, crop_area, grid, spans, tiles_of
 
 
 def rand(*shape: int, seed: int = 0) -> torch.Tensor:
@@ -39,6 +40,42 @@ def test_spans_cover_the_axis_once_with_near_equal_tiles(size: int, tile: int) -
     lengths = [b - a for a, b in parts]
     assert max(lengths) <= tile and max(lengths) - min(lengths) <= 1
     assert len(list(grid(size, size, tile))) == len(parts) ** 2
+
+
+def test_columns_are_full_height_strips_covering_the_width_once() -> None:
+    strips = tiles_of(30, 50, 16, strips=True)
+    assert [(t.y0, t.y1) for t in strips] == [(0, 30)] * 4
+    assert [(t.x0, t.x1) for t in strips] == spans(50, 16)
+    assert tiles_of(30, 50, 16, strips=False) == list(grid(30, 50, 16))
+    assert crop_area(16, 2, 30, 50, strips=True) == 30 * 20
+    assert crop_area(16, 2, 30, 50, strips=False) == 20 * 20
+    assert crop_area(16, 20, 30, 50, strips=False) == 30 * 50  # clipped to the image
+
+
+def test_video_is_cut_in_strips_on_the_cpu_only() -> None:
+    cpu = DecodeOptions(torch.device("cpu"), torch.float32)
+    assert cpu.strips(video=True) and not cpu.strips(video=False)
+    assert not DecodeOptions(torch.device("cuda"), torch.float32).strips(video=True)
+
+
+def test_strip_crops_reduce_like_the_whole_frame_only_with_the_whole_mean() -> None:
+    """PixelNorm of a strip with the whole activation's channel mean is bitwise the full PixelNorm."""
+
+    class PixelNorm(nn.Module):  # the host's LTXV PixelNorm
+        def __init__(self) -> None:
+            super().__init__()
+            self.dim, self.eps = 1, 1e-8
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x / torch.sqrt(torch.mean(x**2, dim=self.dim, keepdim=True) + self.eps)
+
+    norm = PixelNorm()
+    x = rand(1, 128, 3, 20, 45) * 3
+    full, mean = norm(x), whole_mean(norm, x)
+    for x0, x1 in [(0, 13), (7, 30), (29, 45)]:
+        crop = x[..., x0:x1].contiguous()
+        assert torch.equal(apply_norm(norm, crop, mean[..., x0:x1].contiguous()), full[..., x0:x1])
+    assert whole_mean(None, x) is None and torch.equal(apply_norm(None, x, None), x)
 
 
 def test_tile_crop_is_clipped_to_the_image() -> None:
@@ -65,7 +102,16 @@ class CausalConv(nn.Conv3d):
         self.padding = (0, 0, 0)
 
 
+class LTXVCausalConv(nn.Module):
+    """Pads time by hand but lets its conv pad space, with no padding attribute of its own (LTXV)."""
+
+    def __init__(self, padding_mode: str) -> None:
+        super().__init__()
+        self.conv = nn.Conv3d(2, 2, 3, padding=(0, 1, 1), padding_mode=padding_mode)
+
+
 def test_conv_radius_is_read_from_the_layer() -> None:
+    assert conv_radius(LTXVCausalConv("zeros")) == 1 and conv_radius(LTXVCausalConv("reflect")) == 1
     assert conv_radius(nn.Conv2d(2, 2, 3, padding=1)) == 1
     assert conv_radius(nn.Conv2d(2, 2, 5, padding=4, dilation=2)) == 4
     assert conv_radius(nn.Conv2d(2, 2, 1)) == 0
@@ -137,6 +183,8 @@ def test_activation_budget() -> None:
 def test_tile_for_budget_fits_and_clamps() -> None:
     tile = tile_for_budget(1000.0, 2, 1e8, 10_000)
     assert 1000 * (tile + 4) ** 2 <= 1e8 < 1000 * (tile + 5) ** 2
+    strip = tile_for_budget(1000.0, 2, 1e8, 10_000, rows=300)  # full-height strips 300 px high
+    assert 1000 * 300 * (strip + 4) <= 1e8 < 1000 * 300 * (strip + 5)
     assert tile_for_budget(1000.0, 2, 1.0, 10_000) == MIN_TILE
     assert tile_for_budget(1.0, 2, 1e12, 300) == 300
 
@@ -201,7 +249,7 @@ class Attn(nn.Module):
 class Upsample(nn.Module):
     def __init__(self, c: int) -> None:
         super().__init__()
-        self.scale_factor, self.conv = 2.0, nn.Conv2d(c, c, 3, padding=1)
+        self.scale_factor, self.with_conv, self.conv = 2.0, True, nn.Conv2d(c, c, 3, padding=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.conv(F.interpolate(x, scale_factor=2.0, mode="nearest"))
@@ -213,6 +261,7 @@ class Decoder(nn.Module):
     def __init__(self, ch: int = 16, mult: tuple[int, ...] = (1, 2, 2), z: int = 4) -> None:
         super().__init__()
         top = ch * mult[-1]
+        self.num_resolutions = len(mult)
         self.conv_in = nn.Conv2d(z, top, 3, padding=1)
         self.mid = nn.Module()
         self.mid.block_1, self.mid.attn_1, self.mid.block_2 = Block(top, top), Attn(top), Block(top, top)

@@ -1,0 +1,453 @@
+"""Exact tiled decode for the LTXV video VAE (LTX-Video 0.9.x: the host's ``CausalVideoAutoencoder``).
+
+LTXV's decoder (``decoder.conv_in``, ``up_blocks``, ``conv_norm_out``, ``conv_out``; duck-typed, never
+imported) has no attention and no GroupNorm in the configurations the host ships: its norms are
+PixelNorm or a per-pixel LayerNorm, its timestep conditioning is one scale/shift per channel, and its
+upsamplers are depth-to-space. Every layer is therefore local in space, so:
+
+* the head (the latent noise mix, un-normalisation, ``conv_in`` and the timestep embeddings) runs once
+  on the whole latent, where it is cheap;
+* the rest is cut into stages at its norms (two per residual block, one per depth-to-space upsampler,
+  the output head), each run tile by tile over *all* frames (time is not tiled: the decoder is not
+  causal in time, so a tile needs every frame), each tile grown by the stage's receptive field read
+  from its convolutions and cropped back (no blending) into a park for the next stage;
+* a PixelNorm is per pixel, but torch's channel mean rounds differently with the tensor's extent (its
+  CPU sum kernel groups columns by 32 and by thread), so on the CPU each PixelNorm's mean is taken over
+  the whole parked activation, as the full decode takes it, and a tile divides by its crop of it;
+* the noise the host injects (LTXV 0.9.1: ``torch.randn`` of the whole frame in each residual block,
+  and ``randn_like`` of the latent) is drawn up front, in the host's order and shapes from the same
+  generator, and each tile adds its crop of it. In float32 on the CPU the result is bit-identical.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+from einops import rearrange
+from torch import nn
+
+from .runtime import MIN_TILE, DecodeOptions, DecodeReport, Progress, run_with_oom_retry, tile_for_budget
+from .tiles import Unsupported, conv_radius, crop_area, tiles_of
+
+# Peak live values per input voxel of one tile, per channel of the stage's first input, its crops
+# included: measured with measure.PeakLiveBytes on the host's LTXV blocks at 2-5 frames (the causal
+# time padding and the convolutions' reflect-padded copies weigh most on short clips), plus a margin;
+# tests/host/test_tiled_vae.py checks the estimate against the measurement. A depth-to-space block
+# holds its convolution's output (``out_channels``) twice (conv, rearranged) and, when residual, the
+# repeated input: see ``_values``.
+STAGE_VALUES = {"res_a": 11.0, "res_b": 12.0, "out": 8.0}
+D2S_VALUES = 6.0  # per input channel, besides the 2 (or 3, residual) copies of the conv's output
+HEAD_VALUES_PER_PX = 6.0  # per latent voxel x conv_in output channels (noise mix + conv_in)
+LOCAL_NORMS = {"PixelNorm", "LayerNorm", "Identity"}
+
+
+def _name(module: object) -> str:
+    return type(module).__name__
+
+
+@dataclass
+class _Plan:
+    """One stage as the decoder's structure fixes it (what runs there is bound in ``_head``)."""
+
+    name: str
+    kind: str  # res_a | res_b | d2s | out
+    block: nn.Module
+    inputs: tuple[str, ...]  # park names; the first goes through ``norm``
+    output: str
+    norm: nn.Module | None
+    halo: int  # stage-input pixels each tile reads beyond its core
+    scale: int  # output pixels per input pixel
+    time_up: bool  # the stage turns T frames into 2T - 1
+    channels: int  # channels of the first input
+
+
+class _Spec(NamedTuple):
+    halo: int
+    values: float  # live values per input voxel of a tile (all channels)
+    frames: int
+    scale: int  # stage-input resolution / latent resolution
+
+
+def _values(plan: _Plan) -> float:
+    """Live values per input voxel of a tile of ``plan`` (all channels)."""
+    if plan.kind != "d2s":
+        return STAGE_VALUES[plan.kind] * plan.channels
+    out = plan.block.out_channels
+    return (3 if plan.block.residual else 2) * out + D2S_VALUES * plan.channels
+
+
+def _check_conv(module: nn.Module) -> int:
+    if _name(module) != "CausalConv3d":
+        raise Unsupported(f"{_name(module)} convolution in the LTXV decoder")
+    return conv_radius(module)
+
+
+def _check_norm(module: nn.Module) -> nn.Module:
+    if _name(module) not in LOCAL_NORMS:
+        raise Unsupported(f"{_name(module)} in the LTXV decoder reaches across tiles")
+    if _name(module) == "PixelNorm" and getattr(module, "dim", 1) != 1:
+        raise Unsupported("PixelNorm over a dimension other than the channels")
+    return module
+
+
+def _d2s_stride(block: nn.Module) -> tuple[int, int]:
+    stride = tuple(block.stride)
+    if len(stride) != 3 or stride[1] != stride[2] or stride[0] not in (1, 2):
+        raise Unsupported(f"depth-to-space stride {stride}")
+    return stride[0], stride[1]
+
+
+def _resnet_plan(name: str, block: nn.Module) -> list[_Plan]:
+    short = block.conv_shortcut
+    _check_norm(block.norm3)
+    reach = 0 if _name(short) == "Identity" else conv_radius(short)
+    cin, cout = block.in_channels, block.out_channels
+    norm1, norm2 = _check_norm(block.norm1), _check_norm(block.norm2)
+    halo_b = max(_check_conv(block.conv2), reach)
+    return [
+        _Plan(name + ".a", "res_a", block, ("x",), "t", norm1, _check_conv(block.conv1), 1, False, cin),
+        _Plan(name + ".b", "res_b", block, ("t", "x"), "x", norm2, halo_b, 1, False, cout),
+    ]
+
+
+def whole_mean(norm: nn.Module | None, x: torch.Tensor) -> torch.Tensor | None:
+    """PixelNorm's channel mean of squares over a whole activation, as the host's forward computes it."""
+    if norm is None or _name(norm) != "PixelNorm":
+        return None
+    return torch.mean(x**2, dim=norm.dim, keepdim=True)
+
+
+def apply_norm(norm: nn.Module | None, x: torch.Tensor, mean: torch.Tensor | None) -> torch.Tensor:
+    """The stage's norm on a tile: PixelNorm with the whole activation's mean (its crop) when given,
+    else the host's own module (LayerNorm and the rest are per pixel with no cross-row reduction)."""
+    if norm is None:
+        return x
+    if mean is None:
+        return norm(x)
+    return x / torch.sqrt(mean + norm.eps)
+
+
+class LTXVTiledDecoder:
+    """Decode ``[B, 128, T, H, W]`` LTXV latents: whole-latent head, then every block in spatial tiles."""
+
+    family = "ltxv"
+
+    def __init__(self, model: nn.Module, options: DecodeOptions) -> None:
+        dec = getattr(model, "decoder", None)
+        names = ("conv_in", "up_blocks", "conv_norm_out", "conv_act", "conv_out", "patch_size", "causal")
+        if dec is None or not all(hasattr(dec, n) for n in names):
+            raise Unsupported("not an LTXV decoder")
+        if not hasattr(model, "per_channel_statistics"):
+            raise Unsupported("not an LTXV VAE")
+        params = inspect.signature(model.decode).parameters
+        if "timestep" not in params or "noise_scale" not in params:
+            raise Unsupported("LTXV decode() without timestep/noise_scale")
+        # The defaults the host's VAE.decode uses (it passes no options for video VAEs).
+        self.timestep = params["timestep"].default
+        self.noise_scale = params["noise_scale"].default
+        self.model, self.decoder, self.options = model, dec, options
+        _check_conv(dec.conv_in)
+        self.patch = int(dec.patch_size)
+        self.plan = self._plan()
+        self.strips = options.strips(video=True)
+
+    def _plan(self) -> list[_Plan]:
+        """Every stage in the host's order, with its halo read from its convolutions."""
+        dec = self.decoder
+        plan: list[_Plan] = []
+        channels = dec.conv_in.out_channels
+        for i, block in enumerate(dec.up_blocks):
+            kind = _name(block)
+            if kind == "UNetMidBlock3D":
+                for j, resnet in enumerate(block.res_blocks):
+                    plan += _resnet_plan(f"up{i}.res{j}", resnet)
+            elif kind == "ResnetBlock3D":
+                plan += _resnet_plan(f"up{i}", block)
+                channels = block.out_channels
+            elif kind == "DepthToSpaceUpsample":
+                t, s = _d2s_stride(block)
+                plan.append(
+                    _Plan(
+                        f"up{i}.d2s",
+                        "d2s",
+                        block,
+                        ("x",),
+                        "x",
+                        None,
+                        _check_conv(block.conv),
+                        s,
+                        t == 2,
+                        channels,
+                    )
+                )  # noqa: E501
+                channels = block.out_channels // (s * s * t)
+            else:
+                raise Unsupported(f"{kind} in the LTXV decoder")
+        out = _check_norm(dec.conv_norm_out)
+        plan.append(
+            _Plan(
+                "out",
+                "out",
+                dec,
+                ("x",),
+                "image",
+                out,
+                _check_conv(dec.conv_out),
+                self.patch,
+                False,
+                channels,
+            )
+        )  # noqa: E501
+        return plan
+
+    # -- sizing -----------------------------------------------------------------------------------
+    def _specs(self, latent_shape: tuple[int, ...]) -> list[_Spec]:
+        """Each stage's halo, live values per input voxel, input frames and resolution, in order."""
+        frames, scale, specs = latent_shape[2], 1, []
+        for p in self.plan:
+            specs.append(_Spec(p.halo, _values(p), frames, scale))
+            if p.kind == "d2s":
+                frames, scale = (2 * frames - 1 if p.time_up else frames), scale * p.scale
+        return specs
+
+    def _tile(self, spec: _Spec, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
+        height, width = latent_shape[-2] * spec.scale, latent_shape[-1] * spec.scale
+        size = width if self.strips else max(height, width)
+        if self.options.tile is not None:
+            total = self._specs(latent_shape)[-1].scale * self.patch
+            return min(size, max(MIN_TILE, self.options.tile * spec.scale // total))
+        if self.options.budget_bytes is None:
+            return size
+        per_px = spec.values * spec.frames * latent_shape[0] * dtype_bytes
+        rows = height if self.strips else None
+        return tile_for_budget(per_px, spec.halo, self.options.budget_bytes, size, rows)
+
+    def _estimate(self, spec: _Spec, tile: int, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
+        height, width = latent_shape[-2] * spec.scale, latent_shape[-1] * spec.scale
+        area = crop_area(tile, spec.halo, height, width, self.strips)
+        return int(spec.values * spec.frames * latent_shape[0] * area * dtype_bytes)
+
+    def head_bytes(self, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
+        voxels = latent_shape[0] * math.prod(latent_shape[2:])
+        return int(HEAD_VALUES_PER_PX * self.decoder.conv_in.out_channels * voxels * dtype_bytes)
+
+    def predicted_peak(self, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
+        tiles = [
+            self._estimate(spec, self._tile(spec, latent_shape, dtype_bytes), latent_shape, dtype_bytes)
+            for spec in self._specs(latent_shape)
+        ]
+        return max([self.head_bytes(latent_shape, dtype_bytes), *tiles])
+
+    def minimum_peak(self, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
+        specs = self._specs(latent_shape)
+        tiles = [self._estimate(spec, MIN_TILE, latent_shape, dtype_bytes) for spec in specs]
+        return max([self.head_bytes(latent_shape, dtype_bytes), *tiles])
+
+    def _count(self, spec: _Spec, latent_shape: tuple[int, ...], tile: int) -> int:
+        height, width = latent_shape[-2] * spec.scale, latent_shape[-1] * spec.scale
+        return len(tiles_of(height, width, tile, self.strips))
+
+    # -- running ----------------------------------------------------------------------------------
+    def decode(self, latent: torch.Tensor) -> tuple[torch.Tensor, DecodeReport]:
+        """The decoder output (before the host's process_output), float32 on the park device."""
+        opts = self.options
+        report = DecodeReport(self.family)
+        dtype_bytes = torch.empty((), dtype=opts.dtype).element_size()
+        shape = tuple(latent.shape)
+        specs = self._specs(shape)
+        tiles = [self._tile(spec, shape, dtype_bytes) for spec in specs]
+        counts = [self._count(spec, shape, tile) for spec, tile in zip(specs, tiles, strict=True)]
+        progress = Progress(1 + sum(counts), opts.progress)
+        report.predicted_peak_bytes = self.predicted_peak(shape, dtype_bytes)
+        whole = opts.stats_mode() == "kernel"  # PixelNorm means from the whole activation (exact)
+        with torch.no_grad():
+            sample, bodies = self._head(latent.to(opts.device, opts.dtype))
+            parks = {"x": sample}
+            progress.step()
+            for plan, body, spec, tile in zip(self.plan, bodies, specs, tiles, strict=True):
+                mean = whole_mean(plan.norm, parks[plan.inputs[0]]) if whole else None
+                result: dict[str, torch.Tensor] = {}
+
+                def attempt(
+                    tile: int,
+                    plan: _Plan = plan,
+                    body: Callable = body,
+                    mean: torch.Tensor | None = mean,
+                    result: dict = result,
+                ) -> None:
+                    result["park"] = self._run_stage(plan, body, parks, mean, tile, progress)
+
+                used = run_with_oom_retry(attempt, tile, opts, report)
+                report.stages.append((plan.name, used, self._count(spec, shape, used)))
+                if plan.output != "t":  # the block is done with its inputs
+                    for name in plan.inputs:
+                        parks.pop(name, None)
+                parks[plan.output] = result.pop("park")
+                del mean
+        return parks["image"].float(), report
+
+    def _head(self, x: torch.Tensor) -> tuple[torch.Tensor, list[Callable[..., torch.Tensor]]]:
+        """The host's decode() up to conv_in, then each stage's body with its timestep modulation and
+        noise bound; every random draw happens here, in the host's order and shapes."""
+        model, dec = self.model, self.decoder
+        if model.timestep_conditioning:
+            x = torch.randn_like(x) * self.noise_scale + (1.0 - self.noise_scale) * x
+        x = model.per_channel_statistics.un_normalize(x)
+        batch = x.shape[0]
+        sample = dec.conv_in(x, causal=dec.causal)
+        dtype, device = sample.dtype, sample.device
+        scaled = None
+        if dec.timestep_conditioning:
+            scaled = self.timestep * dec.timestep_scale_multiplier.to(dtype=dtype, device=device)
+
+        def embed(embedder: nn.Module) -> torch.Tensor:
+            emb = embedder(
+                timestep=scaled.flatten(),
+                resolution=None,
+                aspect_ratio=None,
+                batch_size=batch,
+                hidden_dtype=dtype,
+            )
+            return emb.view(batch, emb.shape[-1], 1, 1, 1)
+
+        height, width = sample.shape[-2:]
+        bodies: list[Callable[..., torch.Tensor]] = []
+        for block in dec.up_blocks:
+            kind = _name(block)
+            if kind == "UNetMidBlock3D":
+                temb = embed(block.time_embedder) if block.timestep_conditioning else None
+                for resnet in block.res_blocks:
+                    bodies += self._resnet_bodies(resnet, temb, (height, width), dtype, device)
+            elif kind == "ResnetBlock3D":  # a channel-changing block: the host passes no timestep
+                bodies += self._resnet_bodies(block, None, (height, width), dtype, device)
+            else:
+                bodies.append(self._d2s_body(block))
+                scale = _d2s_stride(block)[1]
+                height, width = height * scale, width * scale
+        modulation = None
+        if dec.timestep_conditioning:
+            emb = embed(dec.last_time_embedder)
+            table = dec.last_scale_shift_table[None, ..., None, None, None].to(device=device, dtype=dtype)
+            ada = table + emb.reshape(batch, 2, -1, emb.shape[-3], emb.shape[-2], emb.shape[-1])
+            modulation = ada.unbind(dim=1)  # shift, scale
+        bodies.append(self._out_body(modulation))
+        return sample.to(self.options.park_device), bodies
+
+    def _resnet_bodies(
+        self,
+        block: nn.Module,
+        temb: torch.Tensor | None,
+        hw: tuple[int, int],
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> list[Callable[..., torch.Tensor]]:
+        """ResnetBlock3D.forward, op for op, split at norm2; the frame noise is drawn now (the host
+        draws two ``torch.randn(frame)`` per noise-injecting block, in this order) and cropped per tile."""
+        causal = self.decoder.causal
+        ada = None
+        if block.timestep_conditioning:
+            batch = temb.shape[0]
+            table = block.scale_shift_table[None, ..., None, None, None].to(device=device, dtype=dtype)
+            ada = (table + temb.reshape(batch, 4, -1, temb.shape[-3], temb.shape[-2], temb.shape[-1])).unbind(
+                dim=1
+            )
+        noise = None
+        if getattr(block, "inject_noise", False):
+            first = torch.randn(hw, device=device, dtype=dtype)
+            second = torch.randn(hw, device=device, dtype=dtype)
+            noise = (first.to(self.options.park_device), second.to(self.options.park_device))
+
+        def first_half(h: torch.Tensor, c: tuple[int, int, int, int]) -> torch.Tensor:
+            if ada is not None:
+                h = h * (1 + ada[1]) + ada[0]
+            h = block.non_linearity(h)
+            h = block.conv1(h, causal=causal)
+            if noise is not None:
+                h = h + _scaled(noise[0][None, c[0] : c[1], c[2] : c[3]], block.per_channel_scale1, h)
+            return h
+
+        def second_half(h: torch.Tensor, x: torch.Tensor, c: tuple[int, int, int, int]) -> torch.Tensor:
+            if ada is not None:
+                h = h * (1 + ada[3]) + ada[2]
+            h = block.non_linearity(h)
+            h = block.dropout(h)
+            h = block.conv2(h, causal=causal)
+            if noise is not None:
+                h = h + _scaled(noise[1][None, c[0] : c[1], c[2] : c[3]], block.per_channel_scale2, h)
+            return block.conv_shortcut(block.norm3(x)) + h
+
+        return [first_half, second_half]
+
+    def _d2s_body(self, block: nn.Module) -> Callable[..., torch.Tensor]:
+        causal = self.decoder.causal
+
+        def body(h: torch.Tensor, c: tuple[int, int, int, int]) -> torch.Tensor:
+            return block(h, causal=causal)  # the host's own forward: no norm, nothing global
+
+        return body
+
+    def _out_body(self, modulation: tuple[torch.Tensor, ...] | None) -> Callable[..., torch.Tensor]:
+        """After conv_norm_out: the last timestep modulation, conv_act, conv_out and the unpatchify."""
+        dec, patch = self.decoder, self.patch
+
+        def body(h: torch.Tensor, c: tuple[int, int, int, int]) -> torch.Tensor:
+            if modulation is not None:
+                shift, scale = modulation
+                h = h * (1 + scale) + shift
+            h = dec.conv_act(h)
+            h = dec.conv_out(h, causal=dec.causal)
+            if patch == 1:
+                return h
+            return rearrange(h, "b (c p r q) f h w -> b c (f p) (h q) (w r)", p=1, q=patch, r=patch)
+
+        return body
+
+    def _run_stage(
+        self,
+        plan: _Plan,
+        body: Callable[..., torch.Tensor],
+        parks: dict[str, torch.Tensor],
+        mean: torch.Tensor | None,
+        tile: int,
+        progress: Progress,
+    ) -> torch.Tensor:
+        opts = self.options
+        height, width = parks[plan.inputs[0]].shape[-2:]
+        s = plan.scale
+        out: torch.Tensor | None = None
+        for t in tiles_of(height, width, tile, self.strips):
+            if opts.check_interrupt is not None:
+                opts.check_interrupt()
+            c = t.crop(plan.halo, height, width)
+            # Contiguous crops: torch's CPU elementwise kernels take a scalar path at the end of each
+            # row of a strided view, which rounds transcendental ops (SiLU) differently.
+            crops = [
+                parks[k][..., c.y0 : c.y1, c.x0 : c.x1].to(opts.device).contiguous() for k in plan.inputs
+            ]
+            m = mean[..., c.y0 : c.y1, c.x0 : c.x1].to(opts.device).contiguous() if mean is not None else None
+            h = apply_norm(plan.norm, crops[0], m)
+            y = body(h, *crops[1:], (c.y0, c.y1, c.x0, c.x1))
+            del h, crops, m
+            core = y[..., (t.y0 - c.y0) * s : (t.y1 - c.y0) * s, (t.x0 - c.x0) * s : (t.x1 - c.x0) * s]
+            if out is None:
+                dtype = torch.float32 if plan.output == "image" else y.dtype
+                pin = opts.pin and torch.device(opts.park_device).type == "cpu"
+                shape = (*y.shape[:-2], height * s, width * s)
+                out = torch.empty(shape, dtype=dtype, device=opts.park_device, pin_memory=pin)
+            out[..., t.y0 * s : t.y1 * s, t.x0 * s : t.x1 * s].copy_(core, non_blocking=True)
+            del y, core
+            progress.step()
+        if torch.device(opts.device).type == "cuda":
+            torch.cuda.synchronize(opts.device)  # the non-blocking copies into the park must land
+        return out
+
+
+def _scaled(noise: torch.Tensor, per_channel: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """The host's ``(spatial_noise * per_channel_scale)[None, :, None, ...]`` for a crop of the noise."""
+    noise = noise.to(like.device)
+    return (noise * per_channel.to(device=like.device, dtype=like.dtype))[None, :, None, ...]
