@@ -843,38 +843,22 @@ def measure_text_encoder_activations(host: Path, tokens: int = 256) -> dict[str,
     released model) under a TorchDispatchMode that tracks the storage of every tensor an op returns
     and when it is freed, so the peak excludes weights and counts exactly what forward() keeps alive.
     """
-    import weakref
-
     import comfy.cli_args
-    from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
+
+    from comfyui_headroom.memory.tiled_vae.measure import PeakLiveBytes
 
     comfy.cli_args.args.use_pytorch_cross_attention = True
 
-    class PeakLive(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.refs: dict[int, int] = {}
-            self.sizes: dict[int, int] = {}
-            self.live = self.peak = 0
-
-        def _release(self, ptr: int) -> None:
-            self.refs[ptr] -= 1
-            if self.refs[ptr] == 0:
-                self.live -= self.sizes.pop(ptr)
-                del self.refs[ptr]
+    class PeakLive(PeakLiveBytes):
+        """Every storage an op returns, views and in-place outputs included (the coefficients in
+        memory/activations.py were measured this way), on any device."""
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             for t in tree_flatten(out)[0]:
                 if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes():
-                    ptr = t.untyped_storage().data_ptr()
-                    if ptr not in self.refs:
-                        self.refs[ptr], self.sizes[ptr] = 0, t.untyped_storage().nbytes()
-                        self.live += self.sizes[ptr]
-                        self.peak = max(self.peak, self.live)
-                    self.refs[ptr] += 1
-                    weakref.finalize(t, self._release, ptr)
+                    self.count(t)
             return out
 
     import comfy.ops

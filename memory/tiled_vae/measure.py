@@ -49,10 +49,15 @@ class PeakLiveBytes(TorchDispatchMode):
             ptr = t.untyped_storage().data_ptr()
             if ptr in inputs and ptr not in self.refs:
                 continue  # written in place into memory this meter did not see allocated
-            if ptr not in self.refs:
-                self.refs[ptr], self.sizes[ptr] = 0, t.untyped_storage().nbytes()
-                self.live += self.sizes[ptr]
-                self.peak = max(self.peak, self.live)
-            self.refs[ptr] += 1
-            weakref.finalize(t, self._release, ptr)
+            self.count(t)
         return out
+
+    def count(self, t: torch.Tensor) -> None:
+        """``t`` holds its storage until it dies: the storage is live from its first holder to its last."""
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in self.refs:
+            self.refs[ptr], self.sizes[ptr] = 0, t.untyped_storage().nbytes()
+            self.live += self.sizes[ptr]
+            self.peak = max(self.peak, self.live)
+        self.refs[ptr] += 1
+        weakref.finalize(t, self._release, ptr)
