@@ -35,7 +35,7 @@ from ..memory.catalog import ALL_FOLDERS
 from ..memory.components import ComponentError, describe_file
 from ..memory.costmodel import Budget, GiB, Hardware
 from ..memory.preflight import PlanCache, Preflight, plan_prompt
-from ..memory.residency import Controller, MappedFile, footprint, open_mapped, pin, to_mapped, to_pageable
+from ..memory.residency import Controller, MappedFile, bind, footprint, open_mapped, pin, to_pageable
 from ..memory.units import parse_bytes
 from ..version import __version__
 
@@ -1059,7 +1059,7 @@ def _place_host_copy(h: ComponentHandle, host: str | None = None) -> str:
     """Move the component's CPU copy to pinned RAM, pageable RAM or its file; returns a note."""
     host = host if host is not None else _HOST_PART.get(h.residency, "")
     if host == "D":
-        binding = to_mapped(h.module, h.mapped(), h.mapped_names)
+        binding = bind(h.module, h.mapped(), h.mapped_names)
         h.mapped_names.update(binding.bound)
         if binding.kept_bytes:
             sample = next(iter(binding.kept.items()))

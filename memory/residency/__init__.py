@@ -2,10 +2,10 @@
 (pinned RAM, pageable RAM, memory-mapped safetensors) it moves components between."""
 
 from .controller import Controller, Event, HostOps, Run
-from .host_memory import Footprint, can_pin, footprint, pin, to_mapped, to_pageable
+from .host_memory import Footprint, can_pin, footprint, pin, to_pageable
 from .mapped import Binding, MappedFile, bind, open_mapped
 
 __all__ = [
     "Binding", "Controller", "Event", "Footprint", "HostOps", "MappedFile", "Run", "bind", "can_pin",
-    "footprint", "open_mapped", "pin", "to_mapped", "to_pageable",
+    "footprint", "open_mapped", "pin", "to_pageable",
 ]  # fmt: skip

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .mapped import Binding, MappedFile, _named_tensors, bind
+from .mapped import MappedFile, _named_tensors
 
 
 @dataclass(frozen=True)
@@ -87,10 +87,3 @@ def to_pageable(module: torch.nn.Module, files: Iterable[MappedFile] = ()) -> in
             t.data = torch.empty_like(t, device="cpu").copy_(t)
             done += t.numel() * t.element_size()
     return done
-
-
-def to_mapped(
-    module: torch.nn.Module, files: Iterable[MappedFile], known: dict[str, str] | None = None
-) -> Binding:
-    """Point every CPU tensor that equals a tensor of ``files`` at the file (see mapped.bind)."""
-    return bind(module, files, known)

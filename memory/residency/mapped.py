@@ -155,22 +155,12 @@ def _find(
     return None, reason
 
 
-def mapped_bytes(module: torch.nn.Module, files: Iterable[MappedFile]) -> int:
-    """Bytes of ``module``'s tensors that view one of ``files``."""
-    files = list(files)
-    return sum(
-        t.numel() * t.element_size() for _, t in _named_tensors(module) if any(f.owns(t) for f in files)
-    )
-
-
 def open_mapped(paths: Iterable[str | Path]) -> list[MappedFile]:
     """Map every path; a bad file raises ComponentError naming it."""
     out = []
     for p in paths:
         try:
             out.append(MappedFile(p))
-        except ComponentError:
-            raise
-        except (OSError, RuntimeError) as exc:
+        except (OSError, RuntimeError) as exc:  # the header was fine (ComponentError otherwise): the map
             raise ComponentError(f"{p}: cannot memory-map: {exc}") from exc
     return out
