@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from comfyui_headroom.memory.tiled_vae import DecodeOptions, make_tiled_decoder  # noqa: E402
 from comfyui_headroom.memory.tiled_vae.budget import CPU_AUTO_ACTIVATION_BYTES  # noqa: E402
 from comfyui_headroom.memory.tiled_vae.groupnorm import GroupStats, apply_group_norm  # noqa: E402
-from comfyui_headroom.memory.tiled_vae.kl import KLTiledDecoder, estimate_head, estimate_stage  # noqa: E402
+from comfyui_headroom.memory.tiled_vae.kl import KLTiledDecoder, estimate_head  # noqa: E402
 from comfyui_headroom.memory.tiled_vae.ltxv import LTXVTiledDecoder, apply_norm, whole_mean  # noqa: E402
 from comfyui_headroom.memory.tiled_vae.measure import PeakLiveBytes  # noqa: E402
 from comfyui_headroom.memory.tiled_vae.tiles import spans  # noqa: E402
@@ -192,17 +192,17 @@ def tile_peaks(engine: Any, z: torch.Tensor, dtype: torch.dtype, device: torch.d
     frames = z.shape[2] if z.ndim == 5 else 1
     if isinstance(engine, KLTiledDecoder):
         worst_measured = worst_predicted = 0
-        for stage in engine.stages:
-            tile = engine.stage_tile(stage, hw, bytes_, frames)
-            height, width = (d * 2**stage.level for d in hw)
-            rows = height if engine.strips else min(tile + 2 * stage.halo, height)
-            side = min(tile + 2 * stage.halo, width)
-            n = stage.frames(frames)
+        for stage, (geo, estimate, layout) in zip(
+            engine.stages, engine.layouts(tuple(z.shape), bytes_), strict=True
+        ):
+            rows = geo.height if engine.strips else min(layout.tile + 2 * stage.halo, geo.height)
+            side = min(layout.tile + 2 * stage.halo, geo.width)
+            n = geo.crop_range(layout.frames)[1]
             lead = (1, n) if z.ndim == 5 else (1,)
             crops = [
                 torch.randn(lead[0], c, *lead[1:], rows, side, device=device, dtype=dtype)
                 for c in stage.in_channels
-            ]  # noqa: E501
+            ]
             groups = stage.norm.num_groups
             stats = GroupStats(torch.zeros(1, groups), torch.ones(1, groups))
             with torch.no_grad(), PeakLiveBytes(device.type) as meter:
@@ -212,10 +212,7 @@ def tile_peaks(engine: Any, z: torch.Tensor, dtype: torch.dtype, device: torch.d
                 out = stage.body(h, *crops[1:])
                 del h, out
             worst_measured = max(worst_measured, meter.peak)
-            predicted = estimate_stage(
-                stage, side - 2 * stage.halo, bytes_, engine.options.exact, n, rows if engine.strips else None
-            )
-            worst_predicted = max(worst_predicted, predicted)
+            worst_predicted = max(worst_predicted, estimate(side - 2 * stage.halo, n))
         with torch.no_grad(), PeakLiveBytes(device.type) as meter:
             engine._head(z.to(device, dtype))
         channels = engine.decoder.mid.block_1.in_channels
@@ -227,17 +224,18 @@ def tile_peaks(engine: Any, z: torch.Tensor, dtype: torch.dtype, device: torch.d
         with torch.no_grad(), PeakLiveBytes(device.type) as meter:
             _, bodies = engine._head(z.to(device, dtype))
         head_measured = meter.peak
-        for plan, body, spec in zip(engine.plan, bodies, engine._specs(shape), strict=True):
-            tile = engine._tile(spec, shape, bytes_)
-            height, width = hw[0] * spec.scale, hw[1] * spec.scale
-            rows = height if engine.strips else min(tile + 2 * spec.halo, height)
-            side = min(tile + 2 * spec.halo, width)
+        for plan, body, (geo, estimate, layout) in zip(
+            engine.plan, bodies, engine.layouts(shape, bytes_), strict=True
+        ):
+            rows = geo.height if engine.strips else min(layout.tile + 2 * plan.halo, geo.height)
+            side = min(layout.tile + 2 * plan.halo, geo.width)
+            n = geo.crop_range(layout.frames)[1]
             channels = {
                 "x": plan.block.in_channels if plan.kind == "res_b" else plan.channels,
                 "t": plan.channels,
             }
             crops = [
-                torch.randn(z.shape[0], channels[k], spec.frames, rows, side, device=device, dtype=dtype)
+                torch.randn(z.shape[0], channels[k], n, rows, side, device=device, dtype=dtype)
                 for k in plan.inputs
             ]
             with torch.no_grad(), PeakLiveBytes(device.type) as meter:
@@ -246,7 +244,7 @@ def tile_peaks(engine: Any, z: torch.Tensor, dtype: torch.dtype, device: torch.d
                 out = body(h, *copies[1:], (0, rows, 0, side))
                 del h, out, copies
             worst_measured = max(worst_measured, meter.peak)
-            worst_predicted = max(worst_predicted, engine._estimate(spec, tile, shape, bytes_))
+            worst_predicted = max(worst_predicted, estimate(layout.tile, n))
         head_predicted = engine.head_bytes(shape, bytes_)
         return max(worst_measured, head_measured), max(worst_predicted, head_predicted)
     # Wan: one tile of one batch item through all frames, cache included

@@ -27,8 +27,20 @@ import torch
 from torch import nn
 
 from .groupnorm import GroupStats, StatsMerger, apply_group_norm, kernel_stats
-from .runtime import MIN_TILE, DecodeOptions, DecodeReport, Progress, run_with_oom_retry, tile_for_budget
-from .tiles import Unsupported, conv_radius, crop_area, tiles_of, upsampled_need
+from .layout import Layout, StageGeometry
+from .runtime import DecodeOptions, DecodeReport, Progress, run_with_oom_retry
+from .tiles import (
+    Chunk,
+    Unsupported,
+    add_reach,
+    chunks,
+    conv_radius,
+    max_reach,
+    min_crop_frames,
+    tiles_of,
+    time_reach,
+    upsampled_need,
+)
 
 # The stage estimate counts the tensors alive at a tile's peak (see Stage.work_channels); measured with
 # measure.PeakLiveBytes on the host's SD decoder it is exact to the channel, so the margin is small.
@@ -58,6 +70,7 @@ class Stage:
     # Video (3D) convolutions pad a copy of their input (replicate, causal in time): the channels per
     # input pixel of the largest such copy (the upsampled sum in an upsampling stage). 0 for images.
     pad_channels: int = 0
+    time_halo: tuple[int, int] = (0, 0)  # stage-input frames each chunk reads before and after its core
 
     def frames(self, latent_frames: int) -> int:
         """Frames of this stage's input for a clip of ``latent_frames`` (1 for images)."""
@@ -197,10 +210,16 @@ def build_stages(decoder: nn.Module, act: Callable[[torch.Tensor], torch.Tensor]
                     cout,
                     cin + cout,  # normalised input, conv1 output
                     cin if video else 0,
+                    time_reach(block.conv1),
                 )  # fmt: skip
             )
             need = upsampled_need(conv_radius(up_here.conv), scale) if up_here is not None else 0
             reach = max(conv_radius(block.conv2), conv_radius(short) if short is not None else 0)
+            time_halo = max_reach(time_reach(block.conv2), time_reach(short) if short is not None else (0, 0))
+            if up_here is not None:
+                up_reach = time_reach(up_here.conv)
+                step = 2 if time_up else 1
+                time_halo = add_reach(time_halo, tuple(upsampled_need(r, step) for r in up_reach))
             stages.append(
                 Stage(
                     name + ".b",
@@ -218,6 +237,7 @@ def build_stages(decoder: nn.Module, act: Callable[[torch.Tensor], torch.Tensor]
                     # normalised t, conv2 output, shortcut, sum; then the sum, upsampled, convolved
                     max(cout * (3 + (short is not None)), cout * (1 + 2 * scale * scale * (1 + time_up))),
                     (cout * scale * scale * (1 + time_up) if up_here is not None else cout) if video else 0,
+                    time_halo,
                 )  # fmt: skip
             )
             if up_here is not None:
@@ -250,6 +270,7 @@ def build_stages(decoder: nn.Module, act: Callable[[torch.Tensor], torch.Tensor]
             cout_last,
             2 * channels + cout_last,  # normalised, activated, output
             channels if video else 0,
+            time_reach(decoder.conv_out),
         )  # fmt: skip
     )
     return stages
@@ -299,28 +320,38 @@ class KLTiledDecoder:
         self.strips = options.strips(video=not isinstance(self.decoder.conv_in, nn.Conv2d))
 
     # -- sizing -----------------------------------------------------------------------------------
-    def stage_tile(self, stage: Stage, latent_hw: tuple[int, int], dtype_bytes: int, frames: int = 1) -> int:
-        """The tile side (stage-input px) for ``stage`` on a ``latent_hw`` latent of ``frames`` frames."""
-        size = max(latent_hw) * 2**stage.level
-        if self.strips:
-            size = latent_hw[1] * 2**stage.level
-        if self.options.tile is not None:
-            total = 2 ** self.stages[-1].level
-            return min(size, max(MIN_TILE, self.options.tile * 2**stage.level // total))
-        if self.options.budget_bytes is None:
-            return size
-        rows = latent_hw[0] * 2**stage.level if self.strips else None
-        n = stage.frames(frames)
-        per_px = estimate_stage(stage, 1, dtype_bytes, self.options.exact, n, rows) / crop_area(
-            1, stage.halo, rows or 1 + 2 * stage.halo, 1 + 2 * stage.halo, self.strips
-        )
-        return tile_for_budget(per_px, stage.halo, self.options.budget_bytes, size, rows)
+    def geometry(self, stage: Stage, latent_shape: tuple[int, ...]) -> StageGeometry:
+        """``stage``'s input for a latent of ``latent_shape``, as its layout is chosen from."""
+        height, width = latent_shape[-2] * 2**stage.level, latent_shape[-1] * 2**stage.level
+        frames = stage.frames(latent_shape[2] if len(latent_shape) == 5 else 1)
+        # On the CPU a video crop keeps enough frames to take the full decode's convolution kernel.
+        min_frames = min_crop_frames(min(stage.in_channels), height, frames) if self.strips else 1
+        return StageGeometry(height, width, frames, stage.halo, stage.time_halo, self.strips, min_frames)
 
-    def _tile_estimate(self, stage: Stage, tile: int, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
-        frames = latent_shape[2] if len(latent_shape) == 5 else 1
-        height = latent_shape[-2] * 2**stage.level
-        rows = height if self.strips else None
-        return estimate_stage(stage, tile, dtype_bytes, self.options.exact, stage.frames(frames), rows)
+    def _estimator(self, stage: Stage, geo: StageGeometry, dtype_bytes: int) -> Callable[[int, int], int]:
+        def estimate(tile: int, crop_frames: int) -> int:
+            return estimate_stage(stage, tile, dtype_bytes, self.options.exact, crop_frames, geo.rows)
+
+        return estimate
+
+    def layouts(
+        self, latent_shape: tuple[int, ...], dtype_bytes: int, smallest: bool = False
+    ) -> list[tuple[StageGeometry, Callable[[int, int], int], Layout]]:
+        """Per stage: its geometry, its estimate ``(tile, crop frames) -> bytes`` and its layout (the one
+        chosen from the options, or the smallest possible)."""
+        rows = []
+        for stage in self.stages:
+            geo = self.geometry(stage, latent_shape)
+            estimate = self._estimator(stage, geo, dtype_bytes)
+            if smallest:
+                layout = geo.smallest()
+            else:
+                forced = None
+                if self.options.tile is not None:
+                    forced = self.options.tile * 2**stage.level // 2 ** self.stages[-1].level
+                layout = geo.choose(self.options, forced, estimate)
+            rows.append((geo, estimate, layout))
+        return rows
 
     def _head_estimate(self, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
         frames = latent_shape[2] if len(latent_shape) == 5 else 1
@@ -328,26 +359,17 @@ class KLTiledDecoder:
         channels = self.decoder.mid.block_1.in_channels
         return latent_shape[0] * estimate_head(hw, channels, dtype_bytes, frames)
 
-    def predicted_peak(self, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
-        hw = (latent_shape[-2], latent_shape[-1])
-        frames = latent_shape[2] if len(latent_shape) == 5 else 1
+    def predicted_peak(self, latent_shape: tuple[int, ...], dtype_bytes: int, smallest: bool = False) -> int:
+        """The largest activation estimate of the head and of any stage's tile."""
         tiles = [
-            self._tile_estimate(s, self.stage_tile(s, hw, dtype_bytes, frames), latent_shape, dtype_bytes)
-            for s in self.stages
+            geo.peak(layout, est) for geo, est, layout in self.layouts(latent_shape, dtype_bytes, smallest)
         ]
         return max([self._head_estimate(latent_shape, dtype_bytes), *tiles])
 
     def minimum_peak(self, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
-        """The activation bytes the smallest tiles still need (below this no budget can work)."""
-        hw = (latent_shape[-2], latent_shape[-1])
-        tiles = [
-            self._tile_estimate(s, min(MIN_TILE, max(hw) * 2**s.level), latent_shape, dtype_bytes)
-            for s in self.stages
-        ]
-        return max([self._head_estimate(latent_shape, dtype_bytes), *tiles])
-
-    def _count(self, stage: Stage, hw: tuple[int, int], tile: int) -> int:
-        return len(tiles_of(hw[0] * 2**stage.level, hw[1] * 2**stage.level, tile, self.strips))
+        """The activation bytes the smallest tiles and time chunks still need (below this no budget can
+        work)."""
+        return self.predicted_peak(latent_shape, dtype_bytes, smallest=True)
 
     # -- running ----------------------------------------------------------------------------------
     def decode(
@@ -357,12 +379,11 @@ class KLTiledDecoder:
         opts = self.options
         report = DecodeReport(self.family)
         dtype_bytes = torch.empty((), dtype=opts.dtype).element_size()
-        hw = (latent.shape[-2], latent.shape[-1])
-        frames = latent.shape[2] if latent.ndim == 5 else 1
-        tiles = [self.stage_tile(s, hw, dtype_bytes, frames) for s in self.stages]
-        per_sample = 1 + sum(self._count(s, hw, t) for s, t in zip(self.stages, tiles, strict=True))
+        shape = tuple(latent.shape)
+        layouts = self.layouts(shape, dtype_bytes)
+        per_sample = 1 + sum(geo.count(layout) for geo, _, layout in layouts)
         progress = Progress(per_sample * latent.shape[0], opts.progress)
-        report.predicted_peak_bytes = self.predicted_peak(tuple(latent.shape), dtype_bytes)
+        report.predicted_peak_bytes = self.predicted_peak(shape, dtype_bytes)
         with torch.no_grad():
             # The head runs on the whole batch, as the host's decode does: at latent resolution a
             # batch-1 convolution can take a different CPU kernel than a batch-N one (see MIN_TILE).
@@ -370,7 +391,7 @@ class KLTiledDecoder:
         progress.step(latent.shape[0])
         results = []
         for b in range(latent.shape[0]):
-            results.append(self._decode_one(head[b : b + 1], hw, frames, report, progress, dtype_bytes))
+            results.append(self._decode_one(head[b : b + 1], layouts, report, progress))
         del head
         image = torch.cat(results, 0) if out is None else torch.cat(results, 0, out=out)
         return image, report
@@ -388,11 +409,9 @@ class KLTiledDecoder:
     def _decode_one(
         self,
         h: torch.Tensor,
-        hw: tuple[int, int],
-        frames: int,
+        layouts: list[tuple[StageGeometry, Callable[[int, int], int], Layout]],
         report: DecodeReport,
         progress: Progress,
-        dtype_bytes: int,
     ) -> torch.Tensor:
         opts = self.options
         mode = opts.stats_mode()
@@ -402,21 +421,19 @@ class KLTiledDecoder:
             parks = {"x": h.to(opts.park_device) if h.device != torch.device(opts.park_device) else h}
             del h
             produced: dict[str, object] = {}
-            for index, stage in enumerate(self.stages):
+            for index, (stage, (geo, _, layout)) in enumerate(zip(self.stages, layouts, strict=True)):
                 nxt = self.stages[index + 1].norm if index + 1 < len(self.stages) else None
 
                 def attempt(
-                    tile: int,
+                    layout: Layout,
                     stage: Stage = stage,
                     stats: GroupStats = stats,
                     merge_for: nn.GroupNorm | None = nxt if mode == "merge" else None,
                 ) -> None:
                     produced.clear()
-                    produced.update(self._run_stage(stage, parks, stats, tile, merge_for, progress))
+                    produced.update(self._run_stage(stage, parks, stats, layout, merge_for, progress))
 
-                tile = self.stage_tile(stage, hw, dtype_bytes, frames)
-                used = run_with_oom_retry(attempt, tile, opts, report)
-                report.stages.append((stage.name, used, self._count(stage, hw, used)))
+                report.record(stage.name, geo, run_with_oom_retry(attempt, layout, opts, report))
                 if stage.output != "t":  # the block (or decoder) is done with its inputs
                     for name in stage.inputs:
                         parks.pop(name, None)
@@ -434,39 +451,50 @@ class KLTiledDecoder:
         stage: Stage,
         parks: dict[str, torch.Tensor],
         stats: GroupStats,
-        tile: int,
+        layout: Layout,
         merge_for: nn.GroupNorm | None,
         progress: Progress,
     ) -> dict[str, object]:
         opts = self.options
         src = parks[stage.inputs[0]]
         height, width = src.shape[-2:]
+        video = src.ndim == 5
         device_stats = stats.to(opts.device)
         merger = (
             StatsMerger(src.shape[0], merge_for.num_groups, opts.device) if merge_for is not None else None
         )
         out: torch.Tensor | None = None
         s = stage.scale
-        for t in tiles_of(height, width, tile, self.strips):
-            if opts.check_interrupt is not None:
-                opts.check_interrupt()
-            c = t.crop(stage.halo, height, width)
-            crops = [
-                parks[k][..., c.y0 : c.y1, c.x0 : c.x1].to(opts.device, non_blocking=True)
-                for k in stage.inputs
-            ]
-            h = apply_group_norm(crops[0], device_stats, stage.norm.weight, stage.norm.bias, opts.exact)
-            y = stage.body(h, *crops[1:])
-            del h, crops
-            core = y[..., (t.y0 - c.y0) * s : (t.y1 - c.y0) * s, (t.x0 - c.x0) * s : (t.x1 - c.x0) * s]
-            if out is None:
-                dtype = torch.float32 if stage.output == "image" else y.dtype
-                out = _park((*y.shape[:-2], height * s, width * s), dtype, opts)
-            out[..., t.y0 * s : t.y1 * s, t.x0 * s : t.x1 * s].copy_(core, non_blocking=True)
-            if merger is not None:
-                merger.add(core)
-            del y, core
-            progress.step()
+        cuts: list[Chunk | None] = chunks(src.shape[2], layout.frames, stage.time_halo) if video else [None]
+        frames_out = (2 * src.shape[2] - 1 if stage.time_up else src.shape[2],) if video else ()
+        for cut in cuts:
+            for t in tiles_of(height, width, layout.tile, self.strips):
+                if opts.check_interrupt is not None:
+                    opts.check_interrupt()
+                c = t.crop(stage.halo, height, width)
+                area = (slice(c.y0, c.y1), slice(c.x0, c.x1))
+                window = area if cut is None else (slice(cut.c0, cut.c1), *area)
+                crops = [parks[k][(..., *window)].to(opts.device, non_blocking=True) for k in stage.inputs]
+                h = apply_group_norm(crops[0], device_stats, stage.norm.weight, stage.norm.bias, opts.exact)
+                y = stage.body(h, *crops[1:])
+                del h, crops
+                rows = slice((t.y0 - c.y0) * s, (t.y1 - c.y0) * s)
+                cols = slice((t.x0 - c.x0) * s, (t.x1 - c.x0) * s)
+                target = (slice(t.y0 * s, t.y1 * s), slice(t.x0 * s, t.x1 * s))
+                if cut is None:
+                    core = y[..., rows, cols]
+                else:
+                    o0, o1, j = cut.output(stage.time_up)
+                    core = y[..., j : j + o1 - o0, rows, cols]
+                    target = (slice(o0, o1), *target)
+                if out is None:
+                    dtype = torch.float32 if stage.output == "image" else y.dtype
+                    out = _park((*y.shape[:2], *frames_out, height * s, width * s), dtype, opts)
+                out[(..., *target)].copy_(core, non_blocking=True)
+                if merger is not None:
+                    merger.add(core)
+                del y, core
+                progress.step()
         if torch.device(opts.device).type == "cuda":
             torch.cuda.synchronize(opts.device)  # the non-blocking copies into the park must land
         return {"park": out, "merger": merger}

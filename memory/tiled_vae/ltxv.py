@@ -31,8 +31,18 @@ import torch
 from einops import rearrange
 from torch import nn
 
-from .runtime import MIN_TILE, DecodeOptions, DecodeReport, Progress, run_with_oom_retry, tile_for_budget
-from .tiles import Unsupported, conv_radius, crop_area, tiles_of
+from .layout import Layout, StageGeometry
+from .runtime import DecodeOptions, DecodeReport, Progress, run_with_oom_retry
+from .tiles import (
+    Unsupported,
+    chunks,
+    conv_radius,
+    crop_area,
+    max_reach,
+    min_crop_frames,
+    tiles_of,
+    time_reach,
+)
 
 # Peak live values per input voxel of one tile, per channel of the stage's first input, its crops
 # included: measured with measure.PeakLiveBytes on the host's LTXV blocks at 2-5 frames (the causal
@@ -64,10 +74,15 @@ class _Plan:
     scale: int  # output pixels per input pixel
     time_up: bool  # the stage turns T frames into 2T - 1
     channels: int  # channels of the first input
+    time_halo: tuple[int, int] = (0, 0)  # stage-input frames a chunk reads before and after its core
+
+    @property
+    def conv_channels(self) -> int:
+        """The fewest channels any of the stage's convolutions reads (the CPU kernel rule)."""
+        return min(self.channels, self.block.in_channels) if self.kind == "res_b" else self.channels
 
 
 class _Spec(NamedTuple):
-    halo: int
     values: float  # live values per input voxel of a tile (all channels)
     frames: int
     scale: int  # stage-input resolution / latent resolution
@@ -87,6 +102,18 @@ def _check_conv(module: nn.Module) -> int:
     return conv_radius(module)
 
 
+def _time_reach(module: nn.Module, causal: bool) -> tuple[int, int]:
+    """Frames before and after an output frame that a CausalConv3d reads: it pads time itself, with
+    ``k - 1`` copies of the first frame (causal) or ``(k - 1) / 2`` of the first and last."""
+    if _name(module) != "CausalConv3d":
+        return time_reach(module)  # a pointwise shortcut
+    conv = module.conv
+    if conv.stride[0] != 1 or conv.dilation[0] != 1 or module.time_kernel_size % 2 == 0:
+        raise Unsupported("LTXV convolution strided, dilated or even in time")
+    span = module.time_kernel_size - 1
+    return (span, 0) if causal else (span // 2, span // 2)
+
+
 def _check_norm(module: nn.Module) -> nn.Module:
     if _name(module) not in LOCAL_NORMS:
         raise Unsupported(f"{_name(module)} in the LTXV decoder reaches across tiles")
@@ -102,16 +129,21 @@ def _d2s_stride(block: nn.Module) -> tuple[int, int]:
     return stride[0], stride[1]
 
 
-def _resnet_plan(name: str, block: nn.Module) -> list[_Plan]:
+def _resnet_plan(name: str, block: nn.Module, causal: bool) -> list[_Plan]:
     short = block.conv_shortcut
     _check_norm(block.norm3)
-    reach = 0 if _name(short) == "Identity" else conv_radius(short)
+    identity = _name(short) == "Identity"
+    reach = 0 if identity else conv_radius(short)
     cin, cout = block.in_channels, block.out_channels
     norm1, norm2 = _check_norm(block.norm1), _check_norm(block.norm2)
     halo_b = max(_check_conv(block.conv2), reach)
+    time_a = _time_reach(block.conv1, causal)
+    time_b = max_reach(_time_reach(block.conv2, causal), (0, 0) if identity else _time_reach(short, causal))
     return [
-        _Plan(name + ".a", "res_a", block, ("x",), "t", norm1, _check_conv(block.conv1), 1, False, cin),
-        _Plan(name + ".b", "res_b", block, ("t", "x"), "x", norm2, halo_b, 1, False, cout),
+        _Plan(
+            name + ".a", "res_a", block, ("x",), "t", norm1, _check_conv(block.conv1), 1, False, cin, time_a
+        ),
+        _Plan(name + ".b", "res_b", block, ("t", "x"), "x", norm2, halo_b, 1, False, cout, time_b),
     ]
 
 
@@ -159,15 +191,16 @@ class LTXVTiledDecoder:
     def _plan(self) -> list[_Plan]:
         """Every stage in the host's order, with its halo read from its convolutions."""
         dec = self.decoder
+        causal = bool(dec.causal)
         plan: list[_Plan] = []
         channels = dec.conv_in.out_channels
         for i, block in enumerate(dec.up_blocks):
             kind = _name(block)
             if kind == "UNetMidBlock3D":
                 for j, resnet in enumerate(block.res_blocks):
-                    plan += _resnet_plan(f"up{i}.res{j}", resnet)
+                    plan += _resnet_plan(f"up{i}.res{j}", resnet, causal)
             elif kind == "ResnetBlock3D":
-                plan += _resnet_plan(f"up{i}", block)
+                plan += _resnet_plan(f"up{i}", block, causal)
                 channels = block.out_channels
             elif kind == "DepthToSpaceUpsample":
                 t, s = _d2s_stride(block)
@@ -183,8 +216,9 @@ class LTXVTiledDecoder:
                         s,
                         t == 2,
                         channels,
+                        _time_reach(block.conv, causal),
                     )
-                )  # noqa: E501
+                )
                 channels = block.out_channels // (s * s * t)
             else:
                 raise Unsupported(f"{kind} in the LTXV decoder")
@@ -201,56 +235,64 @@ class LTXVTiledDecoder:
                 self.patch,
                 False,
                 channels,
+                _time_reach(dec.conv_out, causal),
             )
-        )  # noqa: E501
+        )
         return plan
 
     # -- sizing -----------------------------------------------------------------------------------
     def _specs(self, latent_shape: tuple[int, ...]) -> list[_Spec]:
-        """Each stage's halo, live values per input voxel, input frames and resolution, in order."""
+        """Each stage's live values per input voxel, input frames and resolution, in order."""
         frames, scale, specs = latent_shape[2], 1, []
         for p in self.plan:
-            specs.append(_Spec(p.halo, _values(p), frames, scale))
+            specs.append(_Spec(_values(p), frames, scale))
             if p.kind == "d2s":
                 frames, scale = (2 * frames - 1 if p.time_up else frames), scale * p.scale
         return specs
 
-    def _tile(self, spec: _Spec, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
+    def geometry(self, plan: _Plan, spec: _Spec, latent_shape: tuple[int, ...]) -> StageGeometry:
         height, width = latent_shape[-2] * spec.scale, latent_shape[-1] * spec.scale
-        size = width if self.strips else max(height, width)
-        if self.options.tile is not None:
-            total = self._specs(latent_shape)[-1].scale * self.patch
-            return min(size, max(MIN_TILE, self.options.tile * spec.scale // total))
-        if self.options.budget_bytes is None:
-            return size
-        per_px = spec.values * spec.frames * latent_shape[0] * dtype_bytes
-        rows = height if self.strips else None
-        return tile_for_budget(per_px, spec.halo, self.options.budget_bytes, size, rows)
+        # On the CPU a crop keeps enough frames to take the full decode's convolution kernel.
+        min_frames = min_crop_frames(plan.conv_channels, height, spec.frames) if self.strips else 1
+        return StageGeometry(height, width, spec.frames, plan.halo, plan.time_halo, self.strips, min_frames)
 
-    def _estimate(self, spec: _Spec, tile: int, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
-        height, width = latent_shape[-2] * spec.scale, latent_shape[-1] * spec.scale
-        area = crop_area(tile, spec.halo, height, width, self.strips)
-        return int(spec.values * spec.frames * latent_shape[0] * area * dtype_bytes)
+    def _estimator(
+        self, spec: _Spec, geo: StageGeometry, batch: int, dtype_bytes: int
+    ) -> Callable[[int, int], int]:
+        def estimate(tile: int, crop_frames: int) -> int:
+            area = crop_area(tile, geo.halo, geo.height, geo.width, geo.strips)
+            return int(spec.values * crop_frames * batch * area * dtype_bytes)
+
+        return estimate
+
+    def layouts(self, latent_shape: tuple[int, ...], dtype_bytes: int, smallest: bool = False) -> list[tuple]:
+        """Per stage: (geometry, estimator, layout): the chosen layout, or the smallest one."""
+        specs = self._specs(latent_shape)
+        total = specs[-1].scale * self.patch
+        rows = []
+        for plan, spec in zip(self.plan, specs, strict=True):
+            geo = self.geometry(plan, spec, latent_shape)
+            estimate = self._estimator(spec, geo, latent_shape[0], dtype_bytes)
+            if smallest:
+                layout = geo.smallest()
+            else:
+                forced = None if self.options.tile is None else self.options.tile * spec.scale // total
+                layout = geo.choose(self.options, forced, estimate)
+            rows.append((geo, estimate, layout))
+        return rows
 
     def head_bytes(self, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
         voxels = latent_shape[0] * math.prod(latent_shape[2:])
         return int(HEAD_VALUES_PER_PX * self.decoder.conv_in.out_channels * voxels * dtype_bytes)
 
-    def predicted_peak(self, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
+    def predicted_peak(self, latent_shape: tuple[int, ...], dtype_bytes: int, smallest: bool = False) -> int:
         tiles = [
-            self._estimate(spec, self._tile(spec, latent_shape, dtype_bytes), latent_shape, dtype_bytes)
-            for spec in self._specs(latent_shape)
+            geo.peak(layout, est) for geo, est, layout in self.layouts(latent_shape, dtype_bytes, smallest)
         ]
         return max([self.head_bytes(latent_shape, dtype_bytes), *tiles])
 
     def minimum_peak(self, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
-        specs = self._specs(latent_shape)
-        tiles = [self._estimate(spec, MIN_TILE, latent_shape, dtype_bytes) for spec in specs]
-        return max([self.head_bytes(latent_shape, dtype_bytes), *tiles])
-
-    def _count(self, spec: _Spec, latent_shape: tuple[int, ...], tile: int) -> int:
-        height, width = latent_shape[-2] * spec.scale, latent_shape[-1] * spec.scale
-        return len(tiles_of(height, width, tile, self.strips))
+        return self.predicted_peak(latent_shape, dtype_bytes, smallest=True)
 
     # -- running ----------------------------------------------------------------------------------
     def decode(self, latent: torch.Tensor) -> tuple[torch.Tensor, DecodeReport]:
@@ -259,31 +301,28 @@ class LTXVTiledDecoder:
         report = DecodeReport(self.family)
         dtype_bytes = torch.empty((), dtype=opts.dtype).element_size()
         shape = tuple(latent.shape)
-        specs = self._specs(shape)
-        tiles = [self._tile(spec, shape, dtype_bytes) for spec in specs]
-        counts = [self._count(spec, shape, tile) for spec, tile in zip(specs, tiles, strict=True)]
-        progress = Progress(1 + sum(counts), opts.progress)
+        layouts = self.layouts(shape, dtype_bytes)
+        progress = Progress(1 + sum(geo.count(layout) for geo, _, layout in layouts), opts.progress)
         report.predicted_peak_bytes = self.predicted_peak(shape, dtype_bytes)
         whole = opts.stats_mode() == "kernel"  # PixelNorm means from the whole activation (exact)
         with torch.no_grad():
             sample, bodies = self._head(latent.to(opts.device, opts.dtype))
             parks = {"x": sample}
             progress.step()
-            for plan, body, spec, tile in zip(self.plan, bodies, specs, tiles, strict=True):
+            for plan, body, (geo, _, layout) in zip(self.plan, bodies, layouts, strict=True):
                 mean = whole_mean(plan.norm, parks[plan.inputs[0]]) if whole else None
                 result: dict[str, torch.Tensor] = {}
 
                 def attempt(
-                    tile: int,
+                    layout: Layout,
                     plan: _Plan = plan,
                     body: Callable = body,
                     mean: torch.Tensor | None = mean,
                     result: dict = result,
                 ) -> None:
-                    result["park"] = self._run_stage(plan, body, parks, mean, tile, progress)
+                    result["park"] = self._run_stage(plan, body, parks, mean, layout, progress)
 
-                used = run_with_oom_retry(attempt, tile, opts, report)
-                report.stages.append((plan.name, used, self._count(spec, shape, used)))
+                report.record(plan.name, geo, run_with_oom_retry(attempt, layout, opts, report))
                 if plan.output != "t":  # the block is done with its inputs
                     for name in plan.inputs:
                         parks.pop(name, None)
@@ -413,35 +452,43 @@ class LTXVTiledDecoder:
         body: Callable[..., torch.Tensor],
         parks: dict[str, torch.Tensor],
         mean: torch.Tensor | None,
-        tile: int,
+        layout: Layout,
         progress: Progress,
     ) -> torch.Tensor:
         opts = self.options
-        height, width = parks[plan.inputs[0]].shape[-2:]
+        src = parks[plan.inputs[0]]
+        frames, height, width = src.shape[-3:]
         s = plan.scale
         out: torch.Tensor | None = None
-        for t in tiles_of(height, width, tile, self.strips):
-            if opts.check_interrupt is not None:
-                opts.check_interrupt()
-            c = t.crop(plan.halo, height, width)
-            # Contiguous crops: torch's CPU elementwise kernels take a scalar path at the end of each
-            # row of a strided view, which rounds transcendental ops (SiLU) differently.
-            crops = [
-                parks[k][..., c.y0 : c.y1, c.x0 : c.x1].to(opts.device).contiguous() for k in plan.inputs
-            ]
-            m = mean[..., c.y0 : c.y1, c.x0 : c.x1].to(opts.device).contiguous() if mean is not None else None
-            h = apply_norm(plan.norm, crops[0], m)
-            y = body(h, *crops[1:], (c.y0, c.y1, c.x0, c.x1))
-            del h, crops, m
-            core = y[..., (t.y0 - c.y0) * s : (t.y1 - c.y0) * s, (t.x0 - c.x0) * s : (t.x1 - c.x0) * s]
-            if out is None:
-                dtype = torch.float32 if plan.output == "image" else y.dtype
-                pin = opts.pin and torch.device(opts.park_device).type == "cpu"
-                shape = (*y.shape[:-2], height * s, width * s)
-                out = torch.empty(shape, dtype=dtype, device=opts.park_device, pin_memory=pin)
-            out[..., t.y0 * s : t.y1 * s, t.x0 * s : t.x1 * s].copy_(core, non_blocking=True)
-            del y, core
-            progress.step()
+        for cut in chunks(frames, layout.frames, plan.time_halo):
+            o0, o1, j = cut.output(plan.time_up)
+            for t in tiles_of(height, width, layout.tile, self.strips):
+                if opts.check_interrupt is not None:
+                    opts.check_interrupt()
+                c = t.crop(plan.halo, height, width)
+                window = (slice(cut.c0, cut.c1), slice(c.y0, c.y1), slice(c.x0, c.x1))
+                # Contiguous crops: torch's CPU elementwise kernels take a scalar path at the end of each
+                # row of a strided view, which rounds transcendental ops (SiLU) differently.
+                crops = [parks[k][(..., *window)].to(opts.device).contiguous() for k in plan.inputs]
+                m = mean[(..., *window)].to(opts.device).contiguous() if mean is not None else None
+                h = apply_norm(plan.norm, crops[0], m)
+                y = body(h, *crops[1:], (c.y0, c.y1, c.x0, c.x1))
+                del h, crops, m
+                core = y[
+                    ...,
+                    j : j + o1 - o0,
+                    (t.y0 - c.y0) * s : (t.y1 - c.y0) * s,
+                    (t.x0 - c.x0) * s : (t.x1 - c.x0) * s,
+                ]
+                if out is None:
+                    dtype = torch.float32 if plan.output == "image" else y.dtype
+                    pin = opts.pin and torch.device(opts.park_device).type == "cpu"
+                    out_frames = 2 * frames - 1 if plan.time_up else frames
+                    shape = (*y.shape[:2], out_frames, height * s, width * s)
+                    out = torch.empty(shape, dtype=dtype, device=opts.park_device, pin_memory=pin)
+                out[..., o0:o1, t.y0 * s : t.y1 * s, t.x0 * s : t.x1 * s].copy_(core, non_blocking=True)
+                del y, core
+                progress.step()
         if torch.device(opts.device).type == "cuda":
             torch.cuda.synchronize(opts.device)  # the non-blocking copies into the park must land
         return out

@@ -5,9 +5,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from .layout import Layout, StageGeometry
 
 # Smallest tile side, in stage-input pixels. Besides keeping the halo overhead sane, it keeps every
 # convolution on the same CPU backend as the full decode: torch sends a batch-1 3x3 convolution with at
@@ -26,6 +30,7 @@ class DecodeOptions:
     exact: bool = True  # reproduce the CPU GroupNorm kernel's arithmetic (else float32 addcmul)
     stats: str = "auto"  # "kernel" | "merge" | "auto": kernel where the parked activations are on device
     tile: int | None = None
+    frames: int | None = None  # at most this many stage-input frames per time chunk (overrides the budget)
     budget_bytes: int | None = None
     park_device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     pin: bool = False
@@ -57,8 +62,16 @@ class DecodeReport:
 
     family: str
     stages: list[tuple[str, int, int]] = field(default_factory=list)  # (stage, tile side, tiles)
+    chunks: dict[str, int] = field(default_factory=dict)  # stages cut in time: stage -> chunks
     oom_retries: int = 0
     predicted_peak_bytes: int = 0  # the largest per-tile activation estimate actually used
+
+    def record(self, stage: str, geometry: StageGeometry, layout: Layout) -> None:
+        """A stage run with ``layout``: its tile side and crops, and its time chunks when cut in time."""
+        self.stages.append((stage, layout.tile, geometry.count(layout)))
+        cuts = len(geometry.chunks(layout.frames))
+        if cuts > 1:
+            self.chunks[stage] = cuts
 
     @property
     def tiles_run(self) -> int:
@@ -94,9 +107,10 @@ def tile_for_budget(bytes_per_px: float, halo: int, budget: float, size: int, ro
 
 
 def run_with_oom_retry(
-    attempt: Callable[[int], None], tile: int, options: DecodeOptions, report: DecodeReport
-) -> int:
-    """Run ``attempt(tile)``; on the host's OOM error halve the tile and retry. Returns the tile used.
+    attempt: Callable[[Layout], None], layout: Layout, options: DecodeOptions, report: DecodeReport
+) -> Layout:
+    """Run ``attempt(layout)``; on the host's OOM error retry with ``layout.smaller()``. Returns the
+    layout used.
 
     The retry happens after the ``except`` block has ended, so the failed attempt's tensors (held by the
     exception's frames) are freed before ``on_oom`` empties the allocator cache.
@@ -104,14 +118,14 @@ def run_with_oom_retry(
     while True:
         failed = False
         try:
-            attempt(tile)
+            attempt(layout)
         except options.oom_types:
-            if tile <= MIN_TILE:
+            if layout.smaller() is None:
                 raise
             failed = True
         if not failed:
-            return tile
+            return layout
         report.oom_retries += 1
-        tile = max(MIN_TILE, tile // 2)
+        layout = layout.smaller()
         if options.on_oom is not None:
             options.on_oom()

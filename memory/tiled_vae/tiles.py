@@ -56,6 +56,89 @@ def columns(height: int, width: int, tile: int) -> Iterator[Tile]:
         yield Tile(0, height, x0, x1)
 
 
+@dataclass(frozen=True)
+class Chunk:
+    """A run of frames: the core ``[t0, t1)`` a chunk produces and the crop ``[c0, c1)`` it reads (the
+    core grown by the stage's reach in time), in stage-input frames."""
+
+    t0: int
+    t1: int
+    c0: int
+    c1: int
+
+    @property
+    def crop_frames(self) -> int:
+        return self.c1 - self.c0
+
+    def output(self, time_up: bool) -> tuple[int, int, int]:
+        """The core's output frames ``[o0, o1)`` and the index of ``o0`` in the crop's output.
+
+        A time upsample (HunyuanVideo's Upsample, LTXV's depth-to-space) turns frame 0 into one frame
+        and every later frame ``i`` into ``2i - 1, 2i``; a crop starting at ``c0`` treats its first frame
+        as frame 0, so its output ``j`` is the clip's ``2 c0 + j`` either way.
+        """
+        if not time_up:
+            return self.t0, self.t1, self.t0 - self.c0
+        o0 = 0 if self.t0 == 0 else 2 * self.t0 - 1
+        return o0, 2 * self.t1 - 1, o0 - 2 * self.c0
+
+
+def chunks(frames: int, chunk: int, reach: tuple[int, int]) -> list[Chunk]:
+    """``frames`` split into near-equal chunks of at most ``chunk``, each crop grown by ``reach`` =
+    (frames before, frames after) and clipped to the clip."""
+    before, after = reach
+    return [Chunk(a, b, max(0, a - before), min(frames, b + after)) for a, b in spans(frames, chunk)]
+
+
+def time_reach(module: nn.Module) -> tuple[int, int]:
+    """Frames a stride-1 convolution reads (before, after) each output frame; (0, 0) for 2D ones.
+
+    Knows plain Conv3d (symmetric padding) and the host's VideoConv3d, which pads by hand with a 6-tuple
+    whose last two entries are the frames added before and after (causal: ``k - 1, 0``).
+    """
+    conv = module.conv if isinstance(getattr(module, "conv", None), nn.Conv3d) else module
+    if not isinstance(conv, nn.Conv3d):
+        return (0, 0)
+    span = conv.dilation[0] * (conv.kernel_size[0] - 1)
+    if conv.stride[0] != 1:
+        raise Unsupported(f"{type(module).__name__} is strided in time")
+    manual = getattr(module, "padding", None) if module is not conv else None
+    if isinstance(manual, tuple) and len(manual) == 6:
+        reach = (manual[4], manual[5])
+    elif module is conv or manual == 0:
+        pad = conv.padding[0] if isinstance(conv.padding, tuple) else -1
+        reach = (pad, pad) if span else (0, 0)
+    else:
+        raise Unsupported(f"{type(module).__name__} pads time in an unknown way")
+    if sum(reach) != span:
+        raise Unsupported(f"{type(module).__name__} is not a 'same' convolution in time")
+    return reach
+
+
+def add_reach(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+    return (a[0] + b[0], a[1] + b[1])
+
+
+def max_reach(*reaches: tuple[int, int]) -> tuple[int, int]:
+    return (max(r[0] for r in reaches), max(r[1] for r in reaches))
+
+
+# torch's CPU float32 convolution uses oneDNN when N*C*D*H of its input (N*C*H*W in 2D) exceeds this,
+# else its native kernel (ConvParams::use_mkldnn); the two round differently, while oneDNN's result does
+# not depend on the input's extent. A crop therefore matches the full decode when both are above it.
+CPU_NATIVE_CONV_MAX = 20480
+
+
+def min_crop_frames(channels: int, rows: int, frames: int) -> int:
+    """The fewest frames a crop ``rows`` high may have on the CPU and still take the full decode's
+    convolution kernel (``channels``: the fewest any of its convolutions reads); ``frames`` (no time
+    split) when the full decode itself takes the native kernel."""
+    per_frame = max(1, channels * rows)
+    if per_frame * frames <= CPU_NATIVE_CONV_MAX:
+        return frames
+    return min(frames, CPU_NATIVE_CONV_MAX // per_frame + 1)
+
+
 def tiles_of(height: int, width: int, tile: int, strips: bool) -> list[Tile]:
     return list(columns(height, width, tile) if strips else grid(height, width, tile))
 

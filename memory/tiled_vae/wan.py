@@ -29,7 +29,15 @@ import torch
 from einops import rearrange
 from torch import nn
 
-from .runtime import MIN_TILE, DecodeOptions, DecodeReport, Progress, run_with_oom_retry, tile_for_budget
+from .layout import Layout
+from .runtime import (
+    MIN_TILE,
+    DecodeOptions,
+    DecodeReport,
+    Progress,
+    run_with_oom_retry,
+    tile_for_budget,
+)
 from .tiles import Unsupported, conv_radius, crop_area, tiles_of
 
 CACHE_T = 2  # frames a causal 3x3x3 convolution keeps from the previous chunk (the host's CACHE_T)
@@ -179,11 +187,11 @@ class WanTiledDecoder:
             state: dict[str, int] = {}
             for b in range(batch):
 
-                def attempt(tile: int, b: int = b) -> None:
-                    state["tiles"] = self._tiles(parked, b, tile, out, progress)
+                def attempt(layout: Layout, b: int = b) -> None:
+                    state["tiles"] = self._tiles(parked, b, layout.tile, out, progress)
 
-                used = run_with_oom_retry(attempt, tile, opts, report)
-                report.stages.append((f"tail[{b}]", used, state["tiles"]))
+                used = run_with_oom_retry(attempt, Layout(tile), opts, report)
+                report.stages.append((f"tail[{b}]", used.tile, state["tiles"]))
         return out, report
 
     def _count(self, height: int, width: int, tile: int) -> int:

@@ -423,6 +423,26 @@ def test_hunyuan_video_tiled_through_the_node_is_bitwise_the_full_decode(
     assert_raw_identical(raw, hunyuan_vae.first_stage_model.decode(z))
 
 
+def test_hunyuan_video_cut_in_time_is_bitwise_the_full_decode(
+    host: Host, hunyuan_vae: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A longer clip with chunks of frames: the causal reach read from the convolutions as a halo in
+    time, the time upsample's first-frame rule mapped per chunk, clip-wide GroupNorm statistics. Through
+    the node at the smallest budget (which needs time chunks), then the engine with forced chunks."""
+    tv = engine(host)
+    reports = recorded_reports(monkeypatch, tv.KLTiledDecoder)
+    z = latent((1, 16, 5, 6, 4), seed=14)  # 17 frames of 48x32
+    want = stock_decode(host, hunyuan_vae, z)
+    got = tiled_decode(host, hunyuan_vae, z, vram_budget=min_budget_gb(host, hunyuan_vae, tuple(z.shape)))
+    assert want.shape == (17, 48, 32, 3)
+    assert len(reports) == 1 and reports[0].chunks, "the smallest budget cuts some stage in time"
+    assert_identical(got, want)
+    options = tv.DecodeOptions(torch.device("cpu"), torch.float32, tile=32, frames=2)
+    raw, report = tv.make_tiled_decoder(hunyuan_vae.first_stage_model, options).decode(z)
+    assert sum(n >= 2 for n in report.chunks.values()) >= 4, report.chunks
+    assert_raw_identical(raw, hunyuan_vae.first_stage_model.decode(z))
+
+
 def test_hunyuan_video_fast_mode_stays_close(host: Host, hunyuan_vae: Any) -> None:
     z = latent((1, 16, 2, 2, 20), seed=12)
     want = stock_decode(host, hunyuan_vae, z)
@@ -473,6 +493,25 @@ def test_ltxv_tiled_through_the_node_is_bitwise_the_full_decode(
     assert_raw_identical(raw, raw_want)
 
 
+def test_ltxv_cut_in_time_is_bitwise_the_full_decode(host: Host, ltxv: Any) -> None:
+    """LTXV's decoder pads time on both sides: chunks read a halo before and after, the depth-to-space
+    time upsample drops the first frame of each chunk as it does the clip's."""
+    tv = engine(host)
+    z = latent((1, 128, 4, 6, 6), seed=15)
+    options = tv.DecodeOptions(torch.device("cpu"), torch.float32, frames=2)
+    dec = tv.make_tiled_decoder(ltxv.first_stage_model, options)
+    torch.manual_seed(23)
+    raw_want = ltxv.first_stage_model.decode(z)
+    torch.manual_seed(23)
+    raw, report = dec.decode(z)
+    assert len(report.chunks) >= 2, report.chunks
+    assert_raw_identical(raw, raw_want)
+    shape = tuple(z.shape)
+    assert dec.minimum_peak(shape, 4) < tv.make_tiled_decoder(
+        ltxv.first_stage_model, tv.DecodeOptions(torch.device("cpu"), torch.float32, tile=16)
+    ).predicted_peak(shape, 4), "time chunks lower the least memory a decode needs"
+
+
 def test_ltxv_fast_mode_stays_close(host: Host, ltxv: Any) -> None:
     """Fast: each tile takes its PixelNorm means from its own pixels (the same numbers, rounded otherwise)."""
     z = latent((1, 128, 2, 2, 34), seed=14)
@@ -511,7 +550,8 @@ def test_video_stage_estimates_cover_the_measured_peak(host: Host, hunyuan_vae: 
     lt = tv.make_tiled_decoder(ltxv.first_stage_model, tv.DecodeOptions(torch.device("cpu"), torch.float32))
     shape = (1, 128, frames, rows, side)
     _, bodies = lt._head(latent(shape))
-    for plan, body, spec in zip(lt.plan, bodies, lt._specs(shape), strict=True):
+    stages = zip(lt.plan, bodies, lt._specs(shape), lt.layouts(shape, 4), strict=True)
+    for plan, body, spec, (_, estimate, _) in stages:
         height, width = rows * spec.scale, side * spec.scale
         channels = {
             "x": plan.block.in_channels if plan.kind == "res_b" else plan.channels,
@@ -526,7 +566,7 @@ def test_video_stage_estimates_cover_the_measured_peak(host: Host, hunyuan_vae: 
                 (0, height, 0, width),
             )
             del out, copies
-        predicted = lt._estimate(spec, width - 2 * spec.halo, shape, 4)
+        predicted = estimate(width - 2 * plan.halo, spec.frames)
         assert 0.3 * predicted <= meter.peak <= 1.1 * predicted, plan.name
 
 

@@ -14,6 +14,7 @@ from comfyui_headroom.memory.tiled_vae import DecodeOptions, Unsupported, make_t
 from comfyui_headroom.memory.tiled_vae.budget import GiB, activation_budget, parse_vram_budget
 from comfyui_headroom.memory.tiled_vae.groupnorm import StatsMerger, apply_group_norm, kernel_stats
 from comfyui_headroom.memory.tiled_vae.kl import estimate_head, estimate_stage
+from comfyui_headroom.memory.tiled_vae.layout import Layout, StageGeometry, frame_counts
 from comfyui_headroom.memory.tiled_vae.ltxv import apply_norm, whole_mean
 from comfyui_headroom.memory.tiled_vae.measure import PeakLiveBytes
 from comfyui_headroom.memory.tiled_vae.runtime import (
@@ -22,7 +23,17 @@ from comfyui_headroom.memory.tiled_vae.runtime import (
     run_with_oom_retry,
     tile_for_budget,
 )
-from comfyui_headroom.memory.tiled_vae.tiles import conv_radius, crop_area, grid, spans, tiles_of
+from comfyui_headroom.memory.tiled_vae.tiles import (
+    Chunk,
+    chunks,
+    conv_radius,
+    crop_area,
+    grid,
+    min_crop_frames,
+    spans,
+    tiles_of,
+    time_reach,
+)
 
 
 def rand(*shape: int, seed: int = 0) -> torch.Tensor:
@@ -50,6 +61,89 @@ def test_columns_are_full_height_strips_covering_the_width_once() -> None:
     assert crop_area(16, 2, 30, 50, strips=True) == 30 * 20
     assert crop_area(16, 2, 30, 50, strips=False) == 20 * 20
     assert crop_area(16, 20, 30, 50, strips=False) == 30 * 50  # clipped to the image
+
+
+def test_chunks_read_the_reach_in_time_and_cover_the_clip_once() -> None:
+    cuts = chunks(17, 6, (3, 1))
+    assert [(c.t0, c.t1) for c in cuts] == spans(17, 6)
+    assert [(c.c0, c.c1) for c in cuts] == [(0, 7), (3, 12), (8, 17)]
+    assert chunks(5, 5, (2, 0)) == [Chunk(0, 5, 0, 5)]
+
+
+def test_a_chunk_maps_its_core_through_a_time_upsample() -> None:
+    """Upsampled, frame 0 stays one frame and frame i becomes 2i - 1, 2i; a crop's own first frame
+    counts as frame 0, so its output j is the clip's 2 c0 + j."""
+    frames = 9
+    clip = torch.arange(frames, dtype=torch.float32)
+
+    def upsample(x: torch.Tensor) -> torch.Tensor:  # the host's rule, on frame indices
+        return torch.cat([x[:1], x[1:].repeat_interleave(2)])
+
+    full = upsample(clip)
+    produced = torch.full_like(full, -1.0)
+    for cut in chunks(frames, 4, (2, 0)):
+        o0, o1, j = cut.output(time_up=True)
+        produced[o0:o1] = upsample(clip[cut.c0 : cut.c1])[j : j + o1 - o0]
+    assert torch.equal(produced, full)
+    assert Chunk(3, 6, 1, 6).output(time_up=False) == (3, 6, 2)
+
+
+def test_time_reach_reads_the_convolutions() -> None:
+    class VideoConv3d(nn.Module):  # the host's: pads by hand, causal in time
+        def __init__(self, kernel: int, padding: int) -> None:
+            super().__init__()
+            self.padding = (padding,) * 4 + (kernel - 1, 0) if padding else 0
+            self.conv = nn.Conv3d(4, 4, kernel, padding=0)
+
+    assert time_reach(VideoConv3d(3, 1)) == (2, 0)
+    assert time_reach(VideoConv3d(1, 0)) == (0, 0)
+    assert time_reach(nn.Conv3d(4, 4, 3, padding=1)) == (1, 1)
+    assert time_reach(nn.Conv2d(4, 4, 3, padding=1)) == (0, 0)
+    with pytest.raises(Unsupported):
+        time_reach(nn.Conv3d(4, 4, 3, padding=1, stride=(2, 1, 1)))
+    with pytest.raises(Unsupported):
+        time_reach(nn.Conv3d(4, 4, 3, padding=0))
+
+
+def test_cpu_crops_keep_the_full_decodes_convolution_kernel() -> None:
+    """torch sends a float32 CPU convolution to oneDNN above N*C*D*H = 20480 elements: a crop must stay
+    above it wherever the full decode is, and nothing is cut in time where the full decode is below."""
+    assert min_crop_frames(128, 24, 17) == 7  # 128 * 24 * 7 = 21504 > 20480 >= 128 * 24 * 6
+    assert min_crop_frames(128, 8, 13) == 13  # the whole clip is under the line: no cut
+    assert min_crop_frames(512, 64, 9) == 1
+    conv = nn.Conv3d(128, 128, 3, padding=(0, 1, 1))
+    x = rand(1, 128, 9, 24, 6)
+    with torch.no_grad():
+        full = conv(x)
+        for c0, c1 in [(2, 9), (0, 7)]:  # 7 frames: oneDNN, bitwise the full decode's frames
+            assert torch.equal(conv(x[:, :, c0:c1]), full[:, :, c0 : c1 - 2])
+
+
+def test_layout_cuts_time_only_when_the_budget_needs_it() -> None:
+    geo = StageGeometry(height=64, width=64, frames=33, halo=2, time_halo=(3, 0), strips=False)
+
+    def estimate(tile: int, crop_frames: int) -> int:
+        return 100 * crop_frames * (tile + 4) ** 2
+
+    options = DecodeOptions(torch.device("cuda"), torch.float32, budget_bytes=100 * 33 * 68**2)
+    assert geo.choose(options, None, estimate) == Layout(64, 33, 1)  # fits whole
+    options.budget_bytes = 100 * 33 * 36**2
+    roomy = geo.choose(options, None, estimate)
+    assert roomy.frames == 33 and roomy.tile == 32  # tiles cost less halo than chunks here
+    options.budget_bytes = 100 * 6 * 20**2  # too small for every frame even at the smallest tile
+    tight = geo.choose(options, None, estimate)
+    assert tight.frames < 33 and geo.peak(tight, estimate) <= options.budget_bytes
+    assert all(
+        geo.peak(Layout(t, n), estimate) > options.budget_bytes or geo.work(Layout(t, n)) >= geo.work(tight)
+        for n in frame_counts(33)
+        for t in range(MIN_TILE, 65)
+    ), "no layout within the budget computes less"
+    options.budget_bytes = 1
+    assert geo.choose(options, None, estimate) == geo.smallest() == Layout(MIN_TILE, 1, 1)
+    cpu = StageGeometry(64, 64, 33, 2, (3, 0), strips=True, min_frames=7)
+    assert cpu.smallest().frames == 7 and cpu.crop_range(7)[0] >= 7
+    forced = cpu.choose(DecodeOptions(torch.device("cpu"), torch.float32, frames=2), None, estimate)
+    assert forced.frames == 7, "a forced chunk grows to what the CPU kernel rule allows"
 
 
 def test_video_is_cut_in_strips_on_the_cpu_only() -> None:
@@ -189,32 +283,34 @@ def test_tile_for_budget_fits_and_clamps() -> None:
     assert tile_for_budget(1.0, 2, 1e12, 300) == 300
 
 
-def test_oom_retry_halves_the_tile_and_frees_between_tries() -> None:
+def test_oom_retry_halves_the_tile_then_the_frames_and_frees_between_tries() -> None:
     tried, freed = [], []
 
-    def attempt(tile: int) -> None:
-        tried.append(tile)
-        if tile > 40:
+    def attempt(layout: Layout) -> None:
+        tried.append((layout.tile, layout.frames))
+        if layout.tile > 40 or layout.frames > 3:
             raise MemoryError("out of memory")
 
     options = DecodeOptions(
         torch.device("cpu"), torch.float32, oom_types=(MemoryError,), on_oom=lambda: freed.append(1)
     )
     report = DecodeReport("kl")
-    assert run_with_oom_retry(attempt, 256, options, report) == 32
-    assert tried == [256, 128, 64, 32] and report.oom_retries == 3 and len(freed) == 3
+    assert run_with_oom_retry(attempt, Layout(64, 9, 2), options, report) == Layout(16, 3, 2)
+    assert tried == [(64, 9), (32, 9), (16, 9), (16, 5), (16, 3)]
+    assert report.oom_retries == 4 and len(freed) == 4
 
-    def never(tile: int) -> None:
+    def never(layout: Layout) -> None:
         raise MemoryError("out of memory")
 
-    with pytest.raises(MemoryError):
-        run_with_oom_retry(never, 64, options, DecodeReport("kl"))
+    with pytest.raises(MemoryError):  # down to the smallest tile and the fewest frames allowed, then up
+        run_with_oom_retry(never, Layout(64, 9, 4), options, DecodeReport("kl"))
+    assert Layout(MIN_TILE, 4, 4).smaller() is None
 
-    def bug(tile: int) -> None:
+    def bug(layout: Layout) -> None:
         raise KeyError("not an OOM")
 
     with pytest.raises(KeyError):  # anything else is not retried
-        run_with_oom_retry(bug, 64, options, DecodeReport("kl"))
+        run_with_oom_retry(bug, Layout(64), options, DecodeReport("kl"))
 
 
 # -- a whole decode of a stand-in with the host KL decoder's structure -------------------------------
@@ -387,9 +483,9 @@ def test_budget_picks_the_largest_tile_that_fits(model: Model) -> None:
     for budget in (4 << 20, 32 << 20):
         options = DecodeOptions(torch.device("cpu"), torch.float32, budget_bytes=budget)
         engine = make_tiled_decoder(model, options)
-        for stage in engine.stages:
+        for stage, (_, _, layout) in zip(engine.stages, engine.layouts(z_shape, 4), strict=True):
             size = 64 * 2**stage.level
-            tile = engine.stage_tile(stage, z_shape[-2:], 4)
+            tile = layout.tile
             assert estimate_stage(stage, tile, 4, True) <= budget or tile == MIN_TILE
             assert tile == size or estimate_stage(stage, tile + 1, 4, True) > budget
         head = estimate_head((64, 64), 32, 4)  # the head runs whole: no budget can shrink it
