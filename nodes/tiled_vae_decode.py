@@ -94,10 +94,11 @@ class HeadroomTiledVAEDecode:
         options.progress = progress
         raw, report = engine.decode(latent)
         log.info(
-            "Headroom Tiled VAE Decode: %s VAE, %d tiles in %d stages, mode %s, predicted peak %.0f MiB%s",
+            "Headroom Tiled VAE Decode: %s VAE, %d tiles in %d stages%s, mode %s, predicted peak %.0f MiB%s",
             report.family,
             report.tiles_run,
             len(report.stages),
+            f" ({len(report.chunks)} cut in time)" if report.chunks else "",
             mode,
             report.predicted_peak_bytes / (1 << 20),
             f", {report.oom_retries} OOM retries" if report.oom_retries else "",

@@ -1,6 +1,7 @@
 """Exact tiled decode for the KL (GroupNorm) VAEs: SD1.x/SD2, SDXL, SD3 and Flux (4/16 channels), and
-HunyuanVideo's 3D-convolution KL VAE (its GroupNorms span the whole clip: same scheme, every frame in
-each tile, time upsampled inside the stages as the host does).
+HunyuanVideo's 3D-convolution KL VAE (its GroupNorms span the whole clip: same scheme, time upsampled
+inside the stages as the host does, and stages cut into runs of frames when the budget needs it, each
+run reading the frames its causal convolutions reach: see ``tiles.Chunk``).
 
 The decoder (``decoder.conv_in``, ``mid.block_1/attn_1/block_2``, ``up[i].block[j]``, ``up[i].upsample``,
 ``norm_out``, ``conv_out``; duck-typed, never imported) is cut into stages at its GroupNorm layers:
@@ -48,6 +49,10 @@ WORK_FACTOR = 1.05
 # Head (conv_in + mid block): measured 10.0 values per latent pixel per mid channel besides attention,
 # whose (pixels x pixels) scores the host's split attention may hold at once.
 HEAD_FACTOR = 10.5
+# The host's VAE attention fits its scores to the memory it finds free: PyTorch's SDPA kernels hold no
+# score matrix, and its split attention (the CPU path, and SDPA's fallback on OOM) cuts them into up to
+# 128 slices. So the head needs at least 1/128 of the scores and takes up to what the budget leaves.
+ATTENTION_MAX_SLICES = 128
 
 
 @dataclass
@@ -280,7 +285,7 @@ def estimate_stage(
     stage: Stage, tile: int, dtype_bytes: int, exact: bool, frames: int = 1, rows: int | None = None
 ) -> int:
     """Peak activation bytes of one tile of ``stage`` (``tile`` stage-input pixels a side, or a strip
-    ``tile`` wide and ``rows`` high), over ``frames`` input frames (video: every frame is in the tile).
+    ``tile`` wide and ``rows`` high), over ``frames`` input frames (video: the frames of the crop).
 
     Live at the peak: the input crops (on a CUDA device they are copies; on the CPU views of the parked
     activations, so this over-counts there), the body's work (``Stage.work_channels``) and, for video,
@@ -295,11 +300,17 @@ def estimate_stage(
     return int((WORK_FACTOR * per_px * area + padded) * dtype_bytes + extra)
 
 
-def estimate_head(latent_hw: tuple[int, int], channels: int, dtype_bytes: int, frames: int = 1) -> int:
-    """Peak activation bytes of the head (conv_in + mid block) on one latent at latent resolution (its
-    attention spans every pixel of every frame)."""
+def estimate_head(
+    latent_hw: tuple[int, int], channels: int, dtype_bytes: int, frames: int = 1, score_cap: int | None = None
+) -> int:
+    """Peak activation bytes of the head (conv_in + mid block) on one latent at latent resolution. Its
+    attention spans every pixel of every frame; its (pixels x pixels) scores count whole, or with
+    ``score_cap`` as the host slices them: at most the cap, at least one slice in ATTENTION_MAX_SLICES."""
     pixels = latent_hw[0] * latent_hw[1] * frames
-    return int((HEAD_FACTOR * channels * pixels + pixels * pixels) * dtype_bytes)
+    scores = pixels * pixels * dtype_bytes
+    if score_cap is not None:
+        scores = min(scores, max(scores // ATTENTION_MAX_SLICES, score_cap))
+    return int(HEAD_FACTOR * channels * pixels * dtype_bytes + scores)
 
 
 def _park(shape: tuple[int, ...], dtype: torch.dtype, options: DecodeOptions) -> torch.Tensor:
@@ -353,18 +364,23 @@ class KLTiledDecoder:
             rows.append((geo, estimate, layout))
         return rows
 
-    def _head_estimate(self, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
+    def _head_estimate(self, latent_shape: tuple[int, ...], dtype_bytes: int, smallest: bool = False) -> int:
+        """The head on the whole batch; its attention scores within the budget (the least slice for
+        ``smallest``) since the host fits them to the memory free."""
         frames = latent_shape[2] if len(latent_shape) == 5 else 1
         hw = (latent_shape[-2], latent_shape[-1])
         channels = self.decoder.mid.block_1.in_channels
-        return latent_shape[0] * estimate_head(hw, channels, dtype_bytes, frames)
+        cap = 0 if smallest else self.options.budget_bytes
+        if cap is not None:
+            cap //= latent_shape[0]
+        return latent_shape[0] * estimate_head(hw, channels, dtype_bytes, frames, cap)
 
     def predicted_peak(self, latent_shape: tuple[int, ...], dtype_bytes: int, smallest: bool = False) -> int:
         """The largest activation estimate of the head and of any stage's tile."""
         tiles = [
             geo.peak(layout, est) for geo, est, layout in self.layouts(latent_shape, dtype_bytes, smallest)
         ]
-        return max([self._head_estimate(latent_shape, dtype_bytes), *tiles])
+        return max([self._head_estimate(latent_shape, dtype_bytes, smallest), *tiles])
 
     def minimum_peak(self, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
         """The activation bytes the smallest tiles and time chunks still need (below this no budget can

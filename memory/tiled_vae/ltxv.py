@@ -8,9 +8,10 @@ upsamplers are depth-to-space. Every layer is therefore local in space, so:
 * the head (the latent noise mix, un-normalisation, ``conv_in`` and the timestep embeddings) runs once
   on the whole latent, where it is cheap;
 * the rest is cut into stages at its norms (two per residual block, one per depth-to-space upsampler,
-  the output head), each run tile by tile over *all* frames (time is not tiled: the decoder is not
-  causal in time, so a tile needs every frame), each tile grown by the stage's receptive field read
-  from its convolutions and cropped back (no blending) into a park for the next stage;
+  the output head), each run tile by tile (and, when the budget needs it, run of frames by run of
+  frames), each crop grown by the stage's receptive field in space and in time read from its
+  convolutions (both sides in time: the decoder pads time with its first and last frames unless it
+  is causal) and cropped back (no blending) into a park for the next stage;
 * a PixelNorm is per pixel, but torch's channel mean rounds differently with the tensor's extent (its
   CPU sum kernel groups columns by 32 and by thread), so on the CPU each PixelNorm's mean is taken over
   the whole parked activation, as the full decode takes it, and a tile divides by its crop of it;
@@ -24,7 +25,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import torch
@@ -165,7 +166,7 @@ def apply_norm(norm: nn.Module | None, x: torch.Tensor, mean: torch.Tensor | Non
 
 
 class LTXVTiledDecoder:
-    """Decode ``[B, 128, T, H, W]`` LTXV latents: whole-latent head, then every block in spatial tiles."""
+    """Decode ``[B, 128, T, H, W]`` LTXV latents: whole-latent head, then every block in tiles."""
 
     family = "ltxv"
 
@@ -297,6 +298,8 @@ class LTXVTiledDecoder:
     # -- running ----------------------------------------------------------------------------------
     def decode(self, latent: torch.Tensor) -> tuple[torch.Tensor, DecodeReport]:
         """The decoder output (before the host's process_output), float32 on the park device."""
+        if latent.shape[0] > 1 and self.model.timestep_conditioning:
+            return self._decode_clips(latent)
         opts = self.options
         report = DecodeReport(self.family)
         dtype_bytes = torch.empty((), dtype=opts.dtype).element_size()
@@ -329,6 +332,28 @@ class LTXVTiledDecoder:
                 parks[plan.output] = result.pop("park")
                 del mean
         return parks["image"].float(), report
+
+    def _decode_clips(self, latent: torch.Tensor) -> tuple[torch.Tensor, DecodeReport]:
+        """A batch one clip at a time. The host builds LTXV's timestep embedding for one clip, so its own
+        decode of a batch fails (a view to the batch size in causal_video_autoencoder) unless its
+        memory estimate has it decode clip by clip, as this does; the noise is drawn clip after clip."""
+        batch, outer = latent.shape[0], self.options.progress
+        report, outputs = DecodeReport(self.family), []
+        for b in range(batch):
+
+            def progress(done: int, total: int, b: int = b) -> None:
+                if outer is not None:
+                    outer(b * total + done, batch * total)
+
+            out, part = LTXVTiledDecoder(self.model, replace(self.options, progress=progress)).decode(
+                latent[b : b + 1]
+            )
+            outputs.append(out)
+            report.stages += part.stages
+            report.chunks.update(part.chunks)
+            report.oom_retries += part.oom_retries
+            report.predicted_peak_bytes = max(report.predicted_peak_bytes, part.predicted_peak_bytes)
+        return torch.cat(outputs), report
 
     def _head(self, x: torch.Tensor) -> tuple[torch.Tensor, list[Callable[..., torch.Tensor]]]:
         """The host's decode() up to conv_in, then each stage's body with its timestep modulation and

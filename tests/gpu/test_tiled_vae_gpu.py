@@ -94,3 +94,32 @@ def test_cuda_video_decode_matches_and_stays_in_budget(host: object, family: str
     assert report.max_tiles_in_a_stage > 1
     assert peak <= 1.1 * report.predicted_peak_bytes
     assert got.shape == want.shape and (got - want).abs().max().item() <= 1e-4
+
+
+@pytest.mark.parametrize("family", ["hunyuan_video", "ltxv"])
+def test_cuda_video_cut_in_time_matches(host: object, family: str, no_tf32: object) -> None:
+    """Runs of frames on CUDA (merged GroupNorm statistics for HunyuanVideo, per-tile PixelNorm for
+    LTXV): the host's own classes, float32, against their own full decode on the same device."""
+    import comfy.sd
+
+    from headroom_testing.tiny_models import host_video_vaes, hunyuan_video_vae_state_dict, ltxv_vae
+
+    if family not in host_video_vaes():
+        pytest.skip(f"the host has no {family} VAE")
+    device = torch.device("cuda")
+    if family == "hunyuan_video":
+        vae = comfy.sd.VAE(sd=hunyuan_video_vae_state_dict(seed=4))
+        z = torch.randn(1, 16, 5, 16, 16, device=device)
+    else:
+        state_dict, metadata = ltxv_vae("0.9.1", seed=5)
+        vae = comfy.sd.VAE(sd=state_dict, metadata=metadata)
+        z = torch.randn(1, 128, 4, 12, 12, device=device)
+    model = vae.first_stage_model.to(device, torch.float32)
+    with torch.no_grad():
+        torch.manual_seed(3)
+        want = model.decode(z).float().cpu()
+        engine = make_tiled_decoder(model, DecodeOptions(device, torch.float32, frames=2, pin=True))
+        torch.manual_seed(3)
+        got, report = engine.decode(z)
+    assert len(report.chunks) >= 2, report.chunks
+    assert got.shape == want.shape and (got - want).abs().max().item() <= 1e-4

@@ -440,7 +440,48 @@ def test_hunyuan_video_cut_in_time_is_bitwise_the_full_decode(
     options = tv.DecodeOptions(torch.device("cpu"), torch.float32, tile=32, frames=2)
     raw, report = tv.make_tiled_decoder(hunyuan_vae.first_stage_model, options).decode(z)
     assert sum(n >= 2 for n in report.chunks.values()) >= 4, report.chunks
-    assert_raw_identical(raw, hunyuan_vae.first_stage_model.decode(z))
+    full = hunyuan_vae.first_stage_model.decode(z)
+    assert_raw_identical(raw, full)
+    options.stats = "merge"  # the GPU path: statistics merged over the chunks' cores in float64
+    merged, _ = tv.make_tiled_decoder(hunyuan_vae.first_stage_model, options).decode(z)
+    assert (merged - full).abs().max().item() < 1e-4
+
+
+def test_a_batch_of_clips_through_the_node_is_bitwise_the_stock_decode(host: Host, hunyuan_vae: Any) -> None:
+    """Two clips at once: frames of both in the IMAGE batch, in the stock order, with the stock pixels.
+    The host decodes a CPU batch whole, where torch takes oneDNN for every convolution (N > 1); the KL
+    engine's stages run one clip at a time, so the clips are tall enough for oneDNN at N = 1 too (a clip
+    under 20480 elements per convolution input would round differently, by about 1e-6)."""
+    z = latent((2, 16, 3, 14, 2), seed=16)  # 2 x 9 frames of 112x16
+    want = stock_decode(host, hunyuan_vae, z)
+    got = tiled_decode(host, hunyuan_vae, z, vram_budget=min_budget_gb(host, hunyuan_vae, tuple(z.shape)))
+    assert want.shape == (18, 112, 16, 3)
+    assert_identical(got, want)
+
+
+def test_ltxv_batch_of_clips_through_the_node_is_bitwise_the_stock_decode(host: Host, ltxv: Any) -> None:
+    """LTXV's tiles hold the whole batch. With timestep conditioning the host's own decode of a batch
+    fails (its timestep embedding is built for one clip) unless it decodes clip by clip, which the
+    engine then does: the stock pixels are those of the clips decoded one after the other."""
+    z = latent((2, 128, 2, 3, 6), seed=17)
+    torch.manual_seed(24)
+    try:
+        want = stock_decode(host, ltxv, z)
+    except RuntimeError:
+        assert ltxv.first_stage_model.timestep_conditioning
+        torch.manual_seed(24)
+        want = torch.cat([stock_decode(host, ltxv, z[b : b + 1]) for b in range(2)])
+    torch.manual_seed(24)
+    got = tiled_decode(host, ltxv, z, vram_budget=min_budget_gb(host, ltxv, tuple(z.shape)))
+    assert want.shape[0] == 2 * 5
+    assert_identical(got, want)
+    calls: list[tuple[int, int]] = []
+    options = engine(host).DecodeOptions(
+        torch.device("cpu"), torch.float32, progress=lambda *c: calls.append(c)
+    )
+    engine(host).make_tiled_decoder(ltxv.first_stage_model, options).decode(z)
+    assert calls[-1][0] == calls[-1][1] and len({total for _, total in calls}) == 1  # one bar, filled once
+    assert all(a[0] <= b[0] for a, b in zip(calls[:-1], calls[1:], strict=True))
 
 
 def test_hunyuan_video_fast_mode_stays_close(host: Host, hunyuan_vae: Any) -> None:
@@ -483,14 +524,22 @@ def test_ltxv_tiled_through_the_node_is_bitwise_the_full_decode(
     assert len(reports) == 1 and reports[0].family == "ltxv" and reports[0].max_tiles_in_a_stage >= 2
     assert want.shape[0] == 5
     assert_identical(got, want)
-    options = tv.DecodeOptions(torch.device("cpu"), torch.float32, tile=16)
-    dec = tv.make_tiled_decoder(ltxv.first_stage_model, options)
-    torch.manual_seed(22)
-    raw_want = ltxv.first_stage_model.decode(z)
-    torch.manual_seed(22)
-    raw, report = dec.decode(z)
+    raw, report, raw_want = ltxv_raw_decodes(host, ltxv, z, 22, tile=16)
     assert all(n >= 2 for _, _, n in report.stages)  # every stage cut
     assert_raw_identical(raw, raw_want)
+
+
+def ltxv_raw_decodes(host: Host, ltxv: Any, z: torch.Tensor, seed: int, **options: Any) -> tuple:
+    """(engine output, report, host output): both raw decodes of ``z`` from the same generator state."""
+    tv = engine(host)
+    dec = tv.make_tiled_decoder(
+        ltxv.first_stage_model, tv.DecodeOptions(torch.device("cpu"), torch.float32, **options)
+    )
+    torch.manual_seed(seed)
+    raw_want = ltxv.first_stage_model.decode(z)
+    torch.manual_seed(seed)
+    raw, report = dec.decode(z)
+    return raw, report, raw_want
 
 
 def test_ltxv_cut_in_time_is_bitwise_the_full_decode(host: Host, ltxv: Any) -> None:
@@ -498,18 +547,13 @@ def test_ltxv_cut_in_time_is_bitwise_the_full_decode(host: Host, ltxv: Any) -> N
     time upsample drops the first frame of each chunk as it does the clip's."""
     tv = engine(host)
     z = latent((1, 128, 4, 6, 6), seed=15)
-    options = tv.DecodeOptions(torch.device("cpu"), torch.float32, frames=2)
-    dec = tv.make_tiled_decoder(ltxv.first_stage_model, options)
-    torch.manual_seed(23)
-    raw_want = ltxv.first_stage_model.decode(z)
-    torch.manual_seed(23)
-    raw, report = dec.decode(z)
+    raw, report, raw_want = ltxv_raw_decodes(host, ltxv, z, 23, frames=2)
     assert len(report.chunks) >= 2, report.chunks
     assert_raw_identical(raw, raw_want)
-    shape = tuple(z.shape)
-    assert dec.minimum_peak(shape, 4) < tv.make_tiled_decoder(
-        ltxv.first_stage_model, tv.DecodeOptions(torch.device("cpu"), torch.float32, tile=16)
-    ).predicted_peak(shape, 4), "time chunks lower the least memory a decode needs"
+    shape, cpu = tuple(z.shape), (torch.device("cpu"), torch.float32)
+    least = tv.make_tiled_decoder(ltxv.first_stage_model, tv.DecodeOptions(*cpu)).minimum_peak(shape, 4)
+    strips = tv.make_tiled_decoder(ltxv.first_stage_model, tv.DecodeOptions(*cpu, tile=16))
+    assert least < strips.predicted_peak(shape, 4), "time chunks lower the least memory a decode needs"
 
 
 def test_ltxv_fast_mode_stays_close(host: Host, ltxv: Any) -> None:

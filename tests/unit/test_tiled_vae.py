@@ -13,7 +13,7 @@ from torch import nn
 from comfyui_headroom.memory.tiled_vae import DecodeOptions, Unsupported, make_tiled_decoder
 from comfyui_headroom.memory.tiled_vae.budget import GiB, activation_budget, parse_vram_budget
 from comfyui_headroom.memory.tiled_vae.groupnorm import StatsMerger, apply_group_norm, kernel_stats
-from comfyui_headroom.memory.tiled_vae.kl import estimate_head, estimate_stage
+from comfyui_headroom.memory.tiled_vae.kl import HEAD_FACTOR, estimate_head, estimate_stage
 from comfyui_headroom.memory.tiled_vae.layout import Layout, StageGeometry, frame_counts
 from comfyui_headroom.memory.tiled_vae.ltxv import apply_norm, whole_mean
 from comfyui_headroom.memory.tiled_vae.measure import PeakLiveBytes
@@ -476,6 +476,18 @@ def test_stage_estimate_covers_the_measured_peak(model: Model) -> None:
         assert meter.peak <= 1.1 * predicted, stage.name
         assert meter.peak >= 0.3 * predicted, stage.name  # and not wildly pessimistic
     assert math.isfinite(predicted)
+
+
+def test_head_attention_scores_count_as_the_host_slices_them() -> None:
+    """The host's VAE attention slices its scores to the memory free (up to 128 slices) or holds none
+    (SDPA): a 2048x2048 Flux decode must not be refused on an 8 GB card for a 8.6 GB score matrix."""
+    pixels = 256 * 256
+    linear = int(HEAD_FACTOR * 512 * pixels * 2)
+    assert estimate_head((256, 256), 512, 2) == linear + pixels * pixels * 2  # whole, as on a roomy CPU
+    assert estimate_head((256, 256), 512, 2, score_cap=0) == linear + pixels * pixels * 2 // 128
+    assert estimate_head((256, 256), 512, 2, score_cap=1 << 30) == linear + (1 << 30)
+    assert estimate_head((8, 8), 512, 2, score_cap=1 << 30) == int(HEAD_FACTOR * 512 * 64 * 2) + 64 * 64 * 2
+    assert estimate_head((256, 256), 512, 2, score_cap=0) < 1 << 30
 
 
 def test_budget_picks_the_largest_tile_that_fits(model: Model) -> None:
