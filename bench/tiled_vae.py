@@ -260,7 +260,7 @@ def tile_peaks(engine: Any, z: torch.Tensor, dtype: torch.dtype, device: torch.d
         1, 3, 1 + engine.time_factor * (small.shape[2] - 1), *(d * engine.scale for d in small.shape[-2:])
     )
     with torch.no_grad(), PeakLiveBytes(device.type) as meter:
-        engine._tiles(parked, 0, max(small.shape[-2:]), out, _NoProgress())
+        engine._tiles(parked, slice(0, 1), max(small.shape[-2:]), out, _NoProgress())
     return meter.peak, engine.tile_bytes(tile, bytes_, hw)
 
 

@@ -329,6 +329,9 @@ class KLTiledDecoder:
         self.options = options
         self.stages = build_stages(self.decoder, options.act)
         self.strips = options.strips(video=not isinstance(self.decoder.conv_in, nn.Conv2d))
+        # Video on the CPU: a tile holds every clip of the batch, as the host's CPU decode does (a
+        # one-clip 3D convolution can fall under torch's oneDNN size line where the batch does not).
+        self.batched = self.strips
 
     # -- sizing -----------------------------------------------------------------------------------
     def geometry(self, stage: Stage, latent_shape: tuple[int, ...]) -> StageGeometry:
@@ -339,9 +342,11 @@ class KLTiledDecoder:
         min_frames = min_crop_frames(min(stage.in_channels), height, frames) if self.strips else 1
         return StageGeometry(height, width, frames, stage.halo, stage.time_halo, self.strips, min_frames)
 
-    def _estimator(self, stage: Stage, geo: StageGeometry, dtype_bytes: int) -> Callable[[int, int], int]:
+    def _estimator(
+        self, stage: Stage, geo: StageGeometry, dtype_bytes: int, clips: int
+    ) -> Callable[[int, int], int]:
         def estimate(tile: int, crop_frames: int) -> int:
-            return estimate_stage(stage, tile, dtype_bytes, self.options.exact, crop_frames, geo.rows)
+            return clips * estimate_stage(stage, tile, dtype_bytes, self.options.exact, crop_frames, geo.rows)
 
         return estimate
 
@@ -353,7 +358,7 @@ class KLTiledDecoder:
         rows = []
         for stage in self.stages:
             geo = self.geometry(stage, latent_shape)
-            estimate = self._estimator(stage, geo, dtype_bytes)
+            estimate = self._estimator(stage, geo, dtype_bytes, latent_shape[0] if self.batched else 1)
             if smallest:
                 layout = geo.smallest()
             else:
@@ -397,17 +402,17 @@ class KLTiledDecoder:
         dtype_bytes = torch.empty((), dtype=opts.dtype).element_size()
         shape = tuple(latent.shape)
         layouts = self.layouts(shape, dtype_bytes)
-        per_sample = 1 + sum(geo.count(layout) for geo, _, layout in layouts)
-        progress = Progress(per_sample * latent.shape[0], opts.progress)
+        batch = latent.shape[0]
+        groups = [slice(None)] if self.batched else [slice(b, b + 1) for b in range(batch)]
+        crops = sum(geo.count(layout) for geo, _, layout in layouts)
+        progress = Progress(batch + len(groups) * crops, opts.progress)
         report.predicted_peak_bytes = self.predicted_peak(shape, dtype_bytes)
         with torch.no_grad():
             # The head runs on the whole batch, as the host's decode does: at latent resolution a
             # batch-1 convolution can take a different CPU kernel than a batch-N one (see MIN_TILE).
             head = self._head(latent.to(opts.device, opts.dtype))
-        progress.step(latent.shape[0])
-        results = []
-        for b in range(latent.shape[0]):
-            results.append(self._decode_one(head[b : b + 1], layouts, report, progress))
+        progress.step(batch)
+        results = [self._decode_one(head[clips], layouts, report, progress) for clips in groups]
         del head
         image = torch.cat(results, 0) if out is None else torch.cat(results, 0, out=out)
         return image, report

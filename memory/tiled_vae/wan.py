@@ -136,37 +136,48 @@ class WanTiledDecoder:
         self.cached_convs = sum(_name(m) == "CausalConv3d" for m in decoder.modules())
         self.mid_channels = decoder.conv1.out_channels
         self.strips = options.strips(video=True)
+        # On the CPU a tile holds every clip of the batch, as the host's CPU decode does: a one-clip
+        # convolution can fall under torch's oneDNN size line (tiles.CPU_NATIVE_CONV_MAX) where the
+        # host's batch of clips does not, and the two kernels round differently.
+        self.batched = self.strips
 
     # -- sizing -----------------------------------------------------------------------------------
-    def tile_bytes(self, tile: int, dtype_bytes: int, latent_hw: tuple[int, int] | None = None) -> int:
-        """Activation bytes of a tile with a ``tile`` latent px core (its crop clipped to the image)."""
+    def tile_bytes(
+        self, tile: int, dtype_bytes: int, latent_hw: tuple[int, int] | None = None, clips: int = 1
+    ) -> int:
+        """Activation bytes of a tile with a ``tile`` latent px core (its crop clipped to the image) over
+        ``clips`` clips at once."""
         height, width = latent_hw or (tile + 2 * self.halo,) * 2
         area = crop_area(tile, self.halo, height, width, self.strips)
-        return int(WAN_VALUES_PER_PX[self.family] * area * self.scale**2 * dtype_bytes)
+        return int(WAN_VALUES_PER_PX[self.family] * area * self.scale**2 * dtype_bytes * clips)
+
+    def _clips(self, latent_shape: tuple[int, ...]) -> int:
+        """Clips a tile holds: the whole batch on the CPU, else one."""
+        return latent_shape[0] if self.batched else 1
 
     def head_bytes(self, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
         pixels = latent_shape[0] * latent_shape[-2] * latent_shape[-1]
         return int(HEAD_BYTES_PER_PX * self.mid_channels * pixels * dtype_bytes)
 
-    def latent_tile(self, latent_hw: tuple[int, int], dtype_bytes: int) -> int:
+    def latent_tile(self, latent_hw: tuple[int, int], dtype_bytes: int, clips: int = 1) -> int:
         size = latent_hw[1] if self.strips else max(latent_hw)
         if self.options.tile is not None:
             return min(size, max(MIN_TILE, self.options.tile // self.scale))
         if self.options.budget_bytes is None:
             return size
-        per_px = WAN_VALUES_PER_PX[self.family] * self.scale**2 * dtype_bytes
+        per_px = WAN_VALUES_PER_PX[self.family] * self.scale**2 * dtype_bytes * clips
         rows = latent_hw[0] if self.strips else None
         return tile_for_budget(per_px, self.halo, self.options.budget_bytes, size, rows)
 
     def predicted_peak(self, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
-        hw = (latent_shape[-2], latent_shape[-1])
-        tile = self.latent_tile(hw, dtype_bytes)
-        return max(self.tile_bytes(tile, dtype_bytes, hw), self.head_bytes(latent_shape, dtype_bytes))
+        hw, clips = (latent_shape[-2], latent_shape[-1]), self._clips(latent_shape)
+        tile = self.latent_tile(hw, dtype_bytes, clips)
+        return max(self.tile_bytes(tile, dtype_bytes, hw, clips), self.head_bytes(latent_shape, dtype_bytes))
 
     def minimum_peak(self, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
-        hw = (latent_shape[-2], latent_shape[-1])
+        hw, clips = (latent_shape[-2], latent_shape[-1]), self._clips(latent_shape)
         tile = min(MIN_TILE, max(hw))
-        return max(self.tile_bytes(tile, dtype_bytes, hw), self.head_bytes(latent_shape, dtype_bytes))
+        return max(self.tile_bytes(tile, dtype_bytes, hw, clips), self.head_bytes(latent_shape, dtype_bytes))
 
     # -- running ----------------------------------------------------------------------------------
     def decode(self, latent: torch.Tensor) -> tuple[torch.Tensor, DecodeReport]:
@@ -175,8 +186,10 @@ class WanTiledDecoder:
         report = DecodeReport(self.family)
         dtype_bytes = torch.empty((), dtype=opts.dtype).element_size()
         batch, _, frames, height, width = latent.shape
-        tile = self.latent_tile((height, width), dtype_bytes)
-        progress = Progress(frames + batch * frames * self._count(height, width, tile), opts.progress)
+        clips = self._clips(tuple(latent.shape))
+        tile = self.latent_tile((height, width), dtype_bytes, clips)
+        groups = [slice(None)] if self.batched else [slice(b, b + 1) for b in range(batch)]
+        progress = Progress(frames + len(groups) * frames * self._count(height, width, tile), opts.progress)
         report.predicted_peak_bytes = self.predicted_peak(tuple(latent.shape), dtype_bytes)
         with torch.no_grad():
             parked = self._head(latent, progress)
@@ -185,10 +198,10 @@ class WanTiledDecoder:
                 batch, 3, out_frames, height * self.scale, width * self.scale, dtype=torch.float32
             )
             state: dict[str, int] = {}
-            for b in range(batch):
+            for b, clips in enumerate(groups):
 
-                def attempt(layout: Layout, b: int = b) -> None:
-                    state["tiles"] = self._tiles(parked, b, layout.tile, out, progress)
+                def attempt(layout: Layout, clips: slice = clips) -> None:
+                    state["tiles"] = self._tiles(parked, clips, layout.tile, out, progress)
 
                 used = run_with_oom_retry(attempt, Layout(tile), opts, report)
                 report.stages.append((f"tail[{b}]", used.tile, state["tiles"]))
@@ -213,7 +226,7 @@ class WanTiledDecoder:
         return parked
 
     def _tiles(
-        self, parked: list[torch.Tensor], b: int, tile: int, out: torch.Tensor, progress: Progress
+        self, parked: list[torch.Tensor], clips: slice, tile: int, out: torch.Tensor, progress: Progress
     ) -> int:
         opts, dec = self.options, self.decoder
         height, width = parked[0].shape[-2:]
@@ -225,7 +238,7 @@ class WanTiledDecoder:
             for i, h in enumerate(parked):
                 if opts.check_interrupt is not None:
                     opts.check_interrupt()
-                x = h[b : b + 1, :, :, c.y0 : c.y1, c.x0 : c.x1].to(opts.device)
+                x = h[clips, :, :, c.y0 : c.y1, c.x0 : c.x1].to(opts.device)
                 idx = [0]
                 for layer in dec.upsamples:
                     if self.family == "wan22":
@@ -238,7 +251,9 @@ class WanTiledDecoder:
                     x = rearrange(x, "b (c r q) f h w -> b c f (h q) (w r)", q=self.patch, r=self.patch)
                 core = x[..., (t.y0 - c.y0) * s : (t.y1 - c.y0) * s, (t.x0 - c.x0) * s : (t.x1 - c.x0) * s]
                 n = core.shape[2]
-                out[b, :, frame : frame + n, t.y0 * s : t.y1 * s, t.x0 * s : t.x1 * s] = core[0].float().cpu()
+                out[clips, :, frame : frame + n, t.y0 * s : t.y1 * s, t.x0 * s : t.x1 * s] = (
+                    core.float().cpu()
+                )
                 frame += n
                 del x, core
                 progress.step()
