@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from ..memory.tiled_vae import DecodeOptions, Unsupported, make_tiled_decoder
-from ..memory.tiled_vae.budget import activation_budget, parse_vram_budget
+from ..memory.tiled_vae.budget import activation_budget, park_ram_allowance, parse_vram_budget
 from . import host
 from .common import CATEGORY, vram_budget_input
 
@@ -57,6 +57,7 @@ class HeadroomTiledVAEDecode:
             exact=mode == "exact",
             stats="auto" if mode == "exact" else "merge",
             pin=device.type == "cuda",
+            park_ram_bytes=park_ram_allowance(),
             act=host.vae_nonlinearity(),
             check_interrupt=host.check_interrupted,
             oom_types=host.vae_oom_errors(),
@@ -103,6 +104,13 @@ class HeadroomTiledVAEDecode:
             report.predicted_peak_bytes / (1 << 20),
             f", {report.oom_retries} OOM retries" if report.oom_retries else "",
         )
+        if report.parks_on_disk:
+            log.info(
+                "Headroom Tiled VAE Decode: %d intermediate activations (%.1f GB) went to memory-mapped "
+                "files: not enough free RAM to hold them",
+                report.parks_on_disk,
+                report.park_disk_bytes / (1 << 30),
+            )
         images = vae.process_output(raw).movedim(1, -1).to(vae.output_device)
         return (_stock_layout(images),)
 

@@ -11,6 +11,9 @@ CPU_AUTO_ACTIVATION_BYTES = 2 * GiB
 # With "auto" on a GPU: the share of the free memory (after the VAE is loaded) one tile may use; the rest
 # absorbs the allocator's fragmentation and cuDNN workspaces.
 GPU_AUTO_SHARE = 0.8
+# The parked full-size activations may take this share of the RAM available when a decode starts; past
+# it they are memory-mapped files (parks.py).
+PARK_RAM_SHARE = 0.5
 
 
 def activation_budget(
@@ -23,3 +26,15 @@ def activation_budget(
     if not on_gpu or free_bytes is None:
         return CPU_AUTO_ACTIVATION_BYTES
     return int(free_bytes * GPU_AUTO_SHARE)
+
+
+def park_ram_allowance(available_bytes: int | None = None) -> int | None:
+    """RAM the parks of one decode may take: a share of the RAM available now (psutil), or None (no
+    limit) where psutil cannot say."""
+    if available_bytes is None:
+        try:
+            import psutil
+        except ImportError:
+            return None
+        available_bytes = int(psutil.virtual_memory().available)
+    return int(available_bytes * PARK_RAM_SHARE)

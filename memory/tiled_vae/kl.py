@@ -29,6 +29,7 @@ from torch import nn
 
 from .groupnorm import GroupStats, StatsMerger, apply_group_norm, kernel_stats
 from .layout import Layout, StageGeometry
+from .parks import ParkAllocator, live_bytes
 from .runtime import DecodeOptions, DecodeReport, Progress, run_with_oom_retry
 from .tiles import (
     Chunk,
@@ -313,11 +314,6 @@ def estimate_head(
     return int(HEAD_FACTOR * channels * pixels * dtype_bytes + scores)
 
 
-def _park(shape: tuple[int, ...], dtype: torch.dtype, options: DecodeOptions) -> torch.Tensor:
-    pin = options.pin and torch.device(options.park_device).type == "cpu"
-    return torch.empty(shape, dtype=dtype, device=options.park_device, pin_memory=pin)
-
-
 class KLTiledDecoder:
     """Decode ``[B, C, H, W]`` (or ``[B, C, T, H, W]`` for 3D-conv KL decoders) latents tile by tile."""
 
@@ -412,7 +408,8 @@ class KLTiledDecoder:
             # batch-1 convolution can take a different CPU kernel than a batch-N one (see MIN_TILE).
             head = self._head(latent.to(opts.device, opts.dtype))
         progress.step(batch)
-        results = [self._decode_one(head[clips], layouts, report, progress) for clips in groups]
+        with ParkAllocator(opts, report) as parker:
+            results = [self._decode_one(head[clips], layouts, report, progress, parker) for clips in groups]
         del head
         image = torch.cat(results, 0) if out is None else torch.cat(results, 0, out=out)
         return image, report
@@ -433,6 +430,7 @@ class KLTiledDecoder:
         layouts: list[tuple[StageGeometry, Callable[[int, int], int], Layout]],
         report: DecodeReport,
         progress: Progress,
+        parker: ParkAllocator,
     ) -> torch.Tensor:
         opts = self.options
         mode = opts.stats_mode()
@@ -452,7 +450,7 @@ class KLTiledDecoder:
                     merge_for: nn.GroupNorm | None = nxt if mode == "merge" else None,
                 ) -> None:
                     produced.clear()
-                    produced.update(self._run_stage(stage, parks, stats, layout, merge_for, progress))
+                    produced.update(self._run_stage(stage, parks, stats, layout, merge_for, progress, parker))
 
                 report.record(stage.name, geo, run_with_oom_retry(attempt, layout, opts, report))
                 if stage.output != "t":  # the block (or decoder) is done with its inputs
@@ -475,6 +473,7 @@ class KLTiledDecoder:
         layout: Layout,
         merge_for: nn.GroupNorm | None,
         progress: Progress,
+        parker: ParkAllocator,
     ) -> dict[str, object]:
         opts = self.options
         src = parks[stage.inputs[0]]
@@ -510,7 +509,8 @@ class KLTiledDecoder:
                     target = (slice(o0, o1), *target)
                 if out is None:
                     dtype = torch.float32 if stage.output == "image" else y.dtype
-                    out = _park((*y.shape[:2], *frames_out, height * s, width * s), dtype, opts)
+                    shape = (*y.shape[:2], *frames_out, height * s, width * s)
+                    out = parker.empty(shape, dtype, live_bytes(parks), final=stage.output == "image")
                 out[(..., *target)].copy_(core, non_blocking=True)
                 if merger is not None:
                     merger.add(core)

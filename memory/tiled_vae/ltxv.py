@@ -33,6 +33,7 @@ from einops import rearrange
 from torch import nn
 
 from .layout import Layout, StageGeometry
+from .parks import ParkAllocator, live_bytes
 from .runtime import DecodeOptions, DecodeReport, Progress, run_with_oom_retry
 from .tiles import (
     Unsupported,
@@ -308,7 +309,7 @@ class LTXVTiledDecoder:
         progress = Progress(1 + sum(geo.count(layout) for geo, _, layout in layouts), opts.progress)
         report.predicted_peak_bytes = self.predicted_peak(shape, dtype_bytes)
         whole = opts.stats_mode() == "kernel"  # PixelNorm means from the whole activation (exact)
-        with torch.no_grad():
+        with torch.no_grad(), ParkAllocator(opts, report) as parker:
             sample, bodies = self._head(latent.to(opts.device, opts.dtype))
             parks = {"x": sample}
             progress.step()
@@ -323,7 +324,7 @@ class LTXVTiledDecoder:
                     mean: torch.Tensor | None = mean,
                     result: dict = result,
                 ) -> None:
-                    result["park"] = self._run_stage(plan, body, parks, mean, layout, progress)
+                    result["park"] = self._run_stage(plan, body, parks, mean, layout, progress, parker)
 
                 report.record(plan.name, geo, run_with_oom_retry(attempt, layout, opts, report))
                 if plan.output != "t":  # the block is done with its inputs
@@ -479,6 +480,7 @@ class LTXVTiledDecoder:
         mean: torch.Tensor | None,
         layout: Layout,
         progress: Progress,
+        parker: ParkAllocator,
     ) -> torch.Tensor:
         opts = self.options
         src = parks[plan.inputs[0]]
@@ -507,10 +509,9 @@ class LTXVTiledDecoder:
                 ]
                 if out is None:
                     dtype = torch.float32 if plan.output == "image" else y.dtype
-                    pin = opts.pin and torch.device(opts.park_device).type == "cpu"
                     out_frames = 2 * frames - 1 if plan.time_up else frames
                     shape = (*y.shape[:2], out_frames, height * s, width * s)
-                    out = torch.empty(shape, dtype=dtype, device=opts.park_device, pin_memory=pin)
+                    out = parker.empty(shape, dtype, live_bytes(parks), final=plan.output == "image")
                 out[..., o0:o1, t.y0 * s : t.y1 * s, t.x0 * s : t.x1 * s].copy_(core, non_blocking=True)
                 del y, core
                 progress.step()

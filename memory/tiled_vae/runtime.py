@@ -34,6 +34,10 @@ class DecodeOptions:
     budget_bytes: int | None = None
     park_device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     pin: bool = False
+    # RAM the parked activations may take at once (None: no limit); past it they are memory-mapped
+    # files in park_dir (None: the system's temporary folder). See parks.py.
+    park_ram_bytes: int | None = None
+    park_dir: str | None = None
     act: Callable[[torch.Tensor], torch.Tensor] = F.silu  # the host decoder's own nonlinearity
     progress: Callable[[int, int], None] | None = None
     check_interrupt: Callable[[], None] | None = None
@@ -64,6 +68,8 @@ class DecodeReport:
     stages: list[tuple[str, int, int]] = field(default_factory=list)  # (stage, tile side, tiles)
     chunks: dict[str, int] = field(default_factory=dict)  # stages cut in time: stage -> chunks
     oom_retries: int = 0
+    parks_on_disk: int = 0  # parks that went to memory-mapped files (over park_ram_bytes)
+    park_disk_bytes: int = 0
     predicted_peak_bytes: int = 0  # the largest per-tile activation estimate actually used
 
     def record(self, stage: str, geometry: StageGeometry, layout: Layout) -> None:

@@ -4,6 +4,7 @@ the OOM retry, and a whole decode of a small stand-in with the host KL decoder's
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,7 +12,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from comfyui_headroom.memory.tiled_vae import DecodeOptions, Unsupported, make_tiled_decoder
-from comfyui_headroom.memory.tiled_vae.budget import GiB, activation_budget, parse_vram_budget
+from comfyui_headroom.memory.tiled_vae.budget import (
+    GiB,
+    activation_budget,
+    park_ram_allowance,
+    parse_vram_budget,
+)
 from comfyui_headroom.memory.tiled_vae.groupnorm import StatsMerger, apply_group_norm, kernel_stats
 from comfyui_headroom.memory.tiled_vae.kl import HEAD_FACTOR, estimate_head, estimate_stage
 from comfyui_headroom.memory.tiled_vae.layout import Layout, StageGeometry, frame_counts
@@ -422,6 +428,25 @@ def test_stand_in_decode_in_tiles_matches_its_full_decode(
         got, report = engine.decode(z)
     assert got.shape == want.shape and report.max_tiles_in_a_stage >= 4
     assert (got - want).abs().max().item() < tolerance
+
+
+def test_parks_past_the_ram_allowance_go_to_mapped_files_and_change_nothing(
+    model: Model, tmp_path: Path
+) -> None:
+    z = rand(1, 4, 20, 18, seed=5)
+    cpu = (torch.device("cpu"), torch.float32)
+    with torch.no_grad():
+        want, in_ram = make_tiled_decoder(model, DecodeOptions(*cpu, tile=64)).decode(z)
+        options = DecodeOptions(*cpu, tile=64, park_ram_bytes=0, park_dir=str(tmp_path))
+        got, spilled = make_tiled_decoder(model, options).decode(z)
+        options.park_ram_bytes = spilled.park_disk_bytes // 8  # the small parks in RAM, the large on disk
+        some, partly = make_tiled_decoder(model, options).decode(z)
+    assert in_ram.parks_on_disk == 0
+    assert spilled.parks_on_disk == len(spilled.stages) - 1  # every park but the decoder's output
+    assert 0 < partly.parks_on_disk < spilled.parks_on_disk
+    assert torch.equal(got, want) and torch.equal(some, want) and not got.is_shared()
+    assert list(tmp_path.iterdir()) == []  # nothing left behind
+    assert park_ram_allowance(8 << 30) == 4 << 30
 
 
 def test_out_of_memory_in_a_tile_retries_smaller_and_still_matches(model: Model) -> None:
