@@ -2,9 +2,10 @@
 
 A park holds a whole activation at its stage's resolution: for a long clip that is tens of GB (128
 channels x 129 frames x 720 x 1280 in bf16 is 30 GB, and a stage holds two or three at once). Parks go
-to RAM (pinned for a CUDA decode) while the decode's parks fit ``DecodeOptions.park_ram_bytes``; a park
-that would pass it is a file in ``park_dir``, memory-mapped: the page cache keeps what RAM allows and
-the kernel writes the rest to disk. The values are the same either way, so the decode stays exact.
+to RAM while the decode's parks fit ``DecodeOptions.park_ram_bytes`` (pinned for a CUDA decode while
+they fit half of it); a park that would pass it is a file in ``park_dir``, memory-mapped: the page
+cache keeps what RAM allows and the kernel writes the rest to disk. The values are the same either
+way, so the decode stays exact.
 """
 
 from __future__ import annotations
@@ -34,10 +35,12 @@ class ParkAllocator:
         ``final`` one (the decoder's output, which the caller keeps) is always in RAM."""
         opts = self.options
         on_cpu = torch.device(opts.park_device).type == "cpu"
-        size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        size = math.prod(shape) * dtype.itemsize
         allowance = opts.park_ram_bytes
         if final or not on_cpu or allowance is None or live_bytes + size <= allowance:
-            return torch.empty(shape, dtype=dtype, device=opts.park_device, pin_memory=opts.pin and on_cpu)
+            # Pinned (page-locked) memory cannot be paged out: only within half the allowance.
+            pin = opts.pin and on_cpu and (allowance is None or live_bytes + size <= allowance // 2)
+            return torch.empty(shape, dtype=dtype, device=opts.park_device, pin_memory=pin)
         return self._mapped(shape, dtype, size)
 
     def _mapped(self, shape: tuple[int, ...], dtype: torch.dtype, size: int) -> torch.Tensor:

@@ -23,6 +23,7 @@ from comfyui_headroom.memory.tiled_vae.kl import HEAD_FACTOR, estimate_head, est
 from comfyui_headroom.memory.tiled_vae.layout import Layout, StageGeometry, frame_counts
 from comfyui_headroom.memory.tiled_vae.ltxv import apply_norm, whole_mean
 from comfyui_headroom.memory.tiled_vae.measure import PeakLiveBytes
+from comfyui_headroom.memory.tiled_vae.parks import ParkAllocator
 from comfyui_headroom.memory.tiled_vae.runtime import (
     MIN_TILE,
     DecodeReport,
@@ -447,6 +448,28 @@ def test_parks_past_the_ram_allowance_go_to_mapped_files_and_change_nothing(
     assert torch.equal(got, want) and torch.equal(some, want) and not got.is_shared()
     assert list(tmp_path.iterdir()) == []  # nothing left behind
     assert park_ram_allowance(8 << 30) == 4 << 30
+
+
+def test_parks_are_pinned_only_within_half_the_allowance(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Page-locked memory cannot be paged out: a CUDA decode pins its parks only while they take at most
+    half the RAM allowance (the rest in plain RAM, then files)."""
+    pinned: list[bool] = []
+    real_empty = torch.empty
+
+    def record(*shape: object, pin_memory: bool = False, **kw: object) -> torch.Tensor:
+        pinned.append(pin_memory)
+        return real_empty(*shape, **kw)
+
+    monkeypatch.setattr(torch, "empty", record)
+    options = DecodeOptions(torch.device("cpu"), torch.float32, pin=True, park_ram_bytes=1000)
+    parker = ParkAllocator(options, DecodeReport("kl"))
+    parker.empty((100,), torch.float32, live_bytes=0)  # 400 bytes: within half
+    parker.empty((100,), torch.float32, live_bytes=400)  # 800: plain RAM
+    parker.empty((100,), torch.float32, live_bytes=800, final=True)  # the output: RAM, never a file
+    assert pinned[-3:] == [True, False, False]
+    options.park_ram_bytes = None  # no allowance: pinned as before
+    parker.empty((100,), torch.float32, live_bytes=10**12)
+    assert pinned[-1] is True
 
 
 def test_out_of_memory_in_a_tile_retries_smaller_and_still_matches(model: Model) -> None:
