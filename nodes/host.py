@@ -521,6 +521,24 @@ def _output_nodes(prompt: dict[str, Any]) -> list[str] | None:
     return outputs
 
 
+def _lazy_inputs(class_type: str) -> frozenset[str]:
+    """The inputs of a host node class marked ``{"lazy": True}``: the host evaluates them only when the
+    node asks (current hosts; none on the 2024 host, which has no lazy inputs)."""
+    classes = getattr(sys.modules.get("nodes"), "NODE_CLASS_MAPPINGS", None)
+    cls = classes.get(class_type) if isinstance(classes, dict) else None
+    try:
+        spec = cls.INPUT_TYPES() if cls is not None else {}
+    except Exception:
+        return frozenset()
+    names = set()
+    for section in ("required", "optional"):
+        for name, value in (spec.get(section) or {}).items():
+            options = value[1] if isinstance(value, (tuple, list)) and len(value) > 1 else None
+            if isinstance(options, dict) and options.get("lazy"):
+                names.add(name)
+    return frozenset(names)
+
+
 def _safe(what: str, fn: Any, *args: Any) -> None:
     try:
         fn(*args)
@@ -1264,7 +1282,13 @@ class _Residency:
         if last is not None:
             self.controller.prompt_finished(last)
         self.controller.prompt_started(
-            prompt_id, prompt, budget, self.hardware, models_dir=_models_dir(), outputs=_output_nodes(prompt)
+            prompt_id,
+            prompt,
+            budget,
+            self.hardware,
+            models_dir=_models_dir(),
+            outputs=_output_nodes(prompt),
+            lazy_inputs=_lazy_inputs,
         )
 
     def _to_telemetry(self, prompt_id: str, event: Any) -> None:

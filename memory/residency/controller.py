@@ -86,6 +86,7 @@ class Run:
     retried: set[str] = field(default_factory=set)  # nodes re-run once after an OOM
     failed: str | None = None  # the last node that finished with an error
     closed: bool = False
+    lazy: dict[str, frozenset[str]] = field(default_factory=dict)  # node id -> its lazy input names
 
 
 @dataclass
@@ -104,14 +105,19 @@ def _tier_of(on_gpu: bool, host: str) -> Tier:
     return {"P": Tier.PINNED, "R": Tier.RAM, "D": Tier.DISK}[host]
 
 
-def _ancestors(graph: Graph, node_id: str) -> set[str]:
-    """Every node whose output ``node_id`` needs, through any chain of links."""
+def _ancestors(graph: Graph, node_id: str, lazy: dict[str, frozenset[str]] | None = None) -> set[str]:
+    """Every node whose output ``node_id`` needs before it can start, through any chain of links. A
+    lazy input (``lazy``: node id -> its lazy input names) is not followed: the host starts a node with
+    lazy inputs first and evaluates them, or not, when the node asks."""
     seen: set[str] = set()
     stack = [node_id]
+    lazy = lazy or {}
     while stack:
-        node = graph.nodes.get(stack.pop())
-        for value in node.inputs.values() if node is not None else ():
-            if isinstance(value, Link) and value.node not in seen:
+        current = stack.pop()
+        node = graph.nodes.get(current)
+        skip = lazy.get(current, frozenset())
+        for name, value in node.inputs.items() if node is not None else ():
+            if isinstance(value, Link) and name not in skip and value.node not in seen:
                 seen.add(value.node)
                 stack.append(value.node)
     return seen
@@ -162,8 +168,10 @@ class Controller:
         hardware: Hardware,
         models_dir: Path | Sequence[Path] | None = None,
         outputs: list[str] | None = None,
+        lazy_inputs: Callable[[str], frozenset[str]] | None = None,
     ) -> Run | None:
-        """Plan the prompt around the nodes the host serves from its cache; None if it cannot be planned."""
+        """Plan the prompt around the nodes the host serves from its cache; None if it cannot be planned.
+        ``lazy_inputs(class_type)``: the inputs of that node class the host evaluates only on request."""
         try:
             graph = parse_workflow(prompt)
             cached = predict_cached(graph, self.held)
@@ -176,6 +184,8 @@ class Controller:
             workload = replace(workload, initial=self._actual_tiers(workload))
             result, note = self._plan(workload, budget, hardware)
             run = Run(prompt_id, workload, result, time.monotonic(), graph)
+            if lazy_inputs is not None:
+                run.lazy = {n: lazy_inputs(node.class_type) for n, node in graph.nodes.items()}
             self.runs[prompt_id] = run
             while len(self.runs) > self.keep:
                 self.runs.popitem(last=False)
@@ -309,10 +319,11 @@ class Controller:
     def _reorder(self, run: Run, s: int) -> None:
         """Node ``s`` started before the plan's next ones. Those among its ancestors must have run or been
         served from cache: they leave the plan. The others are still to come (the host orders independent
-        branches its own way): they follow node ``s``. Then re-plan from where everything is."""
+        branches its own way, and runs a node's lazy inputs after the node starts): they follow node
+        ``s``. Then re-plan from where everything is."""
         skipped = run.plan.steps[run.position : s]
         started = run.plan.steps[s].step.node_id
-        done = _ancestors(run.graph, started) if run.graph is not None else set()
+        done = _ancestors(run.graph, started, run.lazy) if run.graph is not None else set()
         gone = [sp for sp in skipped if sp.step.node_id in done]
         later = [sp for sp in skipped if sp.step.node_id not in done]
         why = f"node {started} started first"

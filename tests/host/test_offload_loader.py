@@ -292,3 +292,103 @@ def test_an_oom_that_persists_fails_the_prompt_and_the_next_one_runs(
     # the failure is logged by the next prompt at the latest (current hosts report no finish for it)
     assert any(e.kind == "failed" for e in host_module.residency().controller.log("residency-6"))
     assert host_module.residency().controller.summary("residency-7")["over_budget"] == 0
+
+
+# --- deviations the plan cannot see: a lazy branch not taken, a node that expands -------------------
+
+
+class LazySwitch:
+    """Passes ``a`` or ``b`` on; only the chosen input is evaluated (the host's lazy inputs)."""
+
+    RETURN_TYPES = ("IMAGE",)
+    FUNCTION = "pick"
+    CATEGORY = "testing"
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        lazy = {"lazy": True}
+        return {
+            "required": {"use_a": ("BOOLEAN", {"default": True}), "a": ("IMAGE", lazy), "b": ("IMAGE", lazy)}
+        }
+
+    def check_lazy_status(self, use_a: bool, a: Any = None, b: Any = None) -> list[str]:
+        return ["a"] if use_a else ["b"]
+
+    def pick(self, use_a: bool, a: Any = None, b: Any = None) -> tuple[Any]:
+        return (a if use_a else b,)
+
+
+class ExpandingDecode:
+    """Decodes by expanding into the stock VAEDecode at run time (the host's node expansion)."""
+
+    RETURN_TYPES = ("IMAGE",)
+    FUNCTION = "decode"
+    CATEGORY = "testing"
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        return {"required": {"samples": ("LATENT",), "vae": ("VAE",)}}
+
+    def decode(self, samples: Any, vae: Any) -> dict[str, Any]:
+        from comfy_execution.graph_utils import GraphBuilder
+
+        graph = GraphBuilder()
+        node = graph.node("VAEDecode", samples=samples, vae=vae)
+        return {"result": (node.out(0),), "expand": graph.finalize()}
+
+
+@pytest.fixture
+def test_nodes(tiny: Host, monkeypatch: pytest.MonkeyPatch) -> None:
+    if tiny.version == "2024-03":
+        pytest.skip("the 2024 host has neither lazy inputs nor node expansion")
+    import nodes
+
+    monkeypatch.setitem(nodes.NODE_CLASS_MAPPINGS, "HeadroomTestLazySwitch", LazySwitch)
+    monkeypatch.setitem(nodes.NODE_CLASS_MAPPINGS, "HeadroomTestExpandingDecode", ExpandingDecode)
+
+
+def test_a_lazy_branch_not_taken_is_planned_around(tiny: Host, controlled: Any, test_nodes: None) -> None:
+    """The plan holds both branches of a lazy switch. The host starts the switch first, then runs the
+    branch it asks for: the controller keeps that branch in the plan (a lazy input's nodes may still
+    run) and applies its moves there; the untaken decode never starts; the image is the stock one."""
+    host_module, budget = controlled
+    prompt = separate(seed=14)
+    prompt["8"] = {"class_type": "VAEDecode", "inputs": {"samples": ["4", 0], "vae": ["11", 2]}}
+    prompt["9"] = {
+        "class_type": "HeadroomTestLazySwitch",
+        "inputs": {"use_a": True, "a": ["6", 0], "b": ["8", 0]},
+    }
+    prompt["7"]["inputs"]["images"] = ["9", 0]
+    expected = image(tiny.run(stock_files(tiny, seed=14)))
+    tiny.free()
+    result = tiny.run(prompt, prompt_id="residency-lazy")
+    assert "8" not in result.executed and torch.equal(tiny.output("9")[0][0], expected)
+    log = host_module.residency().controller.log("residency-lazy")
+    unplanned = {e.node_id for e in log if e.detail.startswith("not in the plan")}
+    assert unplanned <= {"9"}, unplanned  # the switch starts again once its input is there; nothing else
+    summary = host_module.residency().controller.summary("residency-lazy")
+    assert {"5", "6"} <= {node for node, _, _ in summary["applied"]}, summary["applied"]
+    missing = set(summary["planned"]) - set(summary["applied"])
+    assert {node for node, _, _ in missing} <= {"8"}, missing  # only the untaken branch's moves
+    assert summary["over_budget"] == 0 and 0 < summary["ledger_peak"] <= budget
+    assert not any(e.kind == "failed" for e in log)
+
+
+def test_an_expanded_node_runs_outside_the_plan(tiny: Host, controlled: Any, test_nodes: None) -> None:
+    """A node that expands at run time: the plan knows the expanding node (it loads the VAE there); the
+    helper node the host adds is not in it, is left to the host, and the image is the stock one."""
+    host_module, budget = controlled
+    prompt = separate(seed=15)
+    prompt["6"] = {
+        "class_type": "HeadroomTestExpandingDecode",
+        "inputs": {"samples": ["5", 0], "vae": ["11", 2]},
+    }
+    expected = image(tiny.run(stock_files(tiny, seed=15)))
+    tiny.free()
+    result = tiny.run(prompt, prompt_id="residency-expand")
+    assert torch.equal(image(result), expected)
+    log = host_module.residency().controller.log("residency-expand")
+    helpers = [e for e in log if e.detail.startswith("not in the plan")]
+    assert helpers and all(e.node_id not in prompt for e in helpers), [e.node_id for e in helpers]
+    summary = host_module.residency().controller.summary("residency-expand")
+    assert summary["over_budget"] == 0 and summary["applied"] == summary["planned"], summary["events"]

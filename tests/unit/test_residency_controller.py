@@ -238,6 +238,40 @@ def test_independent_nodes_the_host_runs_in_another_order_stay_in_the_plan() -> 
     assert not any(e["detail"].startswith("not in the plan") for e in summary["events"])
 
 
+def test_a_node_with_lazy_inputs_starting_first_keeps_their_branch_in_the_plan() -> None:
+    """The host starts a node with lazy inputs before them, then runs what it asks for: the nodes behind
+    a lazy input are still to come (not cached), so their moves stay planned and are applied."""
+    controller, host, budget = first_run(24)
+    controller.held.clear()  # every node runs again
+    switch = {
+        "9": {"class_type": "TestLazySwitch", "inputs": {"a": ["5", 0], "b": ["5", 0]}},
+        "10": {"class_type": "PreviewImage", "inputs": {"images": ["9", 0]}},
+    }
+    graph = prompt(seed=2) | switch
+    del graph["6"]  # the switch feeds the only output
+
+    def lazy(class_type: str) -> frozenset[str]:
+        return frozenset({"a", "b"}) if class_type == "TestLazySwitch" else frozenset()
+
+    run = controller.prompt_started("p2", graph, budget, HW, lazy_inputs=lazy)
+    order = [sp.step.node_id for sp in run.plan.steps]
+    assert order[-2:] == ["9", "10"]
+    execute(controller, "p2", ["9", *order[:-2], "9", "10"])  # the switch, its branch, the switch again
+    summary = controller.summary("p2")
+    unplanned = [e["node_id"] for e in summary["events"] if e["detail"].startswith("not in the plan")]
+    assert unplanned == ["9"]  # only the switch's second start
+    assert summary["applied"] == summary["planned"] and summary["over_budget"] == 0
+    assert {"4"} <= {node for node, _, _ in summary["applied"]}  # the sampler's moves were applied
+
+    controller.held.clear()
+    run = controller.prompt_started("p3", graph, budget, HW)  # without the host's lazy inputs:
+    execute(controller, "p3", ["9", *order[:-2], "9", "10"])
+    unplanned = [
+        e["node_id"] for e in controller.summary("p3")["events"] if e["detail"].startswith("not in the plan")
+    ]
+    assert "4" in unplanned  # the branch was taken for cached and ran unplanned
+
+
 def test_a_host_copy_the_host_replaced_is_placed_again_and_an_impossible_one_is_not_retried() -> None:
     controller, host, budget = first_run(12)
     te = "1:text_encoder_1:text_encoder"
