@@ -521,6 +521,21 @@ def _output_nodes(prompt: dict[str, Any]) -> list[str] | None:
     return outputs
 
 
+def _queued_outputs(prompt_id: str) -> list[str] | None:
+    """The output nodes the host was asked to run for ``prompt_id``: the running queue item's list (all
+    the prompt's outputs, or some of them for a partial run of selected outputs). None without a server
+    (in-process hosts), where the prompt's own output nodes are used."""
+    queue = getattr(_prompt_server(), "prompt_queue", None)
+    running = getattr(queue, "currently_running", None)
+    if not isinstance(running, dict):
+        return None
+    for item in list(running.values()):  # the worker thread (this one) is the only one changing it
+        if isinstance(item, (list, tuple)) and len(item) > 4 and str(item[1]) == prompt_id:
+            targets = item[4]
+            return [str(o) for o in targets] if isinstance(targets, (list, tuple)) and targets else None
+    return None
+
+
 def _lazy_inputs(class_type: str) -> frozenset[str]:
     """The inputs of a host node class marked ``{"lazy": True}``: the host evaluates them only when the
     node asks (current hosts; none on the 2024 host, which has no lazy inputs)."""
@@ -1287,7 +1302,7 @@ class _Residency:
             budget,
             self.hardware,
             models_dir=_models_dir(),
-            outputs=_output_nodes(prompt),
+            outputs=_queued_outputs(prompt_id) or _output_nodes(prompt),
             lazy_inputs=_lazy_inputs,
         )
 

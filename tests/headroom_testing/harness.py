@@ -180,21 +180,23 @@ class Host:
     def node_class(self, node_id: str) -> type:
         return self.nodes.NODE_CLASS_MAPPINGS[node_id]
 
-    def validate(self, prompt: dict, prompt_id: str) -> list[str]:
-        """The host's own validation; returns the output node ids it will execute."""
+    def validate(self, prompt: dict, prompt_id: str, targets: list[str] | None = None) -> list[str]:
+        """The host's own validation; returns the output node ids it will execute (only ``targets``, as
+        for the frontend's partial run, when given)."""
         if self.legacy:
             valid = self.execution.validate_prompt(prompt)
         else:
-            valid = _run(self.execution.validate_prompt(prompt_id, prompt, None))
+            valid = _run(self.execution.validate_prompt(prompt_id, prompt, targets))
         ok, error, outputs, node_errors = valid
         if not ok:
             raise PromptInvalid(f"the host refused the prompt: {error}; node errors: {node_errors}")
-        return list(outputs)
+        return [o for o in outputs if targets is None or o in targets]
 
-    def run(self, prompt: dict, prompt_id: str | None = None) -> RunResult:
-        """Validate and execute an API-format prompt with the host's executor; raise on any node error."""
+    def run(self, prompt: dict, prompt_id: str | None = None, targets: list[str] | None = None) -> RunResult:
+        """Validate and execute an API-format prompt with the host's executor; raise on any node error.
+        ``targets``: run only these output nodes (and what they need)."""
         prompt_id = prompt_id or uuid.uuid4().hex
-        outputs = self.validate(prompt, prompt_id)
+        outputs = self.validate(prompt, prompt_id, targets)
         self.server.events = []
         self.executor.execute(prompt, prompt_id, {"client_id": "headroom-tests"}, outputs)
         events = list(self.server.events)

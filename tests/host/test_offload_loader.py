@@ -5,7 +5,7 @@ plan inside the budget, re-plans around cached nodes and recovers from OOMs."""
 from __future__ import annotations
 
 import sys
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -392,3 +392,24 @@ def test_an_expanded_node_runs_outside_the_plan(tiny: Host, controlled: Any, tes
     assert helpers and all(e.node_id not in prompt for e in helpers), [e.node_id for e in helpers]
     summary = host_module.residency().controller.summary("residency-expand")
     assert summary["over_budget"] == 0 and summary["applied"] == summary["planned"], summary["events"]
+
+
+def test_a_partial_run_is_planned_for_the_outputs_it_runs(
+    tiny: Host, controlled: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The frontend can run selected outputs only; the queue item says which. The plan covers those and
+    what they need: here a decode of the empty latent, not the sampler of the other output."""
+    host_module, budget = controlled
+    prompt = separate(seed=16)
+    prompt["12"] = {"class_type": "VAEDecode", "inputs": {"samples": ["4", 0], "vae": ["11", 2]}}
+    prompt["13"] = {"class_type": "PreviewImage", "inputs": {"images": ["12", 0]}}
+    queue = SimpleNamespace(currently_running={0: (0, "residency-partial", prompt, {}, ["13"])})
+    monkeypatch.setattr(host_module, "_prompt_server", lambda: SimpleNamespace(prompt_queue=queue))
+    result = tiny.run(prompt, prompt_id="residency-partial", targets=["13"])
+    assert "5" not in result.executed and "12" in result.executed
+    run = host_module.residency().controller.runs["residency-partial"]
+    assert {sp.step.node_id for sp in run.plan.steps} <= {"11", "4", "12", "13"}
+    summary = host_module.residency().controller.summary("residency-partial")
+    # the 2024 host runs the decode's inputs in another order than current hosts: one re-plan there
+    assert summary["replans"] == (1 if tiny.version == "2024-03" else 0), summary["events"]
+    assert summary["applied"] == summary["planned"] and summary["over_budget"] == 0, summary["events"]
