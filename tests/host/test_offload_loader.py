@@ -410,6 +410,7 @@ def test_a_partial_run_is_planned_for_the_outputs_it_runs(
     run = host_module.residency().controller.runs["residency-partial"]
     assert {sp.step.node_id for sp in run.plan.steps} <= {"11", "4", "12", "13"}
     summary = host_module.residency().controller.summary("residency-partial")
-    # the 2024 host runs the decode's inputs in another order than current hosts: one re-plan there
-    assert summary["replans"] == (1 if tiny.version == "2024-03" else 0), summary["events"]
+    # the 2024 host may run the decode's inputs in another order than current hosts (when neither is
+    # cached from an earlier prompt): at most one re-plan there
+    assert summary["replans"] <= (1 if tiny.version == "2024-03" else 0), summary["events"]
     assert summary["applied"] == summary["planned"] and summary["over_budget"] == 0, summary["events"]
