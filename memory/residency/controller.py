@@ -115,7 +115,9 @@ def _ancestors(graph: Graph, node_id: str, lazy: dict[str, frozenset[str]] | Non
     while stack:
         current = stack.pop()
         node = graph.nodes.get(current)
-        skip = lazy.get(current, frozenset())
+        # only the starting node's own lazy inputs may still be pending: a non-lazy ancestor has
+        # finished, so what its lazy inputs asked for has run (and what they did not ask for never will)
+        skip = lazy.get(current, frozenset()) if current == node_id else frozenset()
         for name, value in node.inputs.items() if node is not None else ():
             if isinstance(value, Link) and name not in skip and value.node not in seen:
                 seen.add(value.node)

@@ -309,9 +309,10 @@ def estimate_head(
     ``score_cap`` as the host slices them: at most the cap, at least one slice in ATTENTION_MAX_SLICES."""
     pixels = latent_hw[0] * latent_hw[1] * frames
     scores = pixels * pixels * dtype_bytes
-    if score_cap is not None:
-        scores = min(scores, max(scores // ATTENTION_MAX_SLICES, score_cap))
-    return int(HEAD_FACTOR * channels * pixels * dtype_bytes + scores)
+    linear = int(HEAD_FACTOR * channels * pixels * dtype_bytes)
+    if score_cap is not None:  # the scores take what the cap leaves beside the rest of the head
+        scores = min(scores, max(scores // ATTENTION_MAX_SLICES, score_cap - linear))
+    return linear + scores
 
 
 class KLTiledDecoder:

@@ -353,6 +353,8 @@ class LTXVTiledDecoder:
             report.stages += part.stages
             report.chunks.update(part.chunks)
             report.oom_retries += part.oom_retries
+            report.parks_on_disk += part.parks_on_disk
+            report.park_disk_bytes += part.park_disk_bytes
             report.predicted_peak_bytes = max(report.predicted_peak_bytes, part.predicted_peak_bytes)
         return torch.cat(outputs), report
 

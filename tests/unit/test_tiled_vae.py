@@ -533,7 +533,7 @@ def test_head_attention_scores_count_as_the_host_slices_them() -> None:
     linear = int(HEAD_FACTOR * 512 * pixels * 2)
     assert estimate_head((256, 256), 512, 2) == linear + pixels * pixels * 2  # whole, as on a roomy CPU
     assert estimate_head((256, 256), 512, 2, score_cap=0) == linear + pixels * pixels * 2 // 128
-    assert estimate_head((256, 256), 512, 2, score_cap=1 << 30) == linear + (1 << 30)
+    assert estimate_head((256, 256), 512, 2, score_cap=1 << 30) == 1 << 30  # the cap, head included
     assert estimate_head((8, 8), 512, 2, score_cap=1 << 30) == int(HEAD_FACTOR * 512 * 64 * 2) + 64 * 64 * 2
     assert estimate_head((256, 256), 512, 2, score_cap=0) < 1 << 30
 
