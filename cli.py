@@ -7,29 +7,70 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from .memory.costmodel import GB, GiB
 from .memory.optional import optional_module
-from .memory.units import parse_bytes
+from .memory.units import format_bytes, parse_bytes
 from .version import __version__
 
 # Exit codes: 0 it fits, 1 it does not fit (the output says what would make it fit), 2 bad input.
 EXIT_DOES_NOT_FIT = 1
 EXIT_BAD_INPUT = 2
 
+# What the numeric flags accept: wide enough for any real machine, narrow enough that the figures stay
+# meaningful (a zero or NaN bandwidth would divide by zero or poison every sum).
+MIN_SIZE, MAX_SIZE = 2**20, 64 * 2**40  # --vram and --ram alike (a zero RAM is refused, not defaulted)
+MIN_RATE, MAX_RATE = 0.001, 10_000.0  # GB/s: 1 MB/s (a network share) to ~80x a PCIe 5 x16 link
 
-def _size(text: str) -> int:
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad argument prints one line (no usage block) and exits 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"error: {message} (see {self.prog} --help)\n")
+
+
+def _size(least: int, most: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        out_of_range = argparse.ArgumentTypeError(
+            f"{text!r} is out of range: write a size from {format_bytes(least)} to {format_bytes(most)}, "
+            "for example 8GB"
+        )
+        try:
+            nbytes = parse_bytes(text)
+        except OverflowError:  # "1e308" GB: finite, but not once in bytes
+            raise out_of_range from None
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        if not least <= nbytes <= most:
+            raise out_of_range
+        return nbytes
+
+    return parse
+
+
+def _rate(text: str) -> float:
+    """A bandwidth in GB/s: a finite number in [MIN_RATE, MAX_RATE] (NaN fails every comparison)."""
     try:
-        return parse_bytes(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not MIN_RATE <= value <= MAX_RATE:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a bandwidth: write GB/s as a number from {MIN_RATE:g} to {MAX_RATE:g}, "
+            "for example 6.5"
+        )
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m comfyui_headroom",
         description="Headroom: plan where every model of a ComfyUI workflow lives (GPU, pinned RAM, RAM, "
         "disk) at every step, before it runs.",
@@ -44,16 +85,24 @@ def build_parser() -> argparse.ArgumentParser:
         "component under a VRAM/RAM budget. No GPU and no model files needed.",
     )
     plan.add_argument("workflow", type=Path, help="a ComfyUI workflow (UI format) or API prompt, as JSON")
-    plan.add_argument("--vram", type=_size, required=True, help="usable VRAM, e.g. 8GB")
-    plan.add_argument("--ram", type=_size, default=None, help="system RAM, e.g. 32GB (default: this machine)")
+    plan.add_argument("--vram", type=_size(MIN_SIZE, MAX_SIZE), required=True, help="usable VRAM, e.g. 8GB")
+    plan.add_argument(
+        "--ram",
+        type=_size(MIN_SIZE, MAX_SIZE),
+        default=None,
+        help="system RAM, e.g. 32GB (default: this machine)",
+    )
     plan.add_argument("--models-dir", type=Path, default=None, help="a models folder to read sizes from")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.add_argument("--png", type=Path, default=None, help="also draw a residency timeline to this PNG")
     plan.add_argument("--pcie", type=int, choices=(3, 4, 5), default=4, help="PCIe generation (default 4)")
-    plan.add_argument("--h2d-pinned", type=float, default=None, help="measured pinned upload GB/s (override)")
-    plan.add_argument("--disk", type=float, default=None, help="measured disk read GB/s (override)")
+    plan.add_argument("--h2d-pinned", type=_rate, default=None, help="measured pinned upload GB/s (override)")
+    plan.add_argument("--disk", type=_rate, default=None, help="measured disk read GB/s (override)")
     plan.add_argument(
-        "--reserve", type=_size, default=GiB // 2, help="VRAM kept for the driver and host (default 0.5GB)"
+        "--reserve",
+        type=_size(0, MAX_SIZE),
+        default=GiB // 2,
+        help="VRAM kept for the driver and host (default 0.5GB)",
     )
     return parser
 
@@ -63,6 +112,27 @@ def _default_ram() -> int:
     return int(psutil.virtual_memory().total) if psutil else 32 * GiB
 
 
+def _check_paths(args: argparse.Namespace) -> str | None:
+    """What is wrong with the path flags, checked before planning (so nothing prints, then fails)."""
+    models = args.models_dir
+    if models is not None and not models.is_dir():
+        what = "is not a folder" if models.exists() else "does not exist"
+        return f"--models-dir {models} {what}: give the ComfyUI models folder (the one holding checkpoints/)"
+    png = args.png
+    if png is None:
+        return None
+    if optional_module("matplotlib", "the --png residency timeline") is None:
+        return "--png needs matplotlib (pip install matplotlib)"
+    folder = png.parent
+    if png.is_dir():
+        return f"--png {png} is a folder: give a file name, for example {png / 'timeline.png'}"
+    if not folder.is_dir():
+        return f"--png {png}: the folder {folder} does not exist"
+    if not os.access(png if png.exists() else folder, os.W_OK):
+        return f"--png {png}: permission denied, cannot write there"
+    return None
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from .memory.baselines import BASELINES
     from .memory.costmodel import Budget, Hardware
@@ -70,18 +140,30 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .memory.graph import WorkflowError, load_workflow
     from .memory.order import predict_order
     from .memory.planner import plan
-    from .memory.report import plan_json, plan_table, summary, timeline_png
+    from .memory.report import plan_json, plan_text, timeline_png
 
+    problem = _check_paths(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         graph = load_workflow(args.workflow)
         order = predict_order(graph)
         hw = Hardware.pcie(args.pcie).with_overrides(
-            h2d_pinned=args.h2d_pinned and args.h2d_pinned * GB, disk=args.disk and args.disk * GB
+            h2d_pinned=None if args.h2d_pinned is None else args.h2d_pinned * GB,
+            disk=None if args.disk is None else args.disk * GB,
         )
         workload = workload_from_graph(graph, order, models_dir=args.models_dir, tflops=hw.tflops)
-        budget = Budget.from_card(args.vram, args.ram or _default_ram(), reserve=args.reserve)
+        ram = _default_ram() if args.ram is None else args.ram
+        budget = Budget.from_card(args.vram, ram, reserve=args.reserve)
     except (WorkflowError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OverflowError as exc:  # a number too big for a float (say a width of 10**400) in the arithmetic
+        print(f"error: {args.workflow}: a number in it is too large to plan with ({exc})", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except RecursionError:  # json (or a walk of its result) recursing once per level of nesting
+        print(f"error: {args.workflow}: the JSON is nested too deep to be a workflow", file=sys.stderr)
         return EXIT_BAD_INPUT
     result = plan(workload, budget, hw)
     baselines = {name: policy(workload, budget, hw) for name, policy in BASELINES.items()}
@@ -89,18 +171,22 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps(plan_json(result, workload, baselines), indent=2))
     else:
         print(f"{args.workflow}: {len(order)} nodes will run, {len(workload.components)} model components")
-        if result.feasible:
-            print(plan_table(result, workload))
-        print(summary(result, baselines))
-        for note in workload.notes:
-            print(f"note: {note}")
+        print(plan_text(result, workload, baselines))
     if args.png:
-        if optional_module("matplotlib", "the --png residency timeline") is None:
-            print("error: --png needs matplotlib (pip install matplotlib)", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        if result.feasible:
-            timeline_png(result, workload, args.png)
+        if not result.feasible:
+            print(f"note: no timeline drawn to {args.png}: the workflow does not fit", file=sys.stderr)
+        else:
+            try:
+                timeline_png(result, workload, args.png)
+            except OSError as exc:
+                print(f"error: cannot write --png {args.png}: {exc.strerror or exc}", file=sys.stderr)
+                return EXIT_BAD_INPUT
     return 0 if result.feasible else EXIT_DOES_NOT_FIT
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error message on one line: the user sees exactly one line per refused input."""
+    return " ".join(str(exc).split())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

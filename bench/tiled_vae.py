@@ -14,6 +14,10 @@ per-tile activation peak measured with PeakLiveBytes vs the engine's prediction 
 ``--rss`` the whole-process peak RSS of a full and a tiled decode is measured in child processes.
 Runs on the CPU in float32; uses CUDA when present (then also bfloat16, and max_memory_allocated).
 
+Max abs diff 0 means bitwise. That holds for a tiled decode only where the CPU's convolution kernels
+round alike for every tile shape (the header's "CPU kernels" line: measured on AVX2; on AVX-512 expect
+about 1e-6, see tests/headroom_testing/exactness.py).
+
 Seam energy: the mean |gradient| of the error image (method - full decode) on the method's tile
 boundary lines, divided by the mean |gradient| of the full decode. 0 means no seam at all.
 """
@@ -46,6 +50,7 @@ from comfyui_headroom.memory.tiled_vae.kl import KLTiledDecoder, estimate_head  
 from comfyui_headroom.memory.tiled_vae.ltxv import LTXVTiledDecoder, apply_norm, whole_mean  # noqa: E402
 from comfyui_headroom.memory.tiled_vae.measure import PeakLiveBytes  # noqa: E402
 from comfyui_headroom.memory.tiled_vae.tiles import spans  # noqa: E402
+from headroom_testing.exactness import bitwise_when_split  # noqa: E402
 from headroom_testing.harness import Host, find_host_root  # noqa: E402
 
 MiB = 1 << 20
@@ -464,6 +469,8 @@ def render(rows: list[dict], rss: list, host: Host, device: torch.device, args: 
         f"- machine: {platform.platform()}, {os.cpu_count()} CPUs visible, torch {torch.__version__}, "
         f"device {device}",
         f"- host: ComfyUI {host.version} ({host.root})",
+        # "0" in the diff column is bitwise; whether a tiled decode can be depends on the CPU's kernels
+        f"- CPU kernels: {bitwise_when_split()[1]}",
         f"- command: `{' '.join(['python', 'bench/tiled_vae.py', *sys.argv[1:]])}`"
         + (f" with COMFYUI_ROOT={os.environ['COMFYUI_ROOT']}" if os.environ.get("COMFYUI_ROOT") else ""),
         "",

@@ -2,25 +2,30 @@
 
 What each estimate covers and where its coefficient comes from (file:line in ComfyUI v0.3.64):
 
-- diffusion_model (one sampler step): ComfyUI's own ``BaseModel.memory_required``
-  (comfy/model_base.py:354-378, the xformers/flash-attention branch that CUDA takes):
-  ``area * dtype_size * 0.01 * memory_usage_factor`` MiB, where ``area`` is the batch times the product
-  of the latent's spatial/temporal sizes, summed over reference latents (``memory_usage_factor_conds``).
-  The sampler estimates it with the batch doubled for cond+uncond (comfy/sampler_helpers.py:121), and
-  with the plain batch as its minimum (line 122): ``cfg`` picks which. ``memory_usage_factor`` per family
-  is in ``DIFFUSION`` with its line in comfy/supported_models.py.
+- diffusion_model (one model call): measured by ``bench/activations.py`` (results and command in
+  ``bench/results/activations.md``): the host's own model class at its released configuration (full
+  width and depth) on torch's meta device under a live-storage meter, torch SDPA attention as CUDA runs
+  it (no score matrix), batch 1, fitted as ``peak = a * cells + b`` per compute dtype (``MEASURED``; exact
+  to <0.1% over 3-4 sizes). The prediction is that times ``1 + MARGIN``. Families not measured keep
+  ComfyUI's own formula (conservative).
+  The host's *reservation* is a different figure: ``BaseModel.memory_required`` (comfy/model_base.py:354-378,
+  the branch CUDA takes), ``area * dtype_size * 0.01 * memory_usage_factor`` MiB with ``area`` the batch
+  times the latent cells, summed over reference latents; ``host_reservation`` computes it and decides
+  how much the host keeps free when it loads (sampler_helpers.py:121-122).
+  cfg: the host batches cond and uncond into one call only while ``memory_required(batch) * 1.5`` is
+  below the free memory (samplers.py:263-274), else runs them one by one. So a step's peak is the
+  two-cond batch where there is room (``activation_bytes(..., cfg=True)``) and the cond alone where there
+  is not (``split=True``): the minimum VRAM is set by the cond alone.
 - vae (decode, or encode with ``encode=True``): ComfyUI's ``VAE.memory_used_decode/_encode`` lambdas
   (comfy/sd.py, lines in ``VAES``), for one sample: ComfyUI splits a batch into as many samples as fit
   (sd.py:681-684), so one sample is what must fit. The causal video VAEs (Wan) decode chunk by chunk,
   so their figure does not grow with frames.
-- text_encoder (encode one prompt): measured by us, not ComfyUI (it has no formula; it only keeps its
-  generic reserve, ``minimum_inference_memory`` = 0.8 GiB + 0.4 GiB, comfy/model_management.py:553-567,
-  which the budget, not this module, accounts for). ``scripts/build_model_catalog.py
-  --measure-text-encoders`` runs the host's own T5, CLIP and Llama classes on CPU at reduced width with
-  the released ffn/hidden ratio and head size, and tracks the peak bytes of live op outputs with a
-  TorchDispatchMode; peak = k * tokens * hidden * dtype_size, k the largest seen over 77/256/512 tokens
-  (T5 28.3, CLIP 33.8, Llama 33.9, Qwen 49.4; T5's grows with tokens through its relative-position bias).
-- clip_vision: the CLIP text coefficient applied to the image tokens (same transformer block).
+- text_encoder (encode one prompt): measured the same way on the full released T5-XXL, UMT5-XXL,
+  CLIP-L/G, Llama-3-8B and Qwen2.5-VL-7B (``TEXT_MEASURED``: ``a * tokens + c * tokens**2``, the square
+  being T5's relative-position bias), + ``MARGIN``; other encoders scale a measured one of their kind by
+  hidden size. ComfyUI has no formula here; it keeps its generic reserve (``minimum_inference_memory``,
+  comfy/model_management.py:553-567), which the budget, not this module, accounts for.
+- clip_vision: the CLIP-L per-token figure scaled by hidden size, on the image tokens (same block).
 - upscale_model: ComfyUI's ImageUpscaleWithModel reserve for a 512x512 tile
   (comfy_extras/nodes_upscale_model.py:70): ``512*512*3 * element_size * scale * 384``.
 - lora, controlnet, model_patch: 0 - they compute inside the sampler step, whose estimate ComfyUI does
@@ -68,6 +73,36 @@ DIFFUSION: dict[str, DiffusionSpec] = {
     "qwen_image": DiffusionSpec(1.8, "supported_models.py:1316"),
     "hunyuan_image": DiffusionSpec(7.7, "supported_models.py:1347", spatial=32),
 }
+# Measured peak of one call at batch 1: bytes = a * latent cells + b, per compute dtype ("bf16" also for
+# fp16 and fp8 weights, which compute in bf16/fp16). Source: bench/activations.py (see the results file).
+MEASURED: dict[str, dict[str, tuple[float, float]]] = {
+    # Flux-dev, 19+38 blocks x 3072, 512 T5 tokens
+    "flux": {"fp32": (61830.0, 141097992), "bf16": (31043.0, 70811140)},
+    # Wan 2.1/2.2 14B t2v, 40 x 5120, 512 text tokens
+    "wan21": {"fp32": (43392.0, 19140612), "bf16": (25921.0, 9570306)},
+    # Wan 2.1 1.3B, 30 x 1536
+    "wan21_1.3b": {"fp32": (22912.0, 11614212), "bf16": (11584.0, 5807106)},
+    # Wan 2.2 TI2V-5B, 30 x 3072, 16x latent
+    "wan22": {"fp32": (38528.0, 14839812), "bf16": (19392.0, 7419906)},
+    # Qwen-Image, 60 x 3072, 256 text tokens
+    "qwen_image": {"fp32": (46400.0, 19820548), "bf16": (23200.0, 9910274)},
+    # HunyuanVideo, 20+40 x 3072, 256 text tokens
+    "hunyuan_video": {"fp32": (61766.0, 70575112), "bf16": (31011.0, 35418628)},
+    # SD3.5 Large, 38 x 2432, 333 text tokens
+    "sd3": {"fp32": (51136.0, 44473348), "bf16": (25568.0, 22236674)},
+    # SDXL UNet, 77 tokens
+    "sdxl": {"fp32": (20176.0, 648452), "bf16": (10088.0, 324226)},
+    # SD1.5 UNet, 77 tokens
+    "sd15": {"fp32": (33296.0, 242948), "bf16": (16648.0, 121474)},
+    # LTXV 2B, 28 x 2048, 32x latent, 128 text tokens
+    "ltxv": {"fp32": (98876.0, 3252228), "bf16": (53568.0, 1626114)},
+}
+# Families with the same blocks as a measured one (same width and layout): chroma = Flux without vec.
+MEASURED_ALIAS = {"chroma": "flux", "sd2": "sd15"}
+# Wan by hidden size: the 14B (5120) is "wan21" above; the 5B and 1.3B are measured separately.
+WAN_BY_DIM: dict[int, str] = {1536: "wan21_1.3b", 3072: "wan22", 5120: "wan21"}
+# Over the measured peak: CUDA allocator rounding and kernel workspaces (checked by bench/activations_gpu.py)
+MARGIN = 0.10
 # An unknown family: the largest image factor ComfyUI uses, on an 8x latent, frames every 4.
 UNKNOWN_DIFFUSION = DiffusionSpec(8.0, "conservative default", temporal=4)
 # Wan: the 14B's dim, so a Wan model of unknown size is not under-estimated.
@@ -95,16 +130,36 @@ VAES: dict[str, VaeSpec] = {
     "hunyuan_image_vae": VaeSpec(32, 0, "hunyuan_image", "sd.py:348-349"),
 }
 
-# text encoders: (measured coefficient k, hidden size, default tokens)
-TEXT_ENCODERS: dict[str, tuple[float, int, int]] = {
-    "t5xxl": (28.3, 4096, 512), "umt5xxl": (28.3, 4096, 512), "t5base": (28.3, 768, 512),
-    "umt5base": (28.3, 768, 512), "t5xl": (28.3, 2048, 512), "byt5_small": (28.3, 1472, 512),
-    "clip_l": (33.8, 768, 77), "clip_g": (33.8, 1280, 77), "clip_h": (33.8, 1024, 77),
-    "llama3_8b": (33.9, 4096, 512), "qwen25_vl_7b": (49.4, 3584, 512), "qwen25_7b": (49.4, 3584, 512),
-    "qwen25_vl_3b": (49.4, 2048, 512), "qwen25_3b": (49.4, 2048, 512), "gemma2_2b": (49.4, 2304, 512),
-    "qwen3_4b": (49.4, 2560, 512), "gemma3_4b": (49.4, 2560, 512), "gemma3_12b": (49.4, 3840, 512),
+# Text encoders, measured by bench/activations.py on the full released model (77/256/512 tokens; CLIP
+# at 77): peak bytes = a * tokens + c * tokens**2 (c: T5's tokens x tokens relative-position bias).
+TEXT_MEASURED: dict[str, dict[str, tuple[float, float]]] = {
+    "t5xxl": {"fp32": (131607.32, 430.1667), "bf16": (62432.79, 229.6208)},
+    "umt5xxl": {"fp32": (131607.32, 686.1667), "bf16": (62432.79, 357.6208)},
+    "clip_l": {"fp32": (43324.0, 0.0), "bf16": (43324.0, 0.0)},
+    "clip_g": {"fp32": (51516.0, 0.0), "bf16": (51516.0, 0.0)},
+    "llama3_8b": {"fp32": (222224.0, 4.0), "bf16": (111632.0, 2.0)},
+    "qwen25_vl_7b": {"fp32": (271376.0, 4.0), "bf16": (136208.0, 2.0)},
+}
+# name: (the measured model it scales from by hidden size, hidden size, default tokens)
+TEXT_ENCODERS: dict[str, tuple[str, int, int]] = {
+    "t5xxl": ("t5xxl", 4096, 512), "umt5xxl": ("umt5xxl", 4096, 512), "t5base": ("t5xxl", 768, 512),
+    "umt5base": ("umt5xxl", 768, 512), "t5xl": ("t5xxl", 2048, 512), "byt5_small": ("t5xxl", 1472, 512),
+    "clip_l": ("clip_l", 768, 77), "clip_g": ("clip_g", 1280, 77), "clip_h": ("clip_g", 1024, 77),
+    "llama3_8b": ("llama3_8b", 4096, 512), "qwen25_vl_7b": ("qwen25_vl_7b", 3584, 512),
+    "qwen25_7b": ("qwen25_vl_7b", 3584, 512), "qwen25_vl_3b": ("qwen25_vl_7b", 2048, 512),
+    "qwen25_3b": ("qwen25_vl_7b", 2048, 512), "gemma2_2b": ("qwen25_vl_7b", 2304, 512),
+    "qwen3_4b": ("qwen25_vl_7b", 2560, 512), "gemma3_4b": ("qwen25_vl_7b", 2560, 512),
+    "gemma3_12b": ("qwen25_vl_7b", 3840, 512),
 }  # fmt: skip
-UNKNOWN_TEXT_ENCODER = (49.4, 4096, 512)
+TEXT_HIDDEN = {
+    "t5xxl": 4096,
+    "umt5xxl": 4096,
+    "clip_l": 768,
+    "clip_g": 1280,
+    "llama3_8b": 4096,
+    "qwen25_vl_7b": 3584,
+}
+UNKNOWN_TEXT_ENCODER = ("umt5xxl", 4096, 512)  # the largest measured at 512 tokens
 CLIP_VISION = {
     "clip_vision_h": (1280, 14, 224),
     "clip_vision_l": (1024, 14, 224),
@@ -142,6 +197,7 @@ def activation_bytes(
     tokens: int | None = None,
     encode: bool = False,
     scale: int = 4,
+    split: bool = False,
 ) -> int:
     """Peak activation bytes of the node computing with a ``kind`` component of ``family``.
 
@@ -149,7 +205,8 @@ def activation_bytes(
     the estimate where ComfyUI's own formula needs them: ``dim`` (Wan hidden size, LTXV cross-attention
     dim), ``vace`` (Wan VACE), ``reference_images`` (Kontext/Qwen-Image-Edit/OmniGen2 reference latents of
     the same size), ``tokens`` (text encoders), ``encode`` (VAE encode instead of decode), ``scale``
-    (upscale models). Unknown families get a conservative default.
+    (upscale models). Unknown families get a conservative default. For a diffusion model ``cfg`` runs cond
+    and uncond in one batch; ``split`` is the host's fallback without room for that: the cond alone.
     """
     if width <= 0 or height <= 0 or frames <= 0 or batch <= 0:
         raise ValueError(
@@ -157,22 +214,95 @@ def activation_bytes(
         )
     size = dtype_size(dtype)
     if kind in ("diffusion_model", "checkpoint"):
-        return _diffusion_bytes(
-            family, width, height, frames, batch * (2 if cfg else 1), size, dim, vace, reference_images
-        )
+        calls = batch * (2 if cfg and not split else 1)
+        return predicted_peak(family, width, height, frames, calls, dtype, dim, vace, reference_images)
     if kind == "vae":
         return _vae_bytes(family, width, height, frames, size, encode)
     if kind == "text_encoder":
-        k, hidden, default_tokens = TEXT_ENCODERS.get(family, UNKNOWN_TEXT_ENCODER)
-        return math.ceil(k * (tokens or default_tokens) * hidden * size)
+        return text_encoder_bytes(family, tokens, dtype)
     if kind == "clip_vision":
         hidden, patch, side = CLIP_VISION.get(family, (1664, 14, 384))
-        return math.ceil(TEXT_ENCODERS["clip_l"][0] * ((side // patch) ** 2 + 1) * hidden * size * batch)
+        per_token = (
+            TEXT_MEASURED["clip_l"]["fp32" if size == 4 else "bf16"][0] * hidden / TEXT_HIDDEN["clip_l"]
+        )
+        return math.ceil(per_token * ((side // patch) ** 2 + 1) * batch * (1 + MARGIN))
     if kind == "upscale_model":
         return math.ceil(512 * 512 * 3 * size * max(scale, 1) * 384.0)
     if kind in ("lora", "controlnet", "model_patch", "style_model"):
         return 0
     raise ValueError(f"no activation estimate for kind {kind!r}")
+
+
+def text_encoder_bytes(family: str, tokens: int | None = None, dtype: str = "bf16") -> int:
+    """Peak of encoding one prompt: the measured model's coefficients (scaled by hidden size for the
+    models of its kind not measured) plus ``MARGIN``."""
+    basis, hidden, default_tokens = TEXT_ENCODERS.get(family, UNKNOWN_TEXT_ENCODER)
+    a, c = TEXT_MEASURED[basis]["fp32" if dtype_size(dtype) == 4 else "bf16"]
+    t = tokens or default_tokens
+    return math.ceil((a * t + c * t * t) * hidden / TEXT_HIDDEN[basis] * (1 + MARGIN))
+
+
+def host_reservation(
+    family: str,
+    *,
+    width: int,
+    height: int,
+    frames: int = 1,
+    batch: int = 1,
+    cfg: bool = False,
+    dtype: str = "bf16",
+    dim: int | None = None,
+    vace: bool = False,
+    reference_images: int = 0,
+) -> int:
+    """ComfyUI's own ``memory_required`` for a diffusion call on ``batch`` latents, doubled with ``cfg`` as
+    the sampler asks it (sampler_helpers.py:121). A conservative formula, not a measurement."""
+    calls = batch * (2 if cfg else 1)
+    return _diffusion_bytes(
+        family, width, height, frames, calls, dtype_size(dtype), dim, vace, reference_images
+    )
+
+
+def measured_coefficients(family: str, dtype: str, dim: int | None = None) -> tuple[float, float] | None:
+    """(bytes per latent cell, bytes per call) measured for ``family`` at ``dtype``, or None."""
+    key = MEASURED_ALIAS.get(family, family)
+    if family in ("wan21", "wan22"):
+        dims = sorted(WAN_BY_DIM)
+        want = dim or (3072 if family == "wan22" else DEFAULT_SCALE["dim"])
+        key = WAN_BY_DIM[next((d for d in dims if d >= want), dims[-1])]
+        if want > dims[-1]:  # wider than any measured Wan: scale with the width
+            a, b = MEASURED[key]["fp32" if dtype_size(dtype) == 4 else "bf16"]
+            return a * want / dims[-1], b * want / dims[-1]
+    if key not in MEASURED:
+        return None
+    a, b = MEASURED[key]["fp32" if dtype_size(dtype) == 4 else "bf16"]
+    if family == "ltxv" and dim and dim > 2048:  # measured: the 2B (cross-attention dim 2048)
+        return a * dim / 2048, b * dim / 2048
+    return a, b
+
+
+def predicted_peak(
+    family: str,
+    width: int,
+    height: int,
+    frames: int = 1,
+    batch: int = 1,
+    dtype: str = "bf16",
+    dim: int | None = None,
+    vace: bool = False,
+    refs: int = 0,
+) -> int:
+    """The real peak of one diffusion call on ``batch`` latents: measured coefficients plus ``MARGIN``;
+    ComfyUI's formula where the family was not measured."""
+    coef = measured_coefficients(family, dtype, dim)
+    if coef is None:
+        return _diffusion_bytes(family, width, height, frames, batch, dtype_size(dtype), dim, vace, refs)
+    spec = DIFFUSION.get(family, UNKNOWN_DIFFUSION)
+    cells = math.ceil(height / spec.spatial) * math.ceil(width / spec.spatial)
+    cells *= latent_frames(frames, spec.temporal) * (1 + refs)  # reference latents join the tokens
+    a, b = coef
+    per_call = (a * cells + b) * (VACE_FACTOR if vace else 1.0)
+    return math.ceil(batch * per_call * (1 + MARGIN))
 
 
 def _diffusion_bytes(

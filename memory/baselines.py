@@ -54,7 +54,7 @@ def comfyui_reactive(w: Workload, budget: Budget, hw: Hardware) -> Outcome:
             if c.id not in in_ram:
                 in_ram.add(c.id)
                 seconds += c.bytes / hw.disk
-        minimum_required = max(MIN_INFERENCE, step.activation)
+        minimum_required = max(MIN_INFERENCE, step.reservation)  # the host's own formula
         need = 1.1 * sum(c.bytes - loaded.get(c.id, 0) for c in used) + minimum_required
         free = budget.vram - sum(loaded.values())
         if free < need:  # free_memory: offloaded-first, then smallest, partial unloads of the shortfall
@@ -76,7 +76,7 @@ def comfyui_reactive(w: Workload, budget: Budget, hw: Hardware) -> Outcome:
             else:
                 ratio_room = min(MIN_WEIGHT_MEMORY_RATIO * free, free - MIN_INFERENCE)
                 resident = min(c.bytes, int(max(LOWVRAM_MIN_WEIGHTS, free - minimum_required, ratio_room)))
-            if resident + step.activation > free and out.oom_step is None:
+            if resident + step.activation_min > free and out.oom_step is None:
                 out.oom_step = f"node {step.node_id} ({step.label})"
             seconds += max(0, resident - loaded.get(c.id, 0)) / hw.h2d_pageable
             # weights beyond the RAM budget are paged back in from the file at every pass
@@ -110,7 +110,8 @@ def model_offload(w: Workload, budget: Budget, hw: Hardware) -> Outcome:
             if c.id not in on_gpu:
                 seconds += c.bytes / hw.h2d_pageable
                 on_gpu.add(c.id)
-        if sum(w.component(c).bytes for c in on_gpu) + step.activation > budget.vram and out.oom_step is None:
+        need = sum(w.component(c).bytes for c in on_gpu) + step.activation_min  # the host splits cond/uncond
+        if need > budget.vram and out.oom_step is None:
             out.oom_step = f"node {step.node_id} ({step.label})"
         out.ram_peak = max(out.ram_peak, sum(w.component(c).bytes for c in in_ram))
         out.per_step_s.append(seconds)
@@ -124,7 +125,7 @@ def lower_bound(w: Workload, budget: Budget, hw: Hardware) -> Outcome:
     seconds = sum(w.component(c).bytes / hw.disk for c in used)  # a direct load from the file, at the least
     compute = 0.0
     for step in w.steps:
-        excess = sum(w.component(c).bytes for c in step.uses) + step.activation - budget.vram
+        excess = sum(w.component(c).bytes for c in step.uses) + step.activation_min - budget.vram
         stream = max(0, step.evaluations - 1) * max(0, excess) / hw.h2d_pinned
         seconds += stream
         compute += max(step.compute_s, stream)

@@ -4,9 +4,11 @@
 1. the file's own safetensors header when it exists under ``models_dir`` (exact, source "header");
    a .ckpt/.pt/.gguf file there is sized from the file system only, never opened (source "estimate");
 2. the catalog of known files, memory/data/model_catalog.json (source "catalog"), built by
-   scripts/build_model_catalog.py from the host's own model classes and checked against the official
-   templates' published sizes by scripts/check_model_catalog.py; first by exact file name, then by a
-   normalised name (case, separators and extension ignored);
+   scripts/build_model_catalog.py from the host's own model classes, or, for files no host class here
+   builds, solved from the official templates' published sizes (scripts/solve_template_sizes.py; such
+   an entry's ``note`` starts with "template sizes" and its blocks are assumed); each record keeps its
+   ``source``. Checked against the published sizes by scripts/check_model_catalog.py; looked up first
+   by exact file name, then by a normalised name (case, separators and extension ignored);
 3. an estimate from the name's tokens - family ("wan", "flux"...), parameters ("14B"), dtype ("fp8"),
    LoRA rank ("rank64") - scaled from the closest catalog entry (source "estimate");
 4. a conservative default for the kind (source "estimate"), said in ``note``.
@@ -15,6 +17,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -37,7 +40,12 @@ KIND_FOLDERS: dict[str, tuple[str, ...]] = {
     "model_patch": ("model_patches",),
     "audio_encoder": ("audio_encoders",),
     "style_model": ("style_models",),
-}
+    # folders of newer hosts' auxiliary models (depth, matting, detection...): sized, never streamed
+    "other": (
+        "latent_upscale_models", "geometry_estimation", "background_removal", "embeddings",
+        "frame_interpolation", "optical_flow", "detection",
+    ),
+}  # fmt: skip
 ALL_FOLDERS: tuple[str, ...] = tuple(dict.fromkeys(f for folders in KIND_FOLDERS.values() for f in folders))
 FOLDER_KINDS: dict[str, str] = {
     f: k for k, folders in KIND_FOLDERS.items() for f in folders if f != "checkpoints"
@@ -45,11 +53,12 @@ FOLDER_KINDS: dict[str, str] = {
 FOLDER_KINDS["checkpoints"] = "checkpoint"
 
 GIB = 1 << 30
+TEMPLATE_SOURCE = "template sizes"  # entries solved from the templates' published sizes start so
 # Unknown file, unknown name: assume big, so a plan errs towards streaming rather than an OOM.
 DEFAULT_BYTES: dict[str, int] = {
     "checkpoint": 24 * GIB, "diffusion_model": 24 * GIB, "text_encoder": 10 * GIB, "vae": 1 * GIB,
     "lora": 2 * GIB, "controlnet": 4 * GIB, "clip_vision": 4 * GIB, "upscale_model": GIB // 4,
-    "model_patch": 4 * GIB, "audio_encoder": 2 * GIB, "style_model": 1 * GIB,
+    "model_patch": 4 * GIB, "audio_encoder": 2 * GIB, "style_model": 1 * GIB, "other": 1 * GIB,
 }  # fmt: skip
 _EXTENSIONS = (".safetensors", ".sft", ".ckpt", ".pt", ".pth", ".bin", ".gguf")
 
@@ -60,8 +69,16 @@ _EXTENSIONS = (".safetensors", ".sft", ".ckpt", ".pt", ".pth", ".bin", ".gguf")
 @functools.cache
 def catalog() -> dict[str, list[dict]]:
     """file name -> entries (one per models/ folder the name is released in), loaded once."""
-    with CATALOG_PATH.open(encoding="utf-8") as f:
-        return json.load(f)["files"]
+    # the parse allocates ~30k small objects: without this, a full collection of the host's heap
+    # (torch, ComfyUI) can run mid-parse and cost tens of ms on the first lookup
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with CATALOG_PATH.open(encoding="utf-8") as f:
+            return json.load(f)["files"]
+    finally:
+        if gc_was_enabled:
+            gc.enable()
 
 
 def normalise_name(file_name: str) -> str:
@@ -351,7 +368,12 @@ def _catalog_by_family(family: str, kind: str | None) -> list[ComponentInfo]:
     found = _catalog_by_family_cached(family, kind)
     if not found and kind not in (None, "lora"):  # e.g. a diffusion model named after a checkpoint family
         found = _catalog_by_family_cached(family, None)
-    return [c for c in found if (c.kind == "lora") == (kind == "lora") and (kind is None or c.kind == kind)]
+    found = tuple(
+        c for c in found if (c.kind == "lora") == (kind == "lora") and (kind is None or c.kind == kind)
+    )
+    # scale from a file built with the host's classes (real blocks, rank known) before a solved one
+    built = [c for c in found if not c.note.startswith(TEMPLATE_SOURCE)]
+    return built or list(found)
 
 
 def folder_kind(folder: str) -> str | None:

@@ -12,8 +12,12 @@ the runtime calibrates it. Disk is a cold NVMe read through the page cache.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from enum import IntEnum
+from typing import Any
+
+import numpy as np
 
 GB = 1e9  # bandwidths are quoted in decimal GB/s, as vendors and benchmarks do
 GiB = 2**30
@@ -30,6 +34,13 @@ class Hardware:
     disk: float
     memcpy: float
     tflops: float  # dense bf16 throughput actually reached by diffusion kernels, for wall-time estimates
+
+    def __post_init__(self) -> None:
+        # every figure divides a byte count: zero divides by zero, NaN or a negative rate poisons the plan
+        for name in ("h2d_pinned", "h2d_pageable", "d2h", "disk", "memcpy", "tflops"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"Hardware.{name} must be a finite positive number, not {value!r}")
 
     @classmethod
     def pcie(cls, generation: int) -> Hardware:
@@ -73,9 +84,9 @@ class Budget:
         """A card's total VRAM minus what the driver, CUDA context and host keep (``reserve``)."""
         if card_vram <= 0 or ram <= 0:
             raise ValueError("VRAM and RAM must be positive")
-        return cls(
-            vram=max(0, card_vram - reserve), ram=ram, pinned=int(ram * pinned_fraction), reserve=reserve
-        )
+        # the card cannot keep more than it has: so card = vram + reserve, which the advice relies on
+        reserve = min(max(0, reserve), card_vram)
+        return cls(vram=card_vram - reserve, ram=ram, pinned=int(ram * pinned_fraction), reserve=reserve)
 
 
 class Tier(IntEnum):
@@ -145,8 +156,9 @@ def upload_bandwidth(hw: Hardware, host: str) -> float:
     return {"P": hw.h2d_pinned, "R": hw.h2d_pageable, "D": hw.disk}[host]
 
 
-def transition_seconds(hw: Hardware, nbytes: int, a: Tier, b: Tier) -> float:
-    """Transfer cost of one component going from tier ``a`` to tier ``b`` between two steps.
+def transition_parts(hw: Hardware, nbytes: int, a: Tier, b: Tier) -> tuple[float, float]:
+    """Transfer cost of one component going from tier ``a`` to tier ``b`` between two steps, as
+    (seconds making a new RAM copy, seconds uploading a new full GPU copy).
 
     Dropping a copy is free (weights are never written back: the file or another copy has them).
     A new RAM copy comes from the other RAM copy (memcpy), the GPU copy (device-to-host) or the file.
@@ -154,14 +166,48 @@ def transition_seconds(hw: Hardware, nbytes: int, a: Tier, b: Tier) -> float:
     streamed state uploads nothing here: its resident blocks are priced with the step (they depend
     on the VRAM left at that step).
     """
-    seconds = 0.0
+    copy = upload = 0.0
     if b.host in "PR" and a.host != b.host:
-        sources = [hw.disk]
-        if a.host in "PR":
-            sources.append(hw.memcpy)
-        if a.gpu == "G":
-            sources.append(hw.d2h)
-        seconds += nbytes / max(sources)
+        copy = nbytes / copy_source(hw, a)[1]
     if b.gpu == "G" and a.gpu != "G":
-        seconds += nbytes / max(upload_bandwidth(hw, a.host), upload_bandwidth(hw, b.host))
-    return seconds
+        upload = nbytes / upload_bandwidth(hw, upload_source(hw, a, b))
+    return copy, upload
+
+
+def copy_source(hw: Hardware, a: Tier) -> tuple[str, float]:
+    """Where a new RAM copy comes from, leaving tier ``a``: the fastest of the file ("D"), the other
+    RAM copy ("P"/"R", a memcpy) and the GPU copy ("G", device-to-host); with its rate."""
+    sources = [("D", hw.disk)]
+    if a.host in "PR":
+        sources.append((a.host, hw.memcpy))
+    if a.gpu == "G":
+        sources.append(("G", hw.d2h))
+    return max(sources, key=lambda source: source[1])
+
+
+def upload_source(hw: Hardware, a: Tier, b: Tier) -> str:
+    """The host part a full GPU upload reads from going from ``a`` to ``b``: the faster of the two."""
+    return a.host if upload_bandwidth(hw, a.host) >= upload_bandwidth(hw, b.host) else b.host
+
+
+def transition_seconds(hw: Hardware, nbytes: int, a: Tier, b: Tier) -> float:
+    """The whole transfer cost of a move (see ``transition_parts``)."""
+    copy, upload = transition_parts(hw, nbytes, a, b)
+    return copy + upload
+
+
+def stream_seconds(hw: Hardware, host: str, once: Any, streamed: Any, pinned: Any, evaluations: int) -> Any:
+    """Transfer cost of a streamed component during one step (scalars or numpy arrays).
+
+    ``once`` bytes (what stays on the GPU: the non-block weights and the resident blocks) are uploaded
+    at the step's start, ``streamed`` bytes at every evaluation. From pinned RAM only ``pinned`` of the
+    streamed bytes fit under the pinned cap: they go at the pinned rate, the rest at the pageable rate,
+    and the bytes uploaded once come in the same proportion (a stream that pins nothing costs exactly
+    a stream from pageable RAM).
+    """
+    if host != "P":
+        return (once + evaluations * streamed) / upload_bandwidth(hw, host)
+    fast, slow = hw.h2d_pinned, hw.h2d_pageable
+    share = np.where(np.asarray(streamed) > 0, pinned / np.maximum(streamed, 1), 1.0)
+    per_pass = pinned / fast + (streamed - pinned) / slow
+    return once * (share / fast + (1 - share) / slow) + evaluations * per_pass

@@ -10,17 +10,19 @@ loaders derive a value that shares the base weights and adds the LoRA's own.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .activations import activation_bytes
+from .activations import activation_bytes, host_reservation
 from .catalog import lookup, lookup_components, merge_parts
 from .components import ComponentError, ComponentInfo
 from .costmodel import PIN_CHOICES
 from .graph import Graph, Link, Node
 from .node_types import lookup as lookup_node_type
+from .values import Evaluator
 from .workload import Component, Step, Workload
 
 # Output type -> the component kinds a value of that type can carry.
@@ -151,6 +153,7 @@ class _Extractor:
         self.notes: list[str] = []
         self._carried: dict[tuple[str, int], frozenset[str]] = {}
         self.flops_per_s = 80e12
+        self.values = Evaluator(graph)
 
     # --- components --------------------------------------------------------------------------------
     def _add(self, cid: str, info: ComponentInfo, label: str, pin: str = "") -> str:
@@ -177,7 +180,7 @@ class _Extractor:
 
         def named(input_name: str) -> bool:
             file = node.inputs.get(input_name)
-            return not isinstance(file, Link) and file not in _NO_FILE
+            return not isinstance(file, (Link, list, dict)) and file not in _NO_FILE  # lists: unhashable
 
         replaced = {kind for kind, names in spec.overrides if any(named(n) for n in names)}
         pins = {kind: node.inputs.get(name) for kind, name in spec.residency}
@@ -241,13 +244,14 @@ class _Extractor:
         spec = LOADERS.get(node.class_type) or generic_loader(node, self.io_of(node))
         if spec is not None:
             outputs = self._loader_outputs(node.id, spec)
-            return outputs[link.output] if link.output < len(outputs) else frozenset()
+            return outputs[link.output] if 0 <= link.output < len(outputs) else frozenset()
         io = self.io_of(node)
-        upstream = frozenset().union(*(self.carried(v) for v in node.inputs.values() if isinstance(v, Link)))
+        live = self.values.live_inputs(node.id)  # a switch passes on only the branch it chose
+        upstream = frozenset().union(*(self.carried(v) for v in live.values() if isinstance(v, Link)))
         if io is None:
             return upstream  # unknown node: assume it passes on whatever it was given (conservative)
         out_types = io[1]
-        out_type = out_types[link.output] if link.output < len(out_types) else "*"
+        out_type = out_types[link.output] if 0 <= link.output < len(out_types) else "*"
         if out_type == "*":
             return upstream
         kinds = CARRIES.get(out_type, frozenset())
@@ -256,7 +260,7 @@ class _Extractor:
     def uses(self, node_id: str) -> frozenset[str]:
         node = self.g.nodes[node_id]
         carried_in = frozenset().union(
-            *(self.carried(v) for v in node.inputs.values() if isinstance(v, Link))
+            *(self.carried(v) for v in self.values.live_inputs(node_id).values() if isinstance(v, Link))
         )
         if not carried_in:
             return carried_in
@@ -270,10 +274,43 @@ class _Extractor:
         return carried_in - carried_out
 
     # --- per-step figures --------------------------------------------------------------------------
+    def _note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def number(self, node_id: str, name: str, pick: Callable[..., Any] = max, fallback: Any = None) -> Any:
+        """Input ``name`` of the node as a number, evaluated through the links (values.py).
+
+        When it cannot be told exactly: ``pick`` of the numbers it may take (a switch whose condition is
+        unknown), else ``fallback``; either way a note names the input, the cause and the value used.
+        None when the node has no such input, or nothing is known and there is no fallback.
+        """
+        got = self.values.input(node_id, name)
+        if got is None:
+            return None
+        numbers = [c for c in got.candidates if isinstance(c, (int, float)) and not isinstance(c, bool)]
+        # Python's json reads NaN and Infinity: refused here, naming the input, before any int() of them
+        if bad := [c for c in numbers if isinstance(c, float) and not math.isfinite(c)]:
+            node = _describe(self.g.nodes[node_id])
+            raise ValueError(f"{node} input {name!r} is {bad[0]}: write a finite number in the workflow")
+        if got.exact and numbers:
+            return numbers[0]
+        where = f"{_describe(self.g.nodes[node_id])} input {name!r}"
+        why = got.unknown or f"{got.value!r} is not a number"
+        if numbers:
+            chosen = pick(numbers)
+            self._note(f"{where} is not known before the run ({why}): {chosen} assumed (of {numbers})")
+            return chosen
+        if fallback is not None:
+            self._note(f"{where} is not known before the run ({why}): {fallback} assumed")
+        return fallback
+
     def upstream_value(
         self, node_id: str, names: Iterable[str], seen: set[str] | None = None
     ) -> dict[str, Any]:
-        """The nearest upstream node (breadth first) that has all of ``names`` as plain values."""
+        """The nearest upstream node (breadth first, along the links the host runs) whose inputs
+        ``names`` all evaluate to numbers; with its ``length`` and ``batch_size`` when it has them."""
+        names = tuple(names)
         frontier, seen = [node_id], seen or set()
         while frontier:
             nxt = []
@@ -281,16 +318,18 @@ class _Extractor:
                 if nid in seen or nid not in self.g.nodes:
                     continue
                 seen.add(nid)
-                inputs = self.g.nodes[nid].inputs
-                if all(
-                    isinstance(inputs.get(n), (int, float)) and not isinstance(inputs.get(n), bool)
-                    for n in names
-                ):
-                    return {n: inputs[n] for n in names} | {
-                        k: v
-                        for k, v in inputs.items()
-                        if k in ("length", "batch_size") and isinstance(v, int)
-                    }
+                inputs = self.values.live_inputs(nid)
+                if all(n in inputs for n in names):
+                    found = {n: self.number(nid, n) for n in names}
+                    if all(v is not None for v in found.values()):
+                        extra = {k: self.number(nid, k) for k in ("length", "batch_size") if k in inputs}
+                        return found | {k: int(v) for k, v in extra.items() if v is not None}
+                    missing = next(n for n, v in found.items() if v is None)
+                    got = self.values.input(nid, missing)
+                    self._note(
+                        f"{_describe(self.g.nodes[nid])} input {missing!r} is not known before the run "
+                        f"({(got.unknown or repr(got.value)) if got else 'absent'}): looked further upstream"
+                    )
                 nxt += [v.node for v in inputs.values() if isinstance(v, Link)]
             frontier = nxt
         return {}
@@ -305,9 +344,8 @@ class _Extractor:
         shape = self.upstream_value(node_id, ("width", "height"))
         width, height = int(shape.get("width", 1024)), int(shape.get("height", 1024))
         frames, batch = int(shape.get("length", 1)), int(shape.get("batch_size", 1))
-        cfg = node.inputs.get("cfg", 1.0)
-        cfg_on = not isinstance(cfg, (int, float)) or float(cfg) != 1.0
-        activation = 0
+        cfg_on = self._cfg_on(node_id)
+        activation = activation_min = reservation = 0
         for cid in ordered:
             info = self.info[cid]
             size = {"width": width, "height": height, "frames": frames, "batch": batch}
@@ -320,28 +358,43 @@ class _Extractor:
                 }
             try:
                 # activations are in the compute dtype (bf16 on current cards), whatever the weights' dtype
-                need = activation_bytes(
-                    info.family or "unknown", info.kind, **size, cfg=cfg_on, encode=encode
-                )
+                family = info.family or "unknown"
+                need = activation_bytes(family, info.kind, **size, cfg=cfg_on, encode=encode)
+                # the host runs cond alone without room for both (the minimum), and reserves by its formula
+                least = activation_bytes(family, info.kind, **size, cfg=cfg_on, encode=encode, split=True)
+                held = need
+                if info.kind in ("diffusion_model", "checkpoint"):
+                    held = host_reservation(family, **size, cfg=cfg_on)
             except (KeyError, ValueError):
-                need = 0
-            activation = max(activation, need)
+                need = least = held = 0
+            activation, activation_min = max(activation, need), max(activation_min, least)
+            reservation = max(reservation, held)
         flops = sum(
             _flops(self.info[c], width=width, height=height, frames=frames, batch=batch, cfg=cfg_on)
             for c in ordered
         )
         return Step(
-            node_id, node.class_type, ordered, evaluations, activation, evaluations * flops / self.flops_per_s
+            node_id,
+            node.class_type,
+            ordered,
+            evaluations,
+            activation,
+            evaluations * flops / self.flops_per_s,
+            activation_min=activation_min,
+            reservation=reservation,
         )
 
     def _evaluations(self, node_id: str) -> int:
+        """Model evaluations of a sampler: its steps, or the part start_at_step..end_at_step of them
+        (KSamplerAdvanced: the host samples sigmas[start:end+1]). Unknown steps count as the most of
+        any branch, else DEFAULT_STEPS; an unknown range as the widest."""
         inputs = self.g.nodes[node_id].inputs
-        steps = inputs.get("steps")
-        if isinstance(steps, int) and not isinstance(steps, bool):
-            start, end = inputs.get("start_at_step", 0), inputs.get("end_at_step", steps)
-            if isinstance(start, int) and isinstance(end, int):
-                return max(1, min(end, steps) - start)
-            return max(1, steps)
+        if "steps" in inputs:
+            steps = int(self.number(node_id, "steps", max, DEFAULT_STEPS))
+            start = int(self.number(node_id, "start_at_step", min, 0) or 0)
+            end = self.number(node_id, "end_at_step", max, steps)
+            end = steps if end is None else int(end)
+            return max(1, min(end, steps) - start)
         sigmas = inputs.get("sigmas")
         if isinstance(sigmas, Link):  # SamplerCustom(Advanced): the scheduler node holds the steps
             found = self.upstream_value(sigmas.node, ("steps",))
@@ -349,7 +402,27 @@ class _Extractor:
                 return max(1, int(found["steps"]))
         return 1
 
+    def _cfg_on(self, node_id: str) -> bool:
+        """Whether the sampler evaluates cond and uncond (cfg != 1); assumed so when cfg is unknown."""
+        if "cfg" not in self.g.nodes[node_id].inputs:
+            return False
+        got = self.values.input(node_id, "cfg")
+        assert got is not None
+        numbers = [c for c in got.candidates if isinstance(c, (int, float)) and not isinstance(c, bool)]
+        cfg_on = not numbers or any(c != 1 for c in numbers)  # no float(): an int may exceed a float
+        if not got.exact or not numbers:
+            where = f"{_describe(self.g.nodes[node_id])} input 'cfg'"
+            why = got.unknown or f"{got.value!r} is not a number"
+            assumed = "cfg != 1 (cond + uncond)" if cfg_on else "cfg = 1"
+            self._note(f"{where} is not known before the run ({why}): {assumed} assumed")
+        return cfg_on
 
+
+def _describe(node: Node) -> str:
+    return f"node {node.id} ({node.class_type}{f' {node.title!r}' if node.title else ''})"
+
+
+DEFAULT_STEPS = 20  # the host's KSampler default: assumed for steps nothing tells
 VAE_TILE = 512  # pixels: the tile a VAE step reserves room for (one tile of a tiled decode)
 _BYTES_PER_PARAM = {"fp8": 1, "fp8_e4m3fn": 1, "fp8_e5m2": 1, "fp16": 2, "bf16": 2, "fp32": 4}
 VAE_FLOPS_PER_PIXEL = 2.4e6  # an SD-class KL decoder: ~2.5 TFLOP for a 1024x1024 frame

@@ -21,6 +21,10 @@ DATA_FILE = Path(__file__).resolve().parent / "data" / "node_types.json"
 # Headroom's own nodes in the same format (scripts/dump_node_types.py --pack); checked against the live
 # classes by tests/host/test_node_table.py.
 PACK_FILE = Path(__file__).resolve().parent / "data" / "headroom_nodes.json"
+# Classes of newer hosts that decide which values and branches a graph runs (the lazy If/Else switch,
+# the math expression), written by hand from their source: the 2026 host's comfy_extras/nodes_logic.py
+# and nodes_math.py. Their dynamic inputs ("values.a", ...) come from the workflow itself.
+NEWER_FILE = Path(__file__).resolve().parent / "data" / "newer_nodes.json"
 
 # Values of the frontend's "control_after_generate" combo, saved after seed-like widgets.
 CONTROL_VALUES = frozenset({"fixed", "increment", "decrement", "randomize", "increment-wrap"})
@@ -85,9 +89,10 @@ def _table() -> tuple[str, dict[str, NodeType]]:
     try:
         data = json.loads(DATA_FILE.read_text(encoding="utf-8"))
         ours = json.loads(PACK_FILE.read_text(encoding="utf-8"))
+        newer = json.loads(NEWER_FILE.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:  # a broken install; say which file and how to rebuild it
         raise RuntimeError(f"the node table is unreadable ({exc}); run scripts/dump_node_types.py") from exc
-    data["types"] = {**data["types"], **ours["types"]}
+    data["types"] = {**newer["types"], **data["types"], **ours["types"]}
     types = {
         name: NodeType(
             name=name,

@@ -23,10 +23,12 @@ A step-by-step mirror of the host's ``comfy_execution.graph.ExecutionList`` driv
   re-sends its UI) but does not execute, so it is left out of the result. Nodes that finished count as
   cached from then on, as the host's live output cache does.
 
-Lazy inputs are treated conservatively: the node is first staged without them, as the host does, and
-then its ``check_lazy_status`` is assumed to ask for every lazy input that is linked, so they are added
-and the node waits for them (the host would run ``check_lazy_status`` then; a node that needs fewer
-inputs only makes the real order shorter). The host sends an ``executing`` event for that first
+Lazy inputs: the node is first staged without them, as the host does; then its ``check_lazy_status``
+asks for the lazy inputs it needs and the node waits for them. ComfySwitchNode's is mirrored: when its
+condition evaluates (values.py) it asks only for the chosen branch, so the other branch's nodes (and
+the models only they load) never run. Any other lazy node, or a switch whose condition is not known
+here, is assumed to ask for every lazy input that is linked (a node that needs fewer inputs only makes
+the real order shorter). The host sends an ``executing`` event for that first
 staging too; the prediction lists each node once, where it really executes.
 
 ``cached`` is what the host reports in its ``execution_cached`` event (ids whose output it holds).
@@ -39,6 +41,7 @@ signature as above).
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections import defaultdict
 from collections.abc import Hashable, Iterable
@@ -46,6 +49,7 @@ from typing import Any
 
 from .graph import Graph, Link, WorkflowError
 from .node_types import lookup
+from .values import Evaluator
 
 
 def select_outputs(graph: Graph) -> list[str]:
@@ -168,11 +172,22 @@ class _ExecutionList:
         self.ready: set[str] = set()
         self.sequence = itertools.count()
         self.blocking: dict[str, dict[str, dict[int, bool]]] = {}
+        self.blocked_by: dict[str, set[str]] = defaultdict(set)  # the reverse of blocking
         self.lazy_done: set[str] = set()
+        self.values = Evaluator(graph)
 
         # Per-node facts the picking rule asks for over and over.
         self.outputs = {node_id for node_id in graph.nodes if graph.is_output(node_id)}
         self.first = self.outputs | {n for n, node in graph.nodes.items() if _is_async(node.class_type)}
+        # ux_friendly_pick_node scans the ready nodes in pending order three times; scanning them every
+        # step is quadratic on big prompts. Instead each of its rules keeps a heap of (sequence, node)
+        # for the ready nodes it accepts; stale entries are dropped when they reach the top. A node's
+        # rules only ever start to hold while it is ready (edges are only removed when a node
+        # completes, and the nodes it blocks cannot complete before it), so a node is pushed when it
+        # becomes ready and again when a new edge makes a rule hold.
+        self.blocks_output: dict[str, int] = defaultdict(int)  # outputs in blocking[node]
+        self.blocks_near: dict[str, int] = defaultdict(int)  # b in blocking[node] with blocks_output[b]
+        self.heaps: tuple[list[tuple[int, str]], ...] = ([], [], [], [])
 
     def lazy_inputs(self, node_id: str) -> frozenset[str]:
         known = lookup(self.graph.nodes[node_id].class_type)
@@ -186,8 +201,8 @@ class _ExecutionList:
                 continue
             self.pending[unique_id] = next(self.sequence)
             self.block_count[unique_id] = 0
-            self.ready.add(unique_id)
             self.blocking[unique_id] = {}
+            self.make_ready(unique_id)
             lazy = self.lazy_inputs(unique_id)
             for name, value in self.graph.nodes[unique_id].inputs.items():
                 if not isinstance(value, Link) or value.node not in self.graph.nodes:
@@ -207,23 +222,52 @@ class _ExecutionList:
         self.add_node(from_id)
         if to_id not in self.blocking[from_id]:
             self.blocking[from_id][to_id] = {}
+            self.blocked_by[to_id].add(from_id)
             self.block_count[to_id] += 1
             self.ready.discard(to_id)
+            if to_id in self.outputs:
+                self.blocks_output[from_id] += 1
+                if self.blocks_output[from_id] == 1:
+                    self.push(from_id, 1)
+                    for before in self.blocked_by[from_id]:
+                        self.blocks_near[before] += 1
+                        self.push(before, 2)
+            if self.blocks_output[to_id]:
+                self.blocks_near[from_id] += 1
+                self.push(from_id, 2)
         self.blocking[from_id][to_id][socket] = True
 
-    def pick(self, available: list[str]) -> str:
-        """ux_friendly_pick_node."""
-        outputs = self.outputs
-        for node_id in available:
-            if node_id in self.first:  # an output or async node
-                return node_id
-        for node_id in available:
-            if not outputs.isdisjoint(self.blocking[node_id]):
-                return node_id
-        for node_id in available:
-            if any(not outputs.isdisjoint(self.blocking[b]) for b in self.blocking[node_id]):
-                return node_id
-        return available[0]
+    def make_ready(self, node_id: str) -> None:
+        self.ready.add(node_id)
+        for rule, holds in enumerate(self.rules(node_id)):
+            if holds:
+                self.push(node_id, rule)
+
+    def rules(self, node_id: str) -> tuple[bool, bool, bool, bool]:
+        """Which of ux_friendly_pick_node's rules accept the node (the last accepts any)."""
+        return (node_id in self.first, self.blocks_output[node_id] > 0, self.blocks_near[node_id] > 0, True)
+
+    def push(self, node_id: str, rule: int) -> None:
+        if node_id in self.ready:
+            heapq.heappush(self.heaps[rule], (self.pending[node_id], node_id))
+
+    def pick(self) -> str | None:
+        """ux_friendly_pick_node over the ready nodes in pending order; None when none is ready.
+
+        The first ready node an output (or async) node, else the first that blocks an output, else the
+        first that blocks a node blocking an output, else the first ready node.
+        """
+        for rule, heap in enumerate(self.heaps):
+            while heap:
+                sequence, node_id = heap[0]
+                if (
+                    self.pending.get(node_id) == sequence
+                    and node_id in self.ready
+                    and self.rules(node_id)[rule]
+                ):
+                    return node_id
+                heapq.heappop(heap)
+        return None
 
     def needs_lazy(self, node_id: str) -> bool:
         """The conservative check_lazy_status: link every lazy input not yet evaluated; True if any."""
@@ -231,10 +275,15 @@ class _ExecutionList:
             return False
         self.lazy_done.add(node_id)
         inputs = self.graph.nodes[node_id].inputs
+        # A switch whose condition is known asks only for its chosen branch (check_lazy_status).
+        lazy = self.lazy_inputs(node_id)
+        taken = self.values.switch_taken(node_id)
+        if taken is not None:
+            lazy = lazy & {taken}
         wanted = [
             name
             for name, value in inputs.items()
-            if name in self.lazy_inputs(node_id)
+            if name in lazy
             and isinstance(value, Link)
             and value.node in self.graph.nodes
             and not self.is_cached(value.node)
@@ -249,9 +298,10 @@ class _ExecutionList:
         del self.pending[node_id]
         self.ready.discard(node_id)
         for blocked in self.blocking.pop(node_id):
+            self.blocked_by[blocked].discard(node_id)
             self.block_count[blocked] -= 1
             if self.block_count[blocked] == 0:
-                self.ready.add(blocked)
+                self.make_ready(blocked)
         self.cache_keys.add(self.signatures.keys[node_id])
 
     def cycle(self) -> list[str]:
@@ -281,11 +331,10 @@ def predict_order(
         execution.add_node(node_id)
     order: list[str] = []
     while execution.pending:
-        available = sorted(execution.ready, key=execution.pending.__getitem__)
-        if not available:
+        node_id = execution.pick()
+        if node_id is None:
             stuck = execution.cycle()
             raise WorkflowError(f"dependency cycle among nodes {_names(graph, stuck)}")
-        node_id = execution.pick(available)
         # The host's execute() returns at once for a node whose output is cached by now.
         if not execution.is_cached(node_id):
             if execution.needs_lazy(node_id):

@@ -29,9 +29,12 @@ from .costmodel import (
     Budget,
     Hardware,
     Tier,
+    copy_source,
     pinned_tiers,
+    stream_seconds,
+    transition_parts,
     transition_seconds,
-    upload_bandwidth,
+    upload_source,
 )
 from .workload import Component, Step, Workload
 
@@ -40,12 +43,59 @@ INF = math.inf
 
 @dataclass(frozen=True)
 class Placement:
-    """A component's tier during one step; for a streamed one, how many blocks stay resident."""
+    """A component's tier during one step; for a streamed one, how many blocks stay resident.
+
+    ``pinned_bytes`` and ``pageable_bytes`` are its host copy during the step: a streamed component
+    keeps only its streamed blocks in RAM, and a stream from pinned RAM pins what the pinned cap
+    leaves, the rest staying pageable.
+    """
 
     tier: Tier
     resident_blocks: int = 0
     total_blocks: int = 0
     streamed_bytes: int = 0
+    pinned_bytes: int = 0
+    pageable_bytes: int = 0
+
+    @property
+    def label(self) -> str:
+        """The tier's label, with "+ram" where the pinned cap left part of a pinned copy pageable."""
+        return self.tier.label + ("+ram" if self.tier.host == "P" and self.pageable_bytes else "")
+
+
+@dataclass(frozen=True)
+class Action:
+    """One move of a component into or during a step, with the figures the plan priced it at.
+
+    kind: "copy" (a new RAM copy of ``bytes`` from ``source`` to ``target``, keeping ``pinned_bytes``
+    + ``pageable_bytes``), "load" (a full GPU upload from ``source``), "evict" (off the GPU, kept in
+    ``target`` or freed when it is ""), "release" (a RAM copy in ``source`` dropped) or "stream"
+    (``bytes`` per evaluation from ``source``, ``pinned_bytes`` of them pinned). ``seconds`` is the
+    transfer time it adds to the step: a step's actions sum to its ``transfer_s``.
+    """
+
+    kind: str
+    component: str
+    bytes: int = 0
+    seconds: float = 0.0
+    source: str = ""
+    target: str = ""
+    pinned_bytes: int = 0
+    pageable_bytes: int = 0
+    resident_blocks: int = 0
+    total_blocks: int = 0
+    evaluations: int = 0
+    prefetch_depth: int = 0
+
+
+@dataclass(frozen=True)
+class Prefetch:
+    """A full GPU load moved into the node before the one that uses it, overlapping its compute."""
+
+    component: str
+    bytes: int
+    seconds: float
+    node: str  # the node that uses it
 
 
 @dataclass
@@ -55,9 +105,9 @@ class StepPlan:
     vram_peak: int
     ram: int
     pinned: int
-    transfer_s: float  # moves into this step plus streaming during it
-    actions: list[str] = field(default_factory=list)  # what happens before/while this step runs
-    prefetched: list[str] = field(default_factory=list)  # uploads overlapped with this step's compute
+    transfer_s: float  # moves into this step plus streaming during it: the sum of its actions' seconds
+    actions: list[Action] = field(default_factory=list)  # what happens before/while this step runs
+    prefetched: list[Prefetch] = field(default_factory=list)  # uploads overlapped with this step's compute
     prefetch_ids: list[str] = field(default_factory=list)  # the components of those uploads
     wall_s: float = 0.0
 
@@ -92,10 +142,10 @@ def minimum_vram(workload: Workload, depth: int) -> tuple[int, str]:
             if candidate < need:
                 need, streamed = candidate, chosen
         weights = need
-        need += step.activation
+        need += step.activation_min  # with cfg the host runs cond alone when both do not fit
         if need > worst:
             how = f", streaming {', '.join(c.label for c in streamed)}" if streamed else ""
-            split = f": {_gib(weights)} GiB of weights, {_gib(step.activation)} GiB of activations"
+            split = f": {_gib(weights)} GiB of weights, {_gib(step.activation_min)} GiB of activations"
             worst, where = need, f"node {step.node_id} ({step.label}){how}{split}"
     return worst, where
 
@@ -149,7 +199,8 @@ class _Problem:
         step, depth = self.w.steps[s], self.depth
         comps = self.alive(s)
         shape = [len(self.allowed(s, i)) for i in comps]
-        vram = np.full(shape, float(step.activation))
+        # the host batches cond and uncond only with room for both, else runs them one by one
+        vram = np.full(shape, float(step.activation_min))
         ring = np.zeros(shape)
         ram, pinned = np.zeros(shape), np.zeros(shape)
         for axis, i in enumerate(comps):
@@ -177,16 +228,14 @@ class _Problem:
                 resident = np.vectorize(lambda r, c=c: c.resident_fit(int(r))[1], otypes=[float])(room[at])
                 room[at] -= resident
                 streamed = sum(c.blocks) - resident
-                bw = upload_bandwidth(self.hw, t.host)
                 if t.host in "PR":
                     ram[at] += streamed
+                pinned_part = 0.0
                 if t.host == "P":  # pin what the cap allows; the rest streams from pageable RAM
                     pinned_part = np.clip(self.budget.pinned - pinned[at], 0, streamed)
                     pinned[at] += pinned_part
-                    per_pass = pinned_part / bw + (streamed - pinned_part) / self.hw.h2d_pageable
-                    cost[at] += (c.rest + resident) / bw + step.evaluations * per_pass
-                else:
-                    cost[at] += (c.rest + resident + step.evaluations * streamed) / bw
+                once = c.rest + resident
+                cost[at] += stream_seconds(self.hw, t.host, once, streamed, pinned_part, step.evaluations)
         feasible = (vram <= self.budget.vram) & (ram <= self.budget.ram) & (pinned <= self.budget.pinned)
         return np.where(feasible, cost, INF)
 
@@ -284,71 +333,77 @@ def tiers_of(problem: _Problem, s: int, state: tuple[int, ...]) -> dict[int, Tie
 
 
 def _describe(problem: _Problem, states: list[tuple[int, ...]]) -> list[StepPlan]:
-    """Turn the optimal joint states into per-step placements, memory figures and actions."""
-    w, hw, depth = problem.w, problem.hw, problem.depth
+    """Turn the optimal joint states into per-step placements, memory figures and actions.
+
+    Streamed components take resident blocks from the VRAM left, and streams from pinned RAM take the
+    pinned room left, in component order: the order ``_Problem.step_cost`` priced them in.
+    """
+    w, hw, depth, budget = problem.w, problem.hw, problem.depth, problem.budget
     plans: list[StepPlan] = []
     previous = {i: w.initial_tier(c.id) for i, c in enumerate(w.components) if c.id in w.initial}
     for s, step in enumerate(w.steps):
         tiers = tiers_of(problem, s, states[s])
-        vram = step.activation + sum(
+        vram = step.activation_min + sum(
             w.components[i].bytes if t.gpu == "G" else w.components[i].rest for i, t in tiers.items() if t.gpu
         )
         vram += max((w.components[i].ring(depth) for i, t in tiers.items() if t.gpu == "S"), default=0)
+        pinned = sum(w.components[i].bytes for i, t in tiers.items() if t.host == "P" and t.gpu != "S")
         placements: dict[str, Placement] = {}
-        transfer = float(problem.step_cost(s)[states[s]])
-        actions = []
+        streams: list[Action] = []
+        for i, t in tiers.items():
+            c = w.components[i]
+            if t.gpu != "S":
+                host = {"P": (c.bytes, 0), "R": (0, c.bytes)}.get(t.host, (0, 0))
+                placements[c.id] = Placement(t, pinned_bytes=host[0], pageable_bytes=host[1])
+                continue
+            k, resident = c.resident_fit(budget.vram - vram)
+            vram += resident
+            streamed = sum(c.blocks) - resident
+            fast = min(streamed, max(0, budget.pinned - pinned)) if t.host == "P" else 0
+            pinned += fast
+            slow = streamed - fast if t.host in "PR" else 0
+            placements[c.id] = Placement(t, k, len(c.blocks), streamed, fast, slow)
+            seconds = float(stream_seconds(hw, t.host, c.rest + resident, streamed, fast, step.evaluations))
+            streams.append(
+                Action("stream", c.id, streamed, seconds, _HOST[t.host], "", fast, slow, k, len(c.blocks),
+                       step.evaluations, depth)
+            )  # fmt: skip
+        if vram + step.activation - step.activation_min <= budget.vram:  # room: cond and uncond batched
+            vram += step.activation - step.activation_min
+        actions: list[Action] = []
         for i in sorted(set(previous) | set(tiers)):
             c = w.components[i]
             a, b = previous.get(i, Tier.DISK), tiers.get(i, Tier.DISK)
-            seconds = transition_seconds(hw, c.bytes, a, b)
-            transfer += seconds
-            actions += _actions(c, a, b, seconds)
-        for i, t in tiers.items():
-            c = w.components[i]
-            if t.gpu == "S":
-                k, resident = c.resident_fit(problem.budget.vram - vram)
-                vram += resident
-                placements[c.id] = Placement(t, k, len(c.blocks), sum(c.blocks) - resident)
-                actions.append(
-                    f"stream {c.label}: {k}/{len(c.blocks)} blocks resident, prefetch {depth}, "
-                    f"{_gb(sum(c.blocks) - resident)} per pass x {step.evaluations} from {_HOST[t.host]}"
-                )
-            else:
-                placements[c.id] = Placement(t)
-        host = {
-            i: placements[w.components[i].id].streamed_bytes if t.gpu == "S" else w.components[i].bytes
-            for i, t in tiers.items()
-        }
-        ram = sum(host[i] for i, t in tiers.items() if t.host in "PR")
-        pinned = sum(host[i] for i, t in tiers.items() if t.host == "P" and t.gpu != "S")
-        for i, t in tiers.items():  # streams from pinned RAM pin what the cap leaves, in order
-            if t == Tier.STREAM_PINNED:
-                pinned += min(host[i], max(0, problem.budget.pinned - pinned))
+            actions += _actions(hw, c, a, b, placements.get(c.id))
+        actions += streams
+        ram = sum(p.pinned_bytes + p.pageable_bytes for p in placements.values())
+        transfer = sum(a.seconds for a in actions)
         plans.append(StepPlan(step, placements, vram, ram, pinned, transfer, actions))
         previous = tiers
     return plans
 
 
-_HOST = {"P": "pinned RAM", "R": "RAM", "D": "disk"}
+_HOST = {"P": "pinned RAM", "R": "RAM", "D": "disk", "G": "GPU"}
 
 
-def _gb(n: float) -> str:
-    return f"{n / 1e9:.2f} GB"
-
-
-def _actions(c: Component, a: Tier, b: Tier, seconds: float) -> list[str]:
+def _actions(hw: Hardware, c: Component, a: Tier, b: Tier, placement: Placement | None) -> list[Action]:
+    """The moves of ``c`` from tier ``a`` to ``b`` (``placement``: where it is after, None on disk)."""
     if a == b:
         return []
     out = []
-    if b.host in "PR" and a.host != b.host:
-        out.append(f"copy {c.label} to {_HOST[b.host]} ({_gb(c.bytes)})")
+    copy_s, upload_s = transition_parts(hw, c.bytes, a, b)
+    if b.host in "PR" and a.host != b.host and placement is not None:
+        source = _HOST[copy_source(hw, a)[0]]
+        out.append(
+            Action("copy", c.id, c.bytes, copy_s, source, _HOST[b.host], placement.pinned_bytes,
+                   placement.pageable_bytes)
+        )  # fmt: skip
     if b.gpu == "G" and a.gpu != "G":
-        out.append(f"load {c.label} to GPU ({_gb(c.bytes)}, {seconds:.2f} s)")
+        out.append(Action("load", c.id, c.bytes, upload_s, _HOST[upload_source(hw, a, b)], "GPU"))
     if a.gpu and not b.gpu:
-        keep = f"keep in {_HOST[b.host]}" if b.host in "PR" else "free"
-        out.append(f"evict {c.label} from GPU ({keep})")
+        out.append(Action("evict", c.id, source="GPU", target=_HOST[b.host] if b.host in "PR" else ""))
     elif a.host in "PR" and b.host != a.host and not b.gpu:
-        out.append(f"release {c.label} from {_HOST[a.host]}")
+        out.append(Action("release", c.id, source=_HOST[a.host]))
     return out
 
 
@@ -358,11 +413,11 @@ def _schedule_prefetch(problem: _Problem, steps: list[StepPlan]) -> None:
     Transfer seconds do not change (the same bytes move over the same link); wall time and the
     earlier node's VRAM peak do.
     """
-    w, hw = problem.w, problem.hw
+    w = problem.w
     blocking = [0.0] * len(steps)
     overlapped = [0.0] * len(steps)
     for s, sp in enumerate(steps):
-        stream = float(problem.step_cost(s)[tuple(_state_index(problem, s, sp))])
+        stream = sum(a.seconds for a in sp.actions if a.kind == "stream")
         if problem.depth == SYNCHRONOUS_DEPTH:  # no prefetch: every upload waits, compute waits on it
             blocking[s] += sp.transfer_s
         else:
@@ -371,27 +426,21 @@ def _schedule_prefetch(problem: _Problem, steps: list[StepPlan]) -> None:
         if s == 0:
             continue
         before = steps[s - 1]
-        for cid, placement in sp.placements.items():
-            prior = before.placements.get(cid)
-            if placement.tier.gpu != "G" or (prior and prior.tier.gpu == "G"):
+        for load in sp.actions:
+            if load.kind != "load":
                 continue
-            c = w.component(cid)
+            prior = before.placements.get(load.component)
+            if prior and prior.tier.gpu == "G":
+                continue
+            c = w.component(load.component)
             if before.vram_peak + c.bytes > problem.budget.vram:
                 continue
-            prior_tier = prior.tier if prior else Tier.DISK
-            seconds = transition_seconds(hw, c.bytes, prior_tier, placement.tier)
+            # its RAM copy, if the move makes one, is read ahead with it
+            seconds = sum(a.seconds for a in sp.actions if a.component == c.id and a.kind in ("copy", "load"))
             before.vram_peak += c.bytes
-            before.prefetched.append(f"{c.label} ({_gb(c.bytes)}) for node {sp.step.node_id}")
-            before.prefetch_ids.append(cid)
+            before.prefetched.append(Prefetch(c.id, c.bytes, seconds, sp.step.node_id))
+            before.prefetch_ids.append(c.id)
             blocking[s] -= seconds
             overlapped[s - 1] += seconds
     for s, sp in enumerate(steps):
         sp.wall_s = max(blocking[s], 0.0) + max(sp.step.compute_s, overlapped[s])
-
-
-def _state_index(problem: _Problem, s: int, sp: StepPlan) -> list[int]:
-    out = []
-    for i in problem.alive(s):
-        c = problem.w.components[i]
-        out.append(problem.allowed(s, i).index(sp.placements[c.id].tier))
-    return out

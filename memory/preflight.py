@@ -121,7 +121,7 @@ def planned_run(workload: Workload, result: Plan, preflight: Preflight) -> Plann
             vram_peak=sp.vram_peak,
             wall_s=sp.wall_s,
             placements={
-                workload.component(cid).label: p.tier.label
+                workload.component(cid).label: p.label
                 + (f" {p.resident_blocks}/{p.total_blocks}" if p.total_blocks else "")
                 for cid, p in sp.placements.items()
             },

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from .baselines import Outcome
 from .costmodel import GiB
-from .planner import Plan
+from .planner import Action, Placement, Plan, Prefetch
 from .units import format_bytes
 from .workload import Workload
-
-
-def _gib(n: float) -> str:
-    return f"{n / GiB:.1f}"
 
 
 def plan_table(plan: Plan, workload: Workload) -> str:
@@ -22,21 +19,75 @@ def plan_table(plan: Plan, workload: Workload) -> str:
     header = f"{'step':>4}  {'node':<28} {'components (tier)':<52} {'VRAM GiB':>8} {'transfer s':>10}"
     rows = [header, "-" * len(header)]
     for n, sp in enumerate(plan.steps, 1):
-        tiers = []
-        for cid, placement in sp.placements.items():
-            label = workload.component(cid).label
-            tier = placement.tier.label
-            if placement.total_blocks:
-                tier += f" {placement.resident_blocks}/{placement.total_blocks}"
-            tiers.append(f"{label}: {tier}")
+        tiers = [f"{workload.component(cid).label}: {placement_text(p)}" for cid, p in sp.placements.items()]
         node = f"{sp.step.node_id} {sp.step.label}"[:28]
         text = ", ".join(tiers) or "-"
-        rows.append(f"{n:>4}  {node:<28} {text:<52} {_gib(sp.vram_peak):>8} {sp.transfer_s:>10.2f}")
+        rows.append(f"{n:>4}  {node:<28} {text:<52} {sp.vram_peak / GiB:>8.2f} {sp.transfer_s:>10.2f}")
         for action in sp.actions:
-            rows.append(f"{'':>6}- {action}")
+            rows.append(f"{'':>6}- {action_text(action, workload)}")
         for item in sp.prefetched:
-            rows.append(f"{'':>6}- prefetch during this node: {item}")
+            rows.append(f"{'':>6}- {prefetch_text(item, workload)}")
     return "\n".join(rows)
+
+
+def placement_text(p: Placement) -> str:
+    """The tier ("+ram" where the pinned cap left part of a pinned copy pageable) and resident blocks."""
+    return p.label + (f" {p.resident_blocks}/{p.total_blocks}" if p.total_blocks else "")
+
+
+def _split(pinned: int, pageable: int) -> str:
+    return f"{format_bytes(pinned)} pinned + {format_bytes(pageable)} pageable"
+
+
+def action_text(a: Action, workload: Workload) -> str:
+    """One action in words, every figure the action's own (the JSON carries the same fields)."""
+    label = workload.component(a.component).label
+    # a copy meant for pinned RAM that the pinned cap cut short lives partly in pageable RAM
+    host = "RAM" if a.pageable_bytes else a.source if a.kind == "stream" else a.target
+    if a.kind == "copy":
+        text = f"copy {label} from {a.source} to {host} ({format_bytes(a.bytes)}, {a.seconds:.2f} s)"
+        kept = a.pinned_bytes + a.pageable_bytes
+        if a.pinned_bytes and a.pageable_bytes:
+            text += f", keeping {_split(a.pinned_bytes, a.pageable_bytes)}"
+        elif kept != a.bytes:  # a stream keeps only its streamed blocks in RAM
+            text += f", keeping {format_bytes(kept)}"
+        return text
+    if a.kind == "load":
+        return f"load {label} to GPU from {a.source} ({format_bytes(a.bytes)}, {a.seconds:.2f} s)"
+    if a.kind == "evict":
+        return f"evict {label} from GPU ({f'keep in {a.target}' if a.target else 'free'})"
+    if a.kind == "release":
+        return f"release {label} from {a.source}"
+    text = (
+        f"stream {label}: {a.resident_blocks}/{a.total_blocks} blocks resident, prefetch {a.prefetch_depth}, "
+        f"{format_bytes(a.bytes)} per pass x {a.evaluations} from {host}"
+    )
+    if a.pageable_bytes and a.source == "pinned RAM":
+        text += f" ({_split(a.pinned_bytes, a.pageable_bytes)})"
+    return f"{text}, {a.seconds:.2f} s"
+
+
+def prefetch_text(p: Prefetch, workload: Workload) -> str:
+    label = workload.component(p.component).label
+    return (
+        f"prefetch during this node: {label} ({format_bytes(p.bytes)}, {p.seconds:.2f} s) for node {p.node}"
+    )
+
+
+def vram_peak(plan: Plan) -> int:
+    return max((s.vram_peak for s in plan.steps), default=0)
+
+
+def shortfall(plan: Plan) -> int:
+    """How much more usable VRAM an infeasible plan needs (0 when it fits)."""
+    return 0 if plan.feasible else max(0, plan.min_vram - plan.budget.vram)
+
+
+def moves_less(plan: Plan, name: str, outcome: Outcome) -> float | None:
+    """The fraction of a baseline's transfer seconds Headroom saves; None where it does not compare."""
+    if plan.feasible and outcome.fits and outcome.transfer_s > 0 and name != "lower_bound":
+        return 1 - plan.transfer_s / outcome.transfer_s
+    return None
 
 
 def summary(plan: Plan, baselines: dict[str, Outcome]) -> str:
@@ -46,27 +97,35 @@ def summary(plan: Plan, baselines: dict[str, Outcome]) -> str:
         f"minimum VRAM for this workflow: {format_bytes(plan.min_vram)} (set by {plan.bottleneck})",
     ]
     if plan.feasible:
-        peak = max((s.vram_peak for s in plan.steps), default=0)
         lines.append(
-            f"fits: yes; VRAM peak {format_bytes(peak)}; predicted transfer {plan.transfer_s:.1f} s, "
+            f"fits: yes; VRAM peak {format_bytes(vram_peak(plan))}; "
+            f"predicted transfer {plan.transfer_s:.1f} s, "
             f"wall {plan.wall_s:.1f} s"
         )
     else:
-        short = plan.min_vram - plan.budget.vram
-        lines.append(f"fits: NO; it needs {format_bytes(short)} more usable VRAM ({plan.bottleneck})")
+        lines.append(
+            f"fits: NO; it needs {format_bytes(shortfall(plan))} more usable VRAM ({plan.bottleneck})"
+        )
         lines.append(f"to fit: {fit_advice(plan)}")
     for name, outcome in baselines.items():
         fit = "fits" if outcome.fits else f"out of memory at {outcome.oom_step}"
-        ratio = ""
-        if plan.feasible and outcome.fits and outcome.transfer_s > 0 and name != "lower_bound":
-            ratio = f" (Headroom moves {100 * (1 - plan.transfer_s / outcome.transfer_s):.0f}% less)"
+        less = moves_less(plan, name, outcome)
+        ratio = "" if less is None else f" (Headroom moves {100 * less:.0f}% less)"
         lines.append(f"{name:>13}: transfer {outcome.transfer_s:.1f} s, {fit}{ratio}")
     return "\n".join(lines)
 
 
+def plan_text(plan: Plan, workload: Workload, baselines: dict[str, Outcome]) -> str:
+    """What ``plan`` prints without --json: the table (when it fits), the summary and the notes."""
+    parts = [plan_table(plan, workload)] if plan.feasible else []
+    parts.append(summary(plan, baselines))
+    parts += [f"note: {note}" for note in workload.notes]
+    return "\n".join(parts)
+
+
 def fit_advice(plan: Plan) -> str:
     """What would make an infeasible plan fit, from the bottleneck node's weights/activations split."""
-    short = plan.min_vram - plan.budget.vram
+    short = shortfall(plan)
     advice = [f"a card with {format_bytes(plan.min_vram + plan.budget.reserve)} of VRAM or more"]
     if "activations" in plan.bottleneck:
         advice.append("a smaller resolution, fewer frames or a smaller batch at that node")
@@ -80,18 +139,23 @@ def fit_advice(plan: Plan) -> str:
 
 
 def plan_json(plan: Plan, workload: Workload, baselines: dict[str, Outcome]) -> dict[str, Any]:
+    """The plan for machines: the figures the text prints, unrounded, plus each action's sentence."""
+
     def num(x: float) -> float | None:
         return x if math.isfinite(x) else None
 
     return {
         "fits": plan.feasible,
         "min_vram_bytes": plan.min_vram,
+        "short_bytes": shortfall(plan),
         "advice": None if plan.feasible else fit_advice(plan),
         "bottleneck": plan.bottleneck,
         "budget": {"vram": plan.budget.vram, "ram": plan.budget.ram, "pinned": plan.budget.pinned},
         "hardware": plan.hardware.__dict__,
+        "vram_peak": vram_peak(plan),
         "transfer_s": num(plan.transfer_s),
         "wall_s": num(plan.wall_s),
+        "prefetch_depth": plan.prefetch_depth,
         "components": [
             {
                 "id": c.id,
@@ -114,19 +178,28 @@ def plan_json(plan: Plan, workload: Workload, baselines: dict[str, Outcome]) -> 
                 "wall_s": sp.wall_s,
                 "placements": {
                     cid: {
-                        "tier": p.tier.label,
+                        "tier": p.label,
                         "resident_blocks": p.resident_blocks,
                         "blocks": p.total_blocks,
+                        "streamed_bytes": p.streamed_bytes,
+                        "pinned_bytes": p.pinned_bytes,
+                        "pageable_bytes": p.pageable_bytes,
                     }
                     for cid, p in sp.placements.items()
                 },
-                "actions": sp.actions,
-                "prefetch": sp.prefetched,
+                "actions": [{**asdict(a), "text": action_text(a, workload)} for a in sp.actions],
+                "prefetch": [{**asdict(p), "text": prefetch_text(p, workload)} for p in sp.prefetched],
             }
             for sp in plan.steps
         ],
         "baselines": {
-            name: {"transfer_s": o.transfer_s, "wall_s": o.wall_s, "fits": o.fits, "oom_at": o.oom_step}
+            name: {
+                "transfer_s": o.transfer_s,
+                "wall_s": o.wall_s,
+                "fits": o.fits,
+                "oom_at": o.oom_step,
+                "headroom_moves_less": moves_less(plan, name, o),
+            }
             for name, o in baselines.items()
         },
         "notes": list(workload.notes),
@@ -171,5 +244,5 @@ def timeline_png(plan: Plan, workload: Workload, path: Path) -> None:
     labels = [f"{sp.step.label[:18]} #{sp.step.node_id}" for sp in plan.steps]
     vram_ax.set_xticks(xs, labels, fontsize=7, rotation=40, ha="right")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, format="png")  # exactly `path`: no ".png" appended to other names
     plt.close(fig)

@@ -7,7 +7,7 @@ import re
 
 # Memory sizes on GPUs and in ComfyUI's own logs are binary: "8GB" on a card means 8 GiB.
 _UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*((?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 
 
 def parse_bytes(text: str | int | float, default_unit: str = "g") -> int:
@@ -22,12 +22,12 @@ def parse_bytes(text: str | int | float, default_unit: str = "g") -> int:
     else:
         match = _SIZE.match(text)
         if not match:
-            raise ValueError(f"not a size: {text!r} (write it like 8GB, 7.5GiB, 512MB or 8)")
+            raise ValueError(f"not a size: {text!r} (write it like 6, 6GB, 6 GiB or 6144MB)")
         value, unit = float(match.group(1)), (match.group(2) or default_unit)
         if not match.group(2) and re.search(r"b\s*$", text, re.IGNORECASE):
             unit = ""  # "512B" / "512 b": plain bytes
-    if value < 0:
-        raise ValueError(f"a size cannot be negative: {text!r}")
+    if value < 0 or not math.isfinite(value):
+        raise ValueError(f"a size cannot be negative or infinite: {text!r}")
     return int(round(value * _UNITS[unit.lower()]))
 
 
@@ -41,20 +41,32 @@ def format_bytes(n: int | float) -> str:
     return f"{value:.2f} TiB"
 
 
-def parse_vram_budget(text: str | float | int | None) -> float | None:
-    """GB as a float, or None for "auto". Raises ValueError with what is accepted."""
-    if text is None:
+# The node input ``vram_budget``: one parser for every node (and the same sizes as the command line).
+VRAM_BUDGET_FORMS = '"auto" or a size, for example 6, 6GB, 6 GiB or 6144MB'
+MIN_VRAM_BUDGET = 2**20  # below 1 MiB no model fits: refused, never read as "no budget"
+
+
+def parse_vram_budget_bytes(text: str | float | int | None) -> int | None:
+    """The ``vram_budget`` input in bytes, or None for "auto" (and empty). A bare number is GB.
+
+    Raises ValueError saying what is accepted, also for sizes below ``MIN_VRAM_BUDGET`` (a budget
+    that rounds to nothing must not read as "no budget").
+    """
+    if text is None or (isinstance(text, str) and text.strip().lower() in ("", "auto")):
         return None
-    if isinstance(text, (int, float)):
-        value = float(text)
-    else:
-        cleaned = text.strip().lower().removesuffix("gb").strip()
-        if cleaned in ("", "auto"):
-            return None
-        try:
-            value = float(cleaned)
-        except ValueError:
-            raise ValueError(f'{text!r} is not "auto" or a number of GB (for example 6 or 4.5)') from None
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f'{text!r} is not "auto" or a positive number of GB (for example 6 or 4.5)')
-    return value
+    if isinstance(text, float) and not math.isfinite(text):
+        raise ValueError(f"{text!r} is not {VRAM_BUDGET_FORMS}")
+    try:
+        nbytes = parse_bytes(text)
+    except (ValueError, OverflowError):  # "1e308" GB is finite, but not once in bytes
+        raise ValueError(f"{text!r} is not {VRAM_BUDGET_FORMS}") from None
+    if nbytes < MIN_VRAM_BUDGET:
+        smallest = format_bytes(MIN_VRAM_BUDGET)
+        raise ValueError(f"{text!r} is below the smallest budget, {smallest}: write {VRAM_BUDGET_FORMS}")
+    return nbytes
+
+
+def parse_vram_budget(text: str | float | int | None) -> float | None:
+    """The ``vram_budget`` input in GB (GiB), or None for "auto"; see ``parse_vram_budget_bytes``."""
+    nbytes = parse_vram_budget_bytes(text)
+    return None if nbytes is None else nbytes / 2**30

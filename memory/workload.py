@@ -72,8 +72,20 @@ class Step:
     label: str
     uses: tuple[str, ...] = ()  # components it computes with
     evaluations: int = 1  # full passes over the weights (sampling steps; 1 for encode/decode)
-    activation: int = 0  # peak activation bytes on the GPU
+    activation: int = 0  # peak activation bytes on the GPU, cond and uncond batched where cfg is on
     compute_s: float = 0.0  # predicted compute time, for wall-time estimates only
+    # The peak at the smallest batch the host runs (with cfg: the cond alone, samplers.py:263-274); it
+    # sets the minimum VRAM. None: the same as ``activation``.
+    activation_min: int | None = None
+    reservation: int | None = None  # what the host's own formula keeps free for it; None: ``activation``
+
+    def __post_init__(self) -> None:
+        if self.activation_min is None:
+            object.__setattr__(self, "activation_min", self.activation)
+        if self.reservation is None:
+            object.__setattr__(self, "reservation", self.activation)
+        if not 0 <= self.activation_min <= self.activation:
+            raise ValueError(f"step {self.node_id}: activation_min {self.activation_min} > {self.activation}")
 
 
 @dataclass(frozen=True)

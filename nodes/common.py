@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ..memory.units import parse_vram_budget as parse_gb
+from typing import Any
+
+from ..memory.units import VRAM_BUDGET_FORMS, parse_vram_budget_bytes
 
 CATEGORY = "Headroom"
 
@@ -26,14 +28,30 @@ ANY = AnyType("*")
 def vram_budget_input() -> tuple[str, dict]:
     return (
         "STRING",
-        {"default": "auto", "tooltip": 'VRAM this node may use: "auto" (the plan decides) or GB, e.g. 6'},
+        {"default": "auto", "tooltip": f"VRAM this node may use: {VRAM_BUDGET_FORMS} (a bare number is GB)"},
     )
 
 
-def parse_vram_budget(text: str, node: str) -> int | None:
-    """The ``vram_budget`` input in bytes: None for "auto", else GB ("6", "5.5", "6GB")."""
+def vram_budget_error(text: Any, node: str) -> str | None:
+    """Why ``text`` is not a valid ``vram_budget`` for ``node``, or None when it is (a linked input,
+    not known at queue time, is None too)."""
+    if text is None:
+        return None
     try:
-        gb = parse_gb(text)
+        parse_vram_budget_bytes(text)
     except ValueError as exc:
-        raise ValueError(f"{node}: input vram_budget: {exc}") from None
-    return None if gb is None else int(gb * 2**30)
+        return f"{node}: input vram_budget: {exc}."
+    return None
+
+
+def validate_vram_budget(text: Any, node: str) -> bool | str:
+    """For a node's ``VALIDATE_INPUTS``: True, or the message the host shows at queue time."""
+    return vram_budget_error(text, node) or True
+
+
+def parse_vram_budget(text: str, node: str) -> int | None:
+    """The ``vram_budget`` input in bytes: None for "auto", else a size ("6" is GB, "6GB", "6144MB")."""
+    error = vram_budget_error(text, node)
+    if error:
+        raise ValueError(error)
+    return parse_vram_budget_bytes(text)

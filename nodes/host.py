@@ -38,6 +38,7 @@ from ..memory.preflight import PlanCache, Preflight, plan_prompt
 from ..memory.residency import Controller, MappedFile, bind, footprint, open_mapped, pin, to_pageable
 from ..memory.units import parse_bytes
 from ..version import __version__
+from .input_checks import OffloadError, check_checkpoint_parts, check_pairing, loading
 
 # Our folder kinds -> the host's folder_paths names, newest first: 2024 hosts call diffusion models
 # "unet" and text encoders "clip"; current ones keep those names as aliases.
@@ -101,6 +102,36 @@ def weight_dtype_choices() -> list[str]:
 _stream_log = logging.getLogger("headroom.streaming")
 
 
+def sampler_latent_spec(model: Any) -> tuple[int | None, int, bool, bool]:
+    """What the model's sampler takes: (latent channels, spatial dims, 4-D accepted for a 3-D model,
+    an all-zero latent of other channels accepted). Current hosts widen an empty latent's channels and
+    add a video model's frame axis (``fix_empty_latent_channels``); the 2024 host does neither."""
+    latent_format = getattr(getattr(model, "model", None), "latent_format", None)
+    if latent_format is None:  # not a host model: no check rather than a wrong one
+        return None, 2, False, False
+    fixes = hasattr(_host("comfy.sample"), "fix_empty_latent_channels")
+    channels = getattr(latent_format, "latent_channels", None)
+    if channels is None:  # the 2024 host does not say; its preview factors have a row per channel
+        channels = len(getattr(latent_format, "latent_rgb_factors", None) or []) or None
+    return channels, int(getattr(latent_format, "latent_dimensions", 2)), fixes, fixes
+
+
+def vae_latent_spec(vae: Any) -> tuple[int | None, int]:
+    """What a VAE decodes: (latent channels, spatial dims). For image KL VAEs the channels come from the
+    decoder's first convolution: the 2024 host says 4 for any VAE built from a config."""
+    import torch
+
+    dims = int(getattr(vae, "latent_dim", 2))
+    channels = getattr(vae, "latent_channels", None)
+    model = getattr(vae, "first_stage_model", None)
+    first = getattr(model, "post_quant_conv", None)
+    if not isinstance(first, torch.nn.Conv2d):  # Flux/SD3 layout: no quant convs
+        first = getattr(getattr(model, "decoder", None), "conv_in", None)
+    if dims == 2 and isinstance(first, torch.nn.Conv2d):
+        channels = first.in_channels
+    return channels, dims
+
+
 @dataclass
 class StreamingRun:
     """What one streamed sampling did, for the node's UI text."""
@@ -158,9 +189,9 @@ def streaming_ksample(
                 return
             patched.partially_unload(patched.offload_device, memory_to_free=patched.loaded_size())
             room = _host("comfy.model_management").get_free_memory(device)
-            budget_bytes = min(budget, room) if budget else room
+            budget_bytes = room if budget is None else min(budget, room)
         else:
-            budget_bytes = budget if budget else total + activation
+            budget_bytes = total + activation if budget is None else budget
         choice = choose_streaming(
             sizes,
             total - sum(sizes),
@@ -867,10 +898,6 @@ _DTYPE_OPTIONS = {  # the stock UNETLoader's weight_dtype -> model_options
 }
 
 
-class OffloadError(ValueError):
-    """A file the Offload Loader cannot use: the message names the input, the file and the problem."""
-
-
 @dataclass
 class ComponentHandle:
     """One component the loader built: the host's patcher and module, and the files it came from."""
@@ -921,26 +948,29 @@ def _full_path(kind: str, name: str, input_name: str) -> Path:
     raise OffloadError(f"Offload Loader: input {input_name}: no file {name!r} in the models/{folder} folder")
 
 
-def _check_file(input_name: str, path: Path, expected: str) -> None:
-    """Refuse what is not a safetensors file of the expected kind, before anything is loaded."""
+def _check_file(input_name: str, path: Path, expected: str) -> list[Any]:
+    """Refuse what is not a safetensors file of the expected kind, before anything is loaded; returns
+    what the file holds (memory.components infos)."""
     try:
         info = describe_file(path)
     except ComponentError as exc:
         raise OffloadError(f"Offload Loader: input {input_name}: {exc}") from None
-    kinds = {i.kind for i in info} if isinstance(info, list) else {info.kind}
+    infos = info if isinstance(info, list) else [info]
+    kinds = {i.kind for i in infos}
     if expected == "checkpoint":
         if "diffusion_model" not in kinds:
             raise OffloadError(
                 f"Offload Loader: input {input_name}: {path.name} holds no diffusion model "
                 f"(it looks like: {', '.join(sorted(kinds))}); a checkpoint holds a model, encoders and a VAE"
             )
-        return
+        return infos
     known = kinds - {"unknown", "other"}
     if known and expected not in known:
         raise OffloadError(
             f"Offload Loader: input {input_name}: {path.name} looks like a {'/'.join(sorted(known))} file, "
             f"not a {expected.replace('_', ' ')}; choose it in the matching input"
         )
+    return infos
 
 
 def _model_options(weight_dtype: str) -> dict[str, Any]:
@@ -1019,22 +1049,30 @@ def offload_load(node_id: str, inputs: dict[str, Any]) -> tuple[Any, Any, Any]:
             files[f"text_encoder_{i}"] = ("text_encoder", path)
     if vae_name not in none:
         files["vae"] = ("vae", _full_path("vae", vae_name, "vae"))
-    for input_name, (kind, path) in files.items():
-        _check_file(input_name, path, kind)
+    infos = {input_name: _check_file(input_name, path, kind) for input_name, (kind, path) in files.items()}
+    if "checkpoint" in files:
+        need_clip, need_vae = not encoders, vae_name in none
+        check_checkpoint_parts(files["checkpoint"][1], infos["checkpoint"], need_clip, need_vae)
+    clip_type = str(inputs.get("clip_type"))
+    check_pairing(files, infos, clip_type)
 
     model = clip = vae = None
     if "checkpoint" in files:
-        model, clip, vae = _load_checkpoint(
-            files["checkpoint"][1], want_model=unet in none, want_clip=not encoders,
-            want_vae=vae_name in none, weight_dtype=weight_dtype if unet in none else "default",
-        )  # fmt: skip
+        with loading("checkpoint", files["checkpoint"][1], infos["checkpoint"]):
+            model, clip, vae = _load_checkpoint(
+                files["checkpoint"][1], want_model=unet in none, want_clip=not encoders,
+                want_vae=vae_name in none, weight_dtype=weight_dtype if unet in none else "default",
+            )  # fmt: skip
     if unet not in none:
-        model = _load_diffusion_model(files["diffusion_model"][1], weight_dtype)
+        with loading("diffusion_model", files["diffusion_model"][1], infos["diffusion_model"]):
+            model = _load_diffusion_model(files["diffusion_model"][1], weight_dtype)
     if encoders:
-        paths = [p for k, p in files.values() if k == "text_encoder"]
-        clip = _load_clip(paths, str(inputs.get("clip_type")))
+        names = [n for n, (k, _) in files.items() if k == "text_encoder"]
+        with loading(" / ".join(names), files[names[0]][1], [i for n in names for i in infos[n]]):
+            clip = _load_clip([files[n][1] for n in names], clip_type)
     if vae_name not in none:
-        vae = _load_vae(vae_name)
+        with loading("vae", files["vae"][1], infos["vae"]):
+            vae = _load_vae(vae_name)
 
     handles = _handles(node_id, inputs, files, model, clip, vae)
     control = residency()
@@ -1073,9 +1111,14 @@ def _handles(
     ):
         if obj is None:
             continue
-        patcher = obj if kind == "diffusion_model" else obj.patcher
-        module = patcher.model
         input_name, paths = source(kind)
+        patcher = obj if kind == "diffusion_model" else getattr(obj, "patcher", None)
+        if getattr(patcher, "model", None) is None:  # the host built an empty shell from no weights
+            raise OffloadError(
+                f"Offload Loader: input {input_name}: the host found no {kind.replace('_', ' ')} weights in "
+                f"{', '.join(p.name for p in paths)}; choose a file that holds one"
+            )
+        module = patcher.model
         label = " + ".join(p.name for p in paths) + f" [{kind}]"
         choice = str(inputs.get(residency_input) or "auto")
         cid = f"{node_id}:{input_name}:{kind}"

@@ -8,9 +8,10 @@ from typing import Any
 import torch
 
 from ..memory.tiled_vae import DecodeOptions, Unsupported, make_tiled_decoder
-from ..memory.tiled_vae.budget import activation_budget, park_ram_allowance, parse_vram_budget
+from ..memory.tiled_vae.budget import activation_budget, park_ram_allowance
 from . import host
-from .common import CATEGORY, vram_budget_input
+from .common import CATEGORY, parse_vram_budget, validate_vram_budget, vram_budget_input
+from .input_checks import latent_error, latent_problem
 
 log = logging.getLogger("headroom")
 
@@ -40,16 +41,19 @@ class HeadroomTiledVAEDecode:
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
+    @classmethod
+    def VALIDATE_INPUTS(cls, vram_budget: Any = "auto") -> bool | str:
+        """A bad vram_budget fails when the prompt is queued, before any node runs."""
+        return validate_vram_budget(vram_budget, cls.DISPLAY_NAME)
+
     def decode(
         self, samples: dict, vae: Any, vram_budget: str = "auto", mode: str = "exact", unique_id: Any = None
     ) -> tuple[torch.Tensor]:
-        try:
-            budget_gb = parse_vram_budget(vram_budget)
-        except ValueError as exc:
-            raise ValueError(f"{self.DISPLAY_NAME}: input vram_budget: {exc}.") from None
+        budget_bytes = parse_vram_budget(vram_budget, self.DISPLAY_NAME)
+        budget_gb = None if budget_bytes is None else budget_bytes / (1 << 30)
         if mode not in ("exact", "fast"):
             raise ValueError(f'{self.DISPLAY_NAME}: input mode must be "exact" or "fast", not {mode!r}.')
-        latent = samples["samples"]
+        latent = self._checked_latent(samples, vae)
         device = torch.device(vae.device)
         options = DecodeOptions(
             device=device,
@@ -76,7 +80,7 @@ class HeadroomTiledVAEDecode:
         if budget_gb is not None and options.budget_bytes < minimum:
             need = (weights + minimum) / (1 << 30)
             raise ValueError(
-                f"{self.DISPLAY_NAME}: input vram_budget: {vram_budget} GB is below what this VAE needs with "
+                f"{self.DISPLAY_NAME}: input vram_budget: {vram_budget!r} is below what this VAE needs with "
                 f"the smallest tiles ({need:.2f} GB: weights and one tile). Raise vram_budget or use auto."
             )
         if budget_gb is None and device.type == "cuda":
@@ -113,6 +117,22 @@ class HeadroomTiledVAEDecode:
             )
         images = vae.process_output(raw).movedim(1, -1).to(vae.output_device)
         return (_stock_layout(images),)
+
+    def _checked_latent(self, samples: Any, vae: Any) -> torch.Tensor:
+        """The latent, refused with what to connect instead when this VAE cannot decode it."""
+        latent = samples.get("samples") if isinstance(samples, dict) else None
+        if not isinstance(latent, torch.Tensor):
+            raise ValueError(f"{self.DISPLAY_NAME}: input samples: not a latent (no samples tensor)")
+        channels, dims = host.vae_latent_spec(vae)
+        problem = latent_problem(latent.shape, channels, dims)
+        if problem:
+            wanted = f"{channels}-channel " if channels else ""
+            fix = (
+                f"Connect the VAE of the model that made this latent (this one decodes {wanted}"
+                f"{dims + 2}-D latents {'of video' if dims == 3 else 'of images'})."
+            )
+            raise ValueError(latent_error(self.DISPLAY_NAME, "samples", problem, fix))
+        return latent
 
 
 def _stock_layout(images: torch.Tensor) -> torch.Tensor:

@@ -10,8 +10,12 @@ on families and block names.
 Dtype recipes: a file is "all one dtype" (fp32/fp16/bf16), or "fp8": the weights of Linear layers in
 float8_e4m3fn and everything else (embeddings, norms, biases, convs) in the base dtype, which is what
 ComfyUI's fp8 files hold; "scaled" adds ComfyUI's per-layer ``scale_weight`` and the ``scaled_fp8``
-marker. Sizes are checked against the official templates' published sizes by
-scripts/check_model_catalog.py (and tests/unit/test_catalog.py).
+marker. Every component records its ``source`` ("parameters x dtype (host class ...)").
+
+The templates' files no host class here can build (newer architectures, LoRAs of unknown rank) are then
+solved from the templates' published sizes by scripts/solve_template_sizes.py (source "template sizes
+(linear system, ...)"; the solve's equations are kept under ``template_solve``). Sizes are checked
+against the published sizes by scripts/check_model_catalog.py (and tests/unit/test_catalog.py).
 
 Usage (needs a ComfyUI checkout; v0.3.64 produced the committed JSON):
     COMFYUI_ROOT=/path/to/ComfyUI python scripts/build_model_catalog.py [--out memory/data/model_catalog.json]
@@ -31,6 +35,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # solve_template_sizes, check_model_catalog
 DEFAULT_OUT = ROOT / "memory" / "data" / "model_catalog.json"
 
 
@@ -571,6 +576,8 @@ FILES: list[tuple[str, str, list[Part]]] = [
         for dt, recipe in (("fp16", FP16), ("bf16", BF16), ("fp8_e4m3fn", FP8), ("fp8_scaled", FP8_SCALED))
     ],
     ("wan2.1_flf2v_720p_14B_fp16.safetensors", DM, single("wan21_flf2v_14b", FP16)),
+    # ChronoEdit-14B: a fine-tune of Wan2.1-I2V-14B-720P, same layers (nvidia/ChronoEdit-14B-Diffusers)
+    ("chrono_edit_14B_fp16.safetensors", DM, single("wan21_i2v_14b", FP16)),
     ("wan2.1_flf2v_720p_14B_fp8_e4m3fn.safetensors", DM, single("wan21_flf2v_14b", FP8)),
     ("wan2.1_vace_14B_fp16.safetensors", DM, single("wan21_vace_14b", FP16)),
     ("wan2.1_vace_1.3B_fp16.safetensors", DM, single("wan21_vace_1.3b", FP16)),
@@ -757,6 +764,7 @@ def component_record(info, arch: str, recipe: Recipe, module: str) -> dict:
         "recipe": recipe.base
         + (" + fp8 Linear" if recipe.fp8 else "")
         + (" scaled" if recipe.scaled else ""),
+        "source": f"parameters x dtype (host class {module})",
     }
 
 
@@ -793,15 +801,23 @@ def build(host: Path, only: set[str] | None = None) -> dict:
         )
         record = component_record(info, arch, recipe, shapes(arch, host)[1]) | {"prefix": "diffusion_model."}
         record["note"] = f"rank {rank} on every Linear of the blocks; " + info.note
+        record["source"] = f"rank-{rank} LoRA parameters x dtype (host class {shapes(arch, host)[1]})"
         files.setdefault(name, []).append({"directory": "loras", "components": [record]})
     import comfyui_version  # type: ignore[import-not-found]
 
-    return {
-        "schema": 1,
+    result = {
+        "schema": 2,
         "generated_by": "scripts/build_model_catalog.py",
         "host": f"ComfyUI {comfyui_version.__version__}",
         "files": files,
     }
+    if only is None:  # the templates' other files, solved from their published sizes
+        from solve_template_sizes import template_entries
+
+        solved, record = template_entries(files)
+        files.update({k: v for k, v in solved.items() if k not in files})
+        result["template_solve"] = record
+    return result
 
 
 def _section_kind(prefix: str) -> str:

@@ -28,6 +28,7 @@ class StreamingChoice:
     device_bytes: int  # rest + resident blocks + ring (activations not included)
     step_s: float  # predicted step time from the pipeline model
     bound_s: float  # max(compute, streamed bytes / bandwidth)
+    requested_depth: int | None = None  # the depth asked for, when more than the streamed blocks allow
 
     @property
     def ring_bytes(self) -> int:
@@ -94,15 +95,18 @@ def choose_streaming(
             frozenset(range(n)), 0, 0, 0, rest_bytes + everything, sum(compute), sum(compute)
         )
     best: StreamingChoice | None = None
-    depths = (depth,) if depth is not None else DEPTHS
+    # an explicit depth is a ceiling: the deepest ring at most that deep that the budget holds (and
+    # never deeper than the streamed blocks: a slot per streamed block is already every upload ahead)
+    depths = tuple(range(min(depth, max(n - 1, 0)), -1, -1)) if depth is not None else DEPTHS
     if depth is None and _fill(block_bytes, key, room, min(DEPTHS), 0) is None:
         depths = (0,)  # no ring of two blocks fits: one slot, uploads wait (the planner's last resort)
-    for d in depths:
-        resident = _fill(block_bytes, key, room, d, resident_blocks)
+    for asked in depths:
+        resident = _fill(block_bytes, key, room, asked, resident_blocks)
         if resident is None:
             continue
-        resident = _improve(block_bytes, compute, resident, d, bandwidth)
+        resident = _improve(block_bytes, compute, resident, _capped(asked, n - len(resident)), bandwidth)
         streamed = [i for i in range(n) if i not in resident]
+        d = _capped(asked, len(streamed))
         slot = max((block_bytes[i] for i in streamed), default=0)
         streamed_bytes = sum(block_bytes[i] for i in streamed)
         used = rest_bytes + sum(block_bytes[i] for i in resident) + ((d + 1) * slot if streamed else 0)
@@ -114,18 +118,25 @@ def choose_streaming(
             used,
             step_time(block_bytes, compute, frozenset(resident), d, bandwidth),
             max(sum(compute), streamed_bytes / bandwidth),
+            depth if depth is not None and depth > d else None,
         )
+        if depth is not None:
+            best = choice
+            break
         if best is None or (choice.step_s, choice.streamed_bytes) < (best.step_s, best.streamed_bytes):
             best = choice
     if best is None:
-        slots = (depth if depth is not None else 0) + 1
-        need = rest_bytes + activation_bytes + slots * max(block_bytes, default=0)
+        need = rest_bytes + activation_bytes + max(block_bytes, default=0)  # a ring of one slot
         raise BudgetExceeded(
             f"a VRAM budget of {format_bytes(budget)} cannot stream this model: it needs at least "
-            f"{format_bytes(need)} (non-block weights, activations and a ring of {slots} of its "
-            "largest blocks)"
+            f"{format_bytes(need)} (non-block weights, activations and one slot for its largest block)"
         )
     return best
+
+
+def _capped(depth: int, streamed: int) -> int:
+    """A ring never needs more slots than there are streamed blocks: depth at most streamed - 1."""
+    return max(0, min(depth, streamed - 1))
 
 
 def _fill(
@@ -137,17 +148,20 @@ def _fill(
 
     def ring(res: set[int]) -> int:
         streamed = [block_bytes[i] for i in range(n) if i not in res]
-        return (depth + 1) * max(streamed) if streamed else 0
+        return (_capped(depth, len(streamed)) + 1) * max(streamed) if streamed else 0
 
-    if ring(resident) > room:
-        return None
+    def fits(res: set[int]) -> bool:
+        return sum(block_bytes[j] for j in res) + ring(res) <= room
+
+    # while nothing fits yet, blocks are added anyway: each one made resident may shrink the ring
+    # (fewer streamed blocks, fewer slots), so a deep ring can still fit with more blocks resident
     for i in key:
         if limit is not None and len(resident) >= limit:
             break
         trial = resident | {i}
-        if sum(block_bytes[j] for j in trial) + ring(trial) <= room:
+        if fits(trial) or not fits(resident):
             resident = trial
-    return resident
+    return resident if fits(resident) else None
 
 
 def _improve(

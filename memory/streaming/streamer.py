@@ -16,6 +16,7 @@ runs with synchronous copies, which is how the tests check it bit for bit.
 
 from __future__ import annotations
 
+import functools
 import logging
 import statistics
 import time
@@ -44,29 +45,39 @@ class StreamStats:
     calls_together: int = 0  # model calls that shared their uploads with another call (run_together)
     steps: int = 0
     pinned: bool = False
+    cuda: bool = False
     host_bytes: int = 0  # the streamed blocks' host buffer
     streamed_bytes: int = 0
     block_compute_s: dict[int, list[float]] = field(default_factory=dict)
     upload_s: list[tuple[int, float]] = field(default_factory=list)  # (bytes, seconds)
     step_s: list[float] = field(default_factory=list)
+    # the same as intervals in seconds from ``_origin``, and the steps (start, end, all of it timed)
+    compute_iv: list[tuple[float, float]] = field(default_factory=list)
+    upload_iv: list[tuple[float, float]] = field(default_factory=list)
+    steps_iv: list[tuple[float, float, bool]] = field(default_factory=list)
     # timing marks not yet read: perf_counter floats on CPU, CUDA events (read after a sync) on GPU
+    _origin: Any = None
     _compute_marks: list[tuple[int, Any, Any]] = field(default_factory=list)
     _upload_marks: list[tuple[int, Any, Any]] = field(default_factory=list)
-    _step_marks: list[Any] = field(default_factory=list)
+    _step_marks: list[tuple[Any, bool]] = field(default_factory=list)  # (mark, timed)
 
     def resolve(self) -> None:
         """Turn the timing marks into seconds (synchronises the device once, after the fact)."""
-        marks = self._compute_marks + self._upload_marks
-        if any(not isinstance(m, float) for _, a, b in marks for m in (a, b)) or any(
-            not isinstance(m, float) for m in self._step_marks
-        ):
+        marks = [m for _, a, b in self._compute_marks + self._upload_marks for m in (a, b)]
+        marks += [m for m, _ in self._step_marks]
+        if any(not isinstance(m, float) for m in marks):
             torch.cuda.synchronize()
+        at = functools.partial(_seconds, self._origin)
         for block, a, b in self._compute_marks:
             self.block_compute_s.setdefault(block, []).append(_seconds(a, b))
+            self.compute_iv.append((at(a), at(b)))
         for nbytes, a, b in self._upload_marks:
             self.upload_s.append((nbytes, _seconds(a, b)))
+            self.upload_iv.append((at(a), at(b)))
         steps = self._step_marks
-        self.step_s += [_seconds(a, b) for a, b in zip(steps, steps[1:], strict=False)]
+        for (a, timed), (b, _) in zip(steps, steps[1:], strict=False):
+            self.step_s.append(_seconds(a, b))
+            self.steps_iv.append((at(a), at(b), timed))
         self._compute_marks, self._upload_marks = [], []
         self._step_marks = steps[-1:]
 
@@ -79,10 +90,39 @@ class StreamStats:
         """Median compute per step of the streamed blocks."""
         return sum(statistics.median(v) for v in self.block_compute_s.values() if v)
 
+    def step_bounds(self) -> list[tuple[float, float]]:
+        """(step time, lower bound) of every timed step. The bound is the time measured busy inside
+        that step's own interval, so it cannot exceed the step: on CUDA the busier of the compute
+        stream and the copy stream (they overlap), on a CPU compute and the RAM copies together (one
+        thread does both; there is no PCIe link to overlap)."""
+        out = []
+        for a, b, timed in self.steps_iv:
+            if not timed:
+                continue
+            compute = _busy(self.compute_iv, a, b)
+            upload = _busy(self.upload_iv, a, b)
+            both = _busy(self.compute_iv + self.upload_iv, a, b)
+            out.append((b - a, max(compute, upload) if self.cuda else both))
+        return out
+
     def bound_s(self) -> float | None:
-        """max(compute, streamed bytes / bandwidth): no streamer can run a step faster."""
-        bw = self.bandwidth()
-        return None if bw is None else max(self.compute_s(), self.streamed_bytes / bw)
+        """The median of the per-step bounds: no step ran faster than its own bound, so this is at most
+        the median step time (None until a step is timed, or when some steps were not timed)."""
+        bounds = self.step_bounds()
+        if not bounds or len(bounds) < len(self.steps_iv):
+            return None
+        return statistics.median(bound for _, bound in bounds)
+
+
+def _busy(intervals: Sequence[tuple[float, float]], a: float, b: float) -> float:
+    """Length of the union of ``intervals`` clipped to [a, b]."""
+    total, end = 0.0, a
+    for lo, hi in sorted(intervals):
+        lo, hi = max(lo, end), min(hi, b)
+        if hi > lo:
+            total += hi - lo
+            end = hi
+    return total
 
 
 def _seconds(a: Any, b: Any) -> float:
@@ -126,7 +166,7 @@ class BlockStreamer:
         *,
         pin: bool = True,
         ledger: DeviceLedger | None = None,
-        calibrate_steps: int = 1,
+        calibrate_steps: int | None = None,
     ) -> None:
         self.model, self.layout, self.choice = model, layout, choice
         self.device = torch.device(device)
@@ -134,7 +174,7 @@ class BlockStreamer:
         self.want_pin = pin
         self.ledger = ledger or DeviceLedger()
         self.calibrate_steps = calibrate_steps
-        self.stats = StreamStats()
+        self.stats = StreamStats(cuda=self.cuda)
         self.streamed = [i for i in range(len(layout.blocks)) if i not in choice.resident]
         self.order: list[int] = list(self.streamed)  # learnt on the first step
         self._observed: list[int] = []
@@ -159,6 +199,7 @@ class BlockStreamer:
         if self.attached:
             return self.choice
         block_of = {id(m): i for i, (_, m) in enumerate(self.layout.blocks)}
+        self.stats._origin = self._mark()  # every timing mark is read relative to this one
         try:
             self._place_resident(block_of)
             self._build_host_buffer()
@@ -280,7 +321,8 @@ class BlockStreamer:
 
     @property
     def _timing(self) -> bool:
-        return self.stats.steps <= self.calibrate_steps
+        """Every step is timed unless ``calibrate_steps`` limits it to the first ones."""
+        return self.calibrate_steps is None or self.stats.steps <= self.calibrate_steps
 
     # --- the ring ----------------------------------------------------------------------------------
     @staticmethod
@@ -351,9 +393,11 @@ class BlockStreamer:
             torch.cuda.current_stream(self.device).wait_event(upload.ready)
         for e in self._entries[block]:
             _bind(e.module, e.name, e.is_param, self._view(upload.slot.buffer, e.offset, e))
-        self._current[block] = (upload.slot, self._mark() if self._timing else None)
+        self._current[block] = (upload.slot, None)
         self._pos = (self.order.index(block) + 1) % len(self.order)
         self._top_up()
+        if self._timing:  # after the top-up: on a CPU its copies run here, and are timed as uploads
+            self._current[block] = (upload.slot, self._mark())
 
     def _release(self, block: int) -> None:
         """``block`` has computed: its tensors point back at the host buffer, its slot is reused."""
@@ -387,7 +431,7 @@ class BlockStreamer:
         first = self.order[0] if self._order_known else (self._observed[0] if self._observed else block)
         if block == first:
             self.stats.steps += 1
-            self.stats._step_marks.append(self._mark())
+            self.stats._step_marks.append((self._mark(), self._timing))
             if not self._order_known and self._observed:
                 if self._observed != self.order:
                     log.info("Headroom: blocks run in another order than the layout's; using the order seen")
@@ -454,6 +498,7 @@ class BlockStreamer:
             "blocks": len(self.layout.blocks),
             "resident_blocks": len(self.choice.resident),
             "prefetch": self.choice.depth,
+            "prefetch_requested": self.choice.requested_depth,
             "streamed_bytes": self.stats.streamed_bytes,
             "host_bytes": self.stats.host_bytes,
             "pinned": self.stats.pinned,
@@ -465,6 +510,7 @@ class BlockStreamer:
             "h2d_bytes_per_s": bw,
             "step_s": statistics.median(self.stats.step_s) if self.stats.step_s else None,
             "bound_s": self.stats.bound_s(),
+            "bound_kind": "busiest of compute and H2D copies" if self.cuda else "compute + RAM copies, CPU",
         }
 
 

@@ -5,7 +5,9 @@ which is why tiled decoders drift in tone. Here the statistics always describe t
 
 * ``kernel_stats``: torch's own GroupNorm kernel run over the whole (parked) activation. On the CPU this
   gives the very mean/rstd a full decode computes, and ``apply_group_norm(..., exact=True)`` then
-  reproduces the kernel's per-element arithmetic, so a tile is bit-identical to the full layer.
+  reproduces the vectorised kernel's per-element arithmetic (fused multiply-adds), so a tile is
+  bit-identical to the full layer (measured with AVX2 and AVX-512 kernels; a build without them,
+  ``ATEN_CPU_CAPABILITY=default``, rounds otherwise, about 1e-7 per norm).
 * ``StatsMerger``: per-tile (count, mean, M2) merged with Chan's parallel formula in float64 on the
   compute device, from the tiles' core pixels only (no halo counted twice). Exact up to rounding (the
   host's kernel accumulates in float32); used where the activation lives off the compute device (CUDA).

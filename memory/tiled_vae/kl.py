@@ -13,7 +13,9 @@ The decoder (``decoder.conv_in``, ``mid.block_1/attn_1/block_2``, ``up[i].block[
   device, each tile grown by the stage's own receptive field (a few pixels, from its convolutions and
   upsample factor) and cropped back - no blending - into the next park;
 * each GroupNorm uses the statistics of its whole input (see ``groupnorm``), so a tile sees exactly
-  what the full decode would. In float32 on the CPU the result is bit-identical to the full decode.
+  what the full decode would. In float32 on the CPU the result is the full decode's up to the
+  convolution kernel's rounding for another tile shape: bitwise on AVX2, within 1e-5 where oneDNN
+  blocks a tile otherwise (AVX-512: 2e-6 measured). See the package docstring.
 
 The host's own layers (its convolutions, activations, upsample) run every operation except the
 GroupNorm itself, so the arithmetic is the host's.

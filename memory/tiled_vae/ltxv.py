@@ -17,7 +17,8 @@ upsamplers are depth-to-space. Every layer is therefore local in space, so:
   the whole parked activation, as the full decode takes it, and a tile divides by its crop of it;
 * the noise the host injects (LTXV 0.9.1: ``torch.randn`` of the whole frame in each residual block,
   and ``randn_like`` of the latent) is drawn up front, in the host's order and shapes from the same
-  generator, and each tile adds its crop of it. In float32 on the CPU the result is bit-identical.
+  generator, and each tile adds its crop of it. In float32 on the CPU the result is the full decode's
+  up to the convolution kernel's rounding for another tile shape (see the package docstring).
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ GroupNorm: its RMS_norm is per pixel and its only attention is per frame in the 
 * the rest (upsamples and output head) is purely local in space: each spatial tile, grown by the
   receptive field computed from its layers, runs through *all* latent frames in order with one causal
   cache of its own that is never reset, so time is exact and the frame count is the full decode's;
-* the tile is cropped back, no blending. In float32 on the CPU the result is bit-identical (checked
-  against the host's own decode for Wan 2.1 and Wan 2.2).
+* the tile is cropped back, no blending. In float32 on the CPU the result is the host's own decode up
+  to the convolution kernel's rounding for another tile shape (bitwise on AVX2, checked for Wan 2.1
+  and Wan 2.2; see the package docstring).
 
 On a CPU the tiles are full-height strips (``DecodeOptions.strips``). Wan's 2D resample convolutions
 take oneDNN or torch's native kernel by N*C*H*W, which a narrow crop could push below the threshold

@@ -73,7 +73,7 @@ def _brute_force(w: Workload, budget: Budget, hw: Hardware, depth: int) -> float
         }
         total = 0.0
         for s, step in enumerate(w.steps):
-            vram = step.activation
+            vram = step.activation_min  # the host runs cond alone when cond+uncond do not fit
             ring = 0  # streamed components run one after another and share one ring
             for c in comps:
                 t = tier[c.id, s]
@@ -119,12 +119,16 @@ def _brute_force(w: Workload, budget: Budget, hw: Hardware, depth: int) -> float
                 if t.gpu == "G" and prev.gpu != "G":
                     total += c.bytes / max(bw[prev.host], bw[t.host])
                 if t.gpu == "S":
-                    resident = sum(c.blocks) - streamed[c.id]
-                    total += (c.bytes - sum(c.blocks) + resident) / bw[t.host]
+                    once = c.bytes - sum(c.blocks) + (sum(c.blocks) - streamed[c.id])
                     if t == Tier.STREAM_PINNED:
+                        # pinned and pageable in the proportion the cap leaves, for the bytes uploaded
+                        # once as for those streamed at every evaluation
                         part = pinned_part[c.id]
+                        fast_once = once * part / streamed[c.id] if streamed[c.id] else once
+                        total += fast_once / hw.h2d_pinned + (once - fast_once) / hw.h2d_pageable
                         per_pass = part / hw.h2d_pinned + (streamed[c.id] - part) / hw.h2d_pageable
                     else:
+                        total += once / bw[t.host]
                         per_pass = streamed[c.id] / bw[t.host]
                     total += step.evaluations * per_pass
         best = min(best, total)

@@ -3,6 +3,7 @@ its blocks stream through the ring, after a stock LoRA loader too, and the model
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from headroom_testing.harness import Host, PromptFailed
+from headroom_testing.harness import Host, PromptInvalid
 from headroom_testing.tiny_models import build_tiny_sd_checkpoint
 
 pytestmark = pytest.mark.host
@@ -113,10 +114,66 @@ def test_unload_models_then_stock_sampling_still_works(tiny: Host) -> None:
     assert torch.isfinite(stock).all()
 
 
-@pytest.mark.parametrize("budget", ["lots", "-2", "0"])
-def test_a_bad_budget_names_the_node_and_the_input(tiny: Host, budget: str) -> None:
-    with pytest.raises(PromptFailed, match="vram_budget"):
-        tiny.run(prompt("HeadroomStreamingSampler", vram_budget=budget))
+SAMPLER_NAME = "Layer-Streaming DiT Sampler (Headroom)"
+
+
+@pytest.mark.parametrize("budget", ["lots", "-2", "0", "1e-10", "1e-300", "6 GB of VRAM"])
+def test_a_bad_budget_is_refused_at_queue_time_naming_the_node_and_the_input(tiny: Host, budget: str) -> None:
+    """Refused by the host's validation, before any node runs; "1e-10" GB is not "no budget"."""
+    with pytest.raises(PromptInvalid, match="vram_budget") as info:
+        tiny.validate(prompt("HeadroomStreamingSampler", vram_budget=budget), "bad-budget")
+    assert SAMPLER_NAME in str(info.value) and "6GB" in str(info.value)  # what to write instead
+
+
+@pytest.mark.parametrize("budget", ["6", "6GB", "6 GiB", "6144MB", "auto", " 0.5 gb "])
+def test_the_budget_sizes_the_command_line_takes_pass_validation(tiny: Host, budget: str) -> None:
+    tiny.validate(prompt("HeadroomStreamingSampler", vram_budget=budget), "good-budget")
+
+
+@pytest.fixture(scope="module")
+def stock_seed_9(tiny: Host) -> torch.Tensor:
+    return _latent(tiny.run(prompt("KSampler", seed=9)))
+
+
+@pytest.mark.parametrize(("budget", "prefetch"), [("auto", 16), ("0.075", 16), ("0.2", 16), ("0.075", 4)])
+def test_a_prefetch_beyond_the_streamed_blocks_is_capped_and_said(
+    tiny: Host, stock_seed_9: torch.Tensor, budget: str, prefetch: int
+) -> None:
+    stock = stock_seed_9
+    result = tiny.run(prompt("HeadroomStreamingSampler", seed=9, vram_budget=budget, prefetch=prefetch))
+    assert torch.equal(_latent(result), stock)
+    text = result.ui["9"]["text"][0]
+    if "nothing streamed" not in text:
+        assert f"capped from {prefetch}" in text, text
+
+
+def test_the_reported_bound_is_below_the_step_time(tiny: Host) -> None:
+    text = tiny.run(prompt("HeadroomStreamingSampler", seed=10, vram_budget="0.075")).ui["9"]["text"][0]
+    found = re.search(r"([0-9.]+) s/step vs bound ([0-9.]+) s", text)
+    assert found, text
+    assert float(found.group(2)) <= float(found.group(1)), text
+
+
+@pytest.mark.parametrize(
+    ("shape", "problem"),
+    [
+        ((0, 4, 8, 8), "empty batch"),
+        ((1, 16, 8, 8), "16 channels"),
+        ((1, 4, 2, 8, 8), "5-D"),
+        ((1, 4, 8), "3-D"),
+    ],
+)
+@torch.inference_mode()
+def test_a_latent_the_model_cannot_take_is_refused_before_sampling(
+    tiny: Host, shape: tuple[int, ...], problem: str
+) -> None:
+    model, clip, _ = tiny.node_class("CheckpointLoaderSimple")().load_checkpoint(CKPT)
+    (cond,) = tiny.node_class("CLIPTextEncode")().encode(clip, "")
+    latent = {"samples": torch.randn(shape)}
+    sampler = tiny.node_class("HeadroomStreamingSampler")()
+    with pytest.raises(ValueError, match=problem) as info:
+        sampler.sample(model, 1, 1, 1.0, "euler", "normal", cond, cond, latent, vram_budget="0.075")
+    assert str(info.value).startswith(f"{SAMPLER_NAME}: input latent_image: the latent"), info.value
 
 
 def pack_host_module(host: Host) -> Any:

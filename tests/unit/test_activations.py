@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
 from pathlib import Path
@@ -10,13 +12,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from comfyui_headroom.cli import main as cli_main
 from comfyui_headroom.memory.activations import (
     DIFFUSION,
+    MARGIN,
+    MEASURED,
+    MEASURED_ALIAS,
     TEXT_ENCODERS,
+    TEXT_MEASURED,
     VAES,
     activation_bytes,
+    host_reservation,
     latent_frames,
 )
+from comfyui_headroom.memory.costmodel import Budget, Hardware
+from comfyui_headroom.memory.planner import minimum_vram, plan
+from comfyui_headroom.memory.workload import Component, Step, Workload
 
 MIB = 1 << 20
 
@@ -26,32 +37,87 @@ def comfy_memory_required(area: int, dtype_size: int, factor: float) -> float:
     return area * dtype_size * 0.01 * factor * MIB
 
 
-def test_flux_step_is_comfyuis_formula_with_cond_and_uncond_batched() -> None:
-    got = activation_bytes("flux", "diffusion_model", width=1024, height=1024)
+def test_host_reservation_is_comfyuis_formula_with_cond_and_uncond_batched() -> None:
+    got = host_reservation("flux", width=1024, height=1024, cfg=True)
     assert got == pytest.approx(comfy_memory_required(2 * 128 * 128, 2, 3.1), abs=1)
-    assert activation_bytes("flux", "diffusion_model", width=1024, height=1024, cfg=False) == pytest.approx(
-        got / 2, abs=1
-    )
-    assert activation_bytes("flux", "diffusion_model", width=1024, height=1024, batch=3) == pytest.approx(
+    assert host_reservation("flux", width=1024, height=1024) == pytest.approx(got / 2, abs=1)
+    assert host_reservation("flux", width=1024, height=1024, batch=3, cfg=True) == pytest.approx(
         3 * got, abs=3
     )
-    fp32 = activation_bytes("flux", "diffusion_model", width=1024, height=1024, dtype="fp32")
+    fp32 = host_reservation("flux", width=1024, height=1024, cfg=True, dtype="fp32")
     assert fp32 == pytest.approx(2 * got, abs=2)
-    kontext = activation_bytes("flux", "diffusion_model", width=1024, height=1024, reference_images=1)
+    kontext = host_reservation("flux", width=1024, height=1024, cfg=True, reference_images=1)
     assert kontext == pytest.approx(2 * got, abs=2)
 
 
-def test_wan_scales_with_latent_frames_and_model_width() -> None:
+def test_host_reservation_scales_with_latent_frames_and_wan_width() -> None:
     assert latent_frames(81, 4) == 21 and latent_frames(1, 4) == 1 and latent_frames(33, 8) == 5
-    big = activation_bytes("wan21", "diffusion_model", width=832, height=480, frames=81)
+    big = host_reservation("wan21", width=832, height=480, frames=81, cfg=True)
     assert big == pytest.approx(comfy_memory_required(2 * 21 * 60 * 104, 2, 5120 / 2222), abs=1)
-    small = activation_bytes("wan21", "diffusion_model", width=832, height=480, frames=81, dim=1536)
+    small = host_reservation("wan21", width=832, height=480, frames=81, cfg=True, dim=1536)
     assert small == pytest.approx(big * 1536 / 5120, rel=1e-9)
-    vace = activation_bytes("wan21", "diffusion_model", width=832, height=480, frames=81, vace=True)
+    vace = host_reservation("wan21", width=832, height=480, frames=81, cfg=True, vace=True)
     assert vace == pytest.approx(big * 1.2, rel=1e-9)
     # Wan 2.2 TI2V-5B works on a 16x latent
-    five = activation_bytes("wan22", "diffusion_model", width=1280, height=704, frames=121, dim=3072)
+    five = host_reservation("wan22", width=1280, height=704, frames=121, cfg=True, dim=3072)
     assert five == pytest.approx(comfy_memory_required(2 * 31 * 44 * 80, 2, 3072 / 2222), abs=1)
+
+
+def test_prediction_is_the_measured_peak_plus_the_margin() -> None:
+    # bench/activations.py: Flux-dev at 1024x1024, bf16, batch 1 peaks at a * 16384 cells + b
+    a, b = MEASURED["flux"]["bf16"]
+    one = activation_bytes("flux", "diffusion_model", width=1024, height=1024, cfg=False)
+    assert one == math.ceil((a * 128 * 128 + b) * (1 + MARGIN))
+    assert 0.05 <= MARGIN <= 0.15
+    fp32 = activation_bytes("flux", "diffusion_model", width=1024, height=1024, cfg=False, dtype="fp32")
+    a32, b32 = MEASURED["flux"]["fp32"]
+    assert fp32 == math.ceil((a32 * 128 * 128 + b32) * (1 + MARGIN))
+    # fp8 weights compute in bf16: the bf16 coefficients
+    assert activation_bytes("flux", "diffusion_model", width=1024, height=1024, cfg=False, dtype="fp8") == one
+    # the measurement is well below ComfyUI's conservative formula for the same batch
+    assert one < host_reservation("flux", width=1024, height=1024)
+
+
+def test_cfg_doubles_the_batch_and_the_split_runs_cond_alone() -> None:
+    kw = {"width": 640, "height": 640, "frames": 81}
+    alone = activation_bytes("wan21", "diffusion_model", cfg=False, **kw)
+    together = activation_bytes("wan21", "diffusion_model", cfg=True, **kw)
+    split = activation_bytes("wan21", "diffusion_model", cfg=True, split=True, **kw)
+    assert split == alone and together == pytest.approx(2 * alone, abs=2)
+    # Wan 2.x 14B at 640x640x81 measured 3331.5 MiB per call (bf16); ComfyUI reserves 6194 MiB per call
+    assert alone == pytest.approx(3331.5 * MIB * (1 + MARGIN), rel=1e-3)
+    assert host_reservation("wan21", cfg=True, **kw) == pytest.approx(2 * 6194 * MIB, rel=1e-3)
+    assert activation_bytes("wan21", "diffusion_model", batch=2, cfg=True, split=True, **kw) == pytest.approx(
+        2 * alone, abs=2
+    )
+
+
+def test_wan_coefficients_follow_the_model_width() -> None:
+    kw = {"width": 832, "height": 480, "frames": 81, "cfg": False}
+    sizes = [activation_bytes("wan21", "diffusion_model", dim=d, **kw) for d in (1536, 3072, 5120)]
+    assert sizes == sorted(sizes) and len(set(sizes)) == 3
+    assert activation_bytes("wan21", "diffusion_model", **kw) == sizes[-1]  # unknown size: the 14B
+    wider = activation_bytes("wan21", "diffusion_model", dim=6144, **kw)
+    assert wider == pytest.approx(sizes[-1] * 6144 / 5120, rel=1e-6)
+    vace = activation_bytes("wan21", "diffusion_model", vace=True, **kw)
+    assert vace == pytest.approx(sizes[-1] * 1.2, rel=1e-6)
+
+
+def test_unmeasured_families_keep_comfyuis_formula() -> None:
+    for family in set(DIFFUSION) - set(MEASURED) - set(MEASURED_ALIAS) - {"wan22"}:
+        got = activation_bytes(family, "diffusion_model", width=1024, height=1024, cfg=False)
+        assert got == host_reservation(family, width=1024, height=1024), family
+
+
+def test_the_coefficients_are_those_of_the_results_file() -> None:
+    text = (Path(__file__).resolve().parents[2] / "bench" / "results" / "activations.md").read_text()
+    fitted = json.loads(re.findall(r"```\n(\{.*\})\n```", text)[-1])
+    for family, per in MEASURED.items():
+        for dtype, (a, b) in per.items():
+            assert fitted[family][dtype] == [a, b], (family, dtype)
+    for family, per in TEXT_MEASURED.items():
+        for dtype, (a, c) in per.items():
+            assert fitted[family][dtype] == [a, c], (family, dtype)
 
 
 def test_vae_decode_is_one_sample_of_comfyuis_formula() -> None:
@@ -68,13 +134,18 @@ def test_vae_decode_is_one_sample_of_comfyuis_formula() -> None:
     )
 
 
-def test_text_encoders_scale_with_tokens() -> None:
-    t5 = activation_bytes("t5xxl", "text_encoder", width=1024, height=1024)
-    assert t5 == pytest.approx(28.3 * 512 * 4096 * 2, abs=1)
-    assert activation_bytes("t5xxl", "text_encoder", width=1, height=1, tokens=256) == pytest.approx(
-        t5 / 2, abs=1
-    )
+def test_text_encoders_are_their_measured_peak_plus_the_margin() -> None:
+    t5 = activation_bytes("t5xxl", "text_encoder", width=1024, height=1024)  # 512 tokens by default
+    a, c = TEXT_MEASURED["t5xxl"]["bf16"]
+    assert t5 == math.ceil((a * 512 + c * 512 * 512) * (1 + MARGIN))
+    half = activation_bytes("t5xxl", "text_encoder", width=1, height=1, tokens=256)
+    assert half == math.ceil((a * 256 + c * 256 * 256) * (1 + MARGIN)) and half < t5 / 2  # the bias is t^2
+    # T5-base: the XXL's figure scaled by hidden size
+    base = activation_bytes("t5base", "text_encoder", width=1, height=1)
+    assert base == math.ceil((a * 512 + c * 512 * 512) * 768 / 4096 * (1 + MARGIN))
     assert activation_bytes("clip_l", "text_encoder", width=1, height=1) < t5
+    fp32 = activation_bytes("llama3_8b", "text_encoder", width=1, height=1, dtype="fp32")
+    assert fp32 > activation_bytes("llama3_8b", "text_encoder", width=1, height=1)
     unknown = activation_bytes("some_new_llm", "text_encoder", width=1, height=1)
     assert unknown >= max(activation_bytes(f, "text_encoder", width=1, height=1) for f in TEXT_ENCODERS)
 
@@ -141,3 +212,50 @@ def test_the_cited_vae_formulas_are_the_hosts() -> None:
         first, last = (int(n) for n in re.match(r"sd\.py:(\d+)-(\d+)", spec.source).groups())
         text = "\n".join(lines[first - 1 : last])
         assert "memory_used_encode" in text and "memory_used_decode" in text, family
+
+
+def test_a_step_without_a_split_figure_uses_its_activation() -> None:
+    step = Step("3", "KSampler", (), activation=5 * MIB)
+    assert step.activation_min == 5 * MIB and step.reservation == 5 * MIB
+    with pytest.raises(ValueError, match="activation_min"):
+        Step("3", "KSampler", (), activation=MIB, activation_min=2 * MIB)
+
+
+def test_the_minimum_vram_is_set_by_the_cond_alone() -> None:
+    dit = Component("dm", "dit.safetensors", 4 << 30, blocks=tuple([100 * MIB] * 40), kind="diffusion_model")
+    both, alone = 6 << 30, 3 << 30
+    w = Workload((dit,), (Step("3", "KSampler", ("dm",), 20, both, activation_min=alone),))
+    need, where = minimum_vram(w, 1)
+    assert need == (4 << 30) - 40 * 100 * MIB + 2 * 100 * MIB + alone  # rest + ring of 2 + cond alone
+    assert "3.00 GiB of activations" in where
+    hw = Hardware.pcie(4)
+    budget = Budget(vram=need, ram=64 << 30, pinned=32 << 30, prefetch_depth=1)
+    assert plan(w, budget, hw).feasible  # the host splits cond and uncond: this VRAM suffices
+    tight = Budget(vram=need - 64 * MIB, ram=64 << 30, pinned=32 << 30, prefetch_depth=1)
+    assert not plan(w, tight, hw).feasible
+
+
+def test_wan22_14b_at_640x640x81_no_longer_needs_12_gib_of_activations(capsys: pytest.CaptureFixture) -> None:
+    workflow = Path(__file__).resolve().parents[2] / "workflows" / "wan22_14b_t2v.json"
+    assert cli_main(["plan", str(workflow), "--vram", "12GB"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("minimum VRAM for this workflow"))
+    activations = float(re.search(r"([\d.]+) GiB of activations", line).group(1))
+    # cfg 3.5: the host runs cond alone when both do not fit; one 14B call at 21x80x80 latent cells
+    # measured 3331.5 MiB (bench/results/activations.md), +10%: 3.58 GiB, was ComfyUI's 12.10 GiB
+    assert activations == pytest.approx(3331.5 * 1.1 / 1024, abs=0.01)
+    assert "fits: yes" in out
+
+
+def test_aliases_and_wider_ltxv_use_a_measured_model() -> None:
+    kw = {"width": 1024, "height": 1024, "cfg": False}
+    assert activation_bytes("chroma", "diffusion_model", **kw) == activation_bytes(
+        "flux", "diffusion_model", **kw
+    )
+    video = {"width": 768, "height": 512, "frames": 97, "cfg": False}
+    two_b = activation_bytes("ltxv", "diffusion_model", **video)
+    a, b = MEASURED["ltxv"]["bf16"]
+    assert two_b == math.ceil((a * 13 * 16 * 24 + b) * (1 + MARGIN))  # 13 latent frames of 16x24
+    assert activation_bytes("ltxv", "diffusion_model", dim=4096, **video) == pytest.approx(
+        2 * two_b, rel=1e-6
+    )

@@ -3,6 +3,8 @@ catalog checked against the official templates' published sizes."""
 
 from __future__ import annotations
 
+import gc
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -27,6 +29,12 @@ from comfyui_headroom.memory.catalog import (
 from comfyui_headroom.memory.components import KINDS, ComponentError
 
 ROOT = Path(__file__).resolve().parents[2]
+SOURCES = (
+    "parameters x dtype (host class ",
+    "rank-",  # rank-r LoRA parameters x dtype (host class ...)
+    "template sizes (linear system, determined)",
+    "template sizes (linear system, split by name prior)",
+)
 
 
 def load_check_script():
@@ -53,7 +61,11 @@ def test_catalog_is_loaded_once_and_consistent() -> None:
                 info = cat._from_record(record, name)
                 assert info.kind in KINDS and info.source == "catalog", name
                 assert info.bytes > 0 and info.rest_bytes >= 0, name
-                assert info.dtype in ("fp32", "fp16", "bf16", "fp8_e4m3fn", "fp8_e4m3fn_scaled"), name
+                assert record["source"].startswith(SOURCES), (name, record.get("source"))
+                if record["source"].startswith("template sizes"):  # dtype read from the name
+                    assert info.dtype and info.note.startswith(record["source"]), name
+                else:  # built with the host's classes: one of the recipes
+                    assert info.dtype in ("fp32", "fp16", "bf16", "fp8_e4m3fn", "fp8_e4m3fn_scaled"), name
 
 
 def flux_double_block_params(h: int = 3072, mlp: int = 12288) -> int:
@@ -178,6 +190,7 @@ def test_a_templates_lookups_fit_the_planning_budget() -> None:
     cat.catalog.cache_clear()
     cat._normalised_index.cache_clear()
     cat._catalog_components.cache_clear()
+    gc.collect()  # the garbage of earlier tests is not the catalog's cost
     start = time.perf_counter()
     for name, kind in files:
         lookup(name, kind)
@@ -196,18 +209,98 @@ def _timed(fn) -> float:
 # --- the official templates ----------------------------------------------------------------------------
 
 
-def test_catalog_against_the_official_templates() -> None:
-    check = load_check_script()
+def templates_report(check):
     folder = check.templates_dir()
     if folder is None:
         pytest.skip("comfyui-workflow-templates-json is not installed (pip install -e .[test])")
-    report = check.check(folder, tolerance=0.05)
+    return check.check(folder, tolerance=0.05)
+
+
+def test_catalog_against_the_official_templates() -> None:
+    check = load_check_script()
+    report = templates_report(check)
     print("\n" + report.summary(worst=5))
-    assert len(report.checks) > 100 and len(report.known) >= 40
-    assert not report.outside, [(c.name, c.error) for c in report.outside]
-    # published sizes that do not describe their template's own files stay few and are each explained
-    assert len(report.suspect) <= 8 and all(c.inconsistent for c in report.suspect)
-    assert len(report.within) >= 35
+    assert len(report.checks) > 200 and len(report.known) >= 200
+    # a template off by > 5% either publishes a size that does not describe its files (flagged) or is
+    # an equation the solve dropped as contradicting the others, with the reason recorded
+    dropped = cat_solve()["dropped"]
+    assert all(c.name in dropped for c in report.outside), [(c.name, c.error) for c in report.outside]
+    assert len(report.suspect) <= 12 and all(c.inconsistent for c in report.suspect)
+    assert len(report.within) >= 200
+    # templates whose files all come from the host's classes: an independent check of those sizes
+    n, median, p90, worst, _ = report.error_stats("independent")
+    assert n >= 30 and median < 0.002 and p90 < 0.005 and worst < 0.01
+
+
+def cat_solve() -> dict:
+    with cat.CATALOG_PATH.open(encoding="utf-8") as f:
+        return json.load(f)["template_solve"]
+
+
+def test_the_catalog_covers_nine_tenths_of_the_templates_files() -> None:
+    report = templates_report(load_check_script())
+    known, named = report.file_coverage()
+    assert named >= 300 and known / named >= 0.9, (known, named)
+
+
+def test_the_solution_reproduces_the_published_totals_it_was_solved_from() -> None:
+    check = load_check_script()
+    report = templates_report(check)
+    solve = cat_solve()
+    by_name = {c.name: c for c in report.checks}
+    installed = importlib.metadata.version("comfyui-workflow-templates-json")
+    if solve["package"] != f"comfyui-workflow-templates-json {installed}":
+        pytest.skip(f"the catalog was solved from {solve['package']}, {installed} is installed")
+    assert len(solve["used"]) >= 150 and len(solve["determined"]) >= 50
+    for name in solve["used"]:
+        c = by_name[name]
+        assert c.ours is not None and abs(c.ours - c.published) <= 1e-4 * c.published + 64, name
+    assert not set(solve["used"]) & set(solve["dropped"])
+    assert all(reason for reason in solve["dropped"].values())
+
+
+def test_well_known_sizes() -> None:
+    gb = 1e9
+    assert lookup("flux1-dev-fp8.safetensors", "diffusion_model").bytes == pytest.approx(11.9 * gb, rel=0.01)
+    umt5 = lookup("umt5_xxl_fp8_e4m3fn_scaled.safetensors", "text_encoder")
+    assert umt5.bytes == pytest.approx(6.74 * gb, rel=0.01)
+    for noise in ("high", "low"):
+        expert = lookup(f"wan2.2_i2v_{noise}_noise_14B_fp8_scaled.safetensors", "diffusion_model")
+        assert expert.bytes == pytest.approx(14.3 * gb, rel=0.01) and len(expert.blocks) == 40
+    # solved from the templates: Z-Image Turbo (6.15B parameters, bf16) and Qwen3-4B (4.02B, bf16)
+    z_image = lookup("z_image_turbo_bf16.safetensors", "diffusion_model")
+    assert z_image.bytes == pytest.approx(12.3 * gb, rel=0.02) and "determined" in z_image.note
+    assert lookup("qwen_3_4b.safetensors", "text_encoder").bytes == pytest.approx(8.04 * gb, rel=0.01)
+
+
+def load_solver():
+    load_check_script()  # the solver imports it by name
+    spec = importlib.util.spec_from_file_location(
+        "solve_template_sizes", ROOT / "scripts" / "solve_template_sizes.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_solver_separates_determined_split_and_contradicting_equations() -> None:
+    solver = load_solver()
+    eq = solver.Equation
+    eqs = [
+        eq("known_plus_a", 1300, (("vae", "known"), ("loras", "a"))),  # a = 300
+        eq("b_and_c", 3000, (("loras", "b"), ("loras", "c"))),  # b + c only: split by prior
+        eq("a_b_c", 3300, (("loras", "a"), ("loras", "b"), ("loras", "c"))),  # consistent with both
+        eq("wrong_a", 5000, (("loras", "a"),)),  # contradicts known_plus_a (taken first: by name)
+        eq("below_known", 500, (("vae", "known"), ("loras", "d"))),
+    ]
+    sol = solver.solve({("vae", "known"): 1000}, eqs, {"a": 100, "b": 1000, "c": 2000, "d": 10})
+    assert sol.sizes["a"] == 300 and sol.determined == {"a"}
+    assert sol.sizes["b"] == 1000 and sol.sizes["c"] == 2000  # the prior already fits: kept
+    assert set(sol.dropped) == {"wrong_a", "below_known"} and "d" not in sol.sizes
+    skewed = solver.solve({}, eqs[1:2], {"b": 1000, "c": 1000})
+    assert skewed.sizes == {"b": 1500, "c": 1500} and not skewed.determined
 
 
 def test_the_check_flags_a_published_size_that_omits_a_file() -> None:

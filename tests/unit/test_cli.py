@@ -99,3 +99,10 @@ def test_plan_that_cannot_fit_says_what_would(tmp_path: Path, capsys: pytest.Cap
     out = capsys.readouterr().out
     assert "fits: NO" in out and "more usable VRAM" in out and "minimum VRAM for this workflow" in out
     assert "to fit: a card with" in out and "GiB of activations" in out
+
+
+def test_bad_input_exits_2_with_one_line_from_a_fresh_process(tmp_path: Path) -> None:
+    """As a user runs it: a zero bandwidth was a ZeroDivisionError traceback (exit 1)."""
+    out = run("plan", str(FLUX), "--vram", "8GB", "--ram", "32GB", "--h2d-pinned", "0", cwd=tmp_path)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith("error: argument --h2d-pinned: '0'") and out.stderr.count("\n") == 1

@@ -10,8 +10,9 @@ import pytest
 
 from comfyui_headroom.memory.catalog import lookup
 from comfyui_headroom.memory.extract import workload_from_graph
-from comfyui_headroom.memory.graph import parse_workflow
+from comfyui_headroom.memory.graph import Link, parse_workflow
 from comfyui_headroom.memory.order import predict_order
+from comfyui_headroom.memory.values import Evaluator
 from comfyui_headroom.memory.workload import Workload
 from headroom_testing.prompts import offload_t2i
 
@@ -212,3 +213,23 @@ def test_the_offload_loader_residency_inputs_pin_its_components() -> None:
     )
     pins = {c.kind: {x.pin for x in w.components if x.kind == c.kind} for c in w.components}
     assert pins == {"diffusion_model": {"disk"}, "text_encoder": {"ram"}, "vae": {""}}
+
+
+def test_steps_reach_a_sampler_from_a_frontend_primitive_through_a_backend_primitive_and_a_reroute() -> None:
+    data = _ui(
+        [
+            (1, "PrimitiveNode", [], ["INT"], [12, "fixed"]),
+            (2, "PrimitiveInt", [("value", "INT", 10)], ["INT"], [20, "fixed"]),
+            (3, "Reroute", [("", "*", 20)], ["INT"], []),
+            (
+                4,
+                "KSampler",
+                [("steps", "INT", 30)],
+                ["LATENT"],
+                [1, "fixed", 20, 8.0, "euler", "normal", 1.0],
+            ),
+        ]
+    )
+    graph = parse_workflow(data)
+    assert graph.nodes["4"].inputs["steps"] == Link("2", 0)  # the reroute is gone, the PrimitiveInt runs
+    assert Evaluator(graph).input("4", "steps").value == 12  # the frontend primitive's value

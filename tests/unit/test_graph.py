@@ -119,10 +119,22 @@ def test_api_prompt_details() -> None:
     assert graph.to_prompt()["3"]["inputs"]["sizes"] == {"__value__": [1, 2]}
 
 
-def test_api_link_to_a_missing_node_is_a_warning() -> None:
-    graph = parse_workflow({"1": {"class_type": "PreviewImage", "inputs": {"images": ["7", 0]}}})
+def test_api_link_to_a_missing_node_is_an_error_where_an_output_needs_it() -> None:
+    with pytest.raises(WorkflowError, match=r"node 1 \(PreviewImage\) input 'images' links to node 7"):
+        parse_workflow({"1": {"class_type": "PreviewImage", "inputs": {"images": ["7", 0]}}})
+    # No output needs node 2, so the host never validates it.
+    graph = parse_workflow(
+        {
+            "1": {"class_type": "PreviewImage", "inputs": {"images": ["3", 0]}},
+            "2": {"class_type": "ImageInvert", "inputs": {"image": ["7", 0]}},
+            "3": {
+                "class_type": "EmptyImage",
+                "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 0},
+            },
+        }
+    )
     assert any("node 7" in w and "not in the prompt" in w for w in graph.warnings)
-    assert predict_order(graph) == ["1"]
+    assert predict_order(graph) == ["3", "1"]
 
 
 # ------------------------------------------------------------------------- mute, bypass, virtual
@@ -644,7 +656,7 @@ def test_widget_mapping_agrees_with_the_templates_own_names() -> None:
     A few templates' names are stale (their values were edited later), so a small disagreement rate is
     allowed; a systematic error (control values, upload buttons, widget order) would exceed it.
     """
-    from comfyui_headroom.memory.graph import _Scope, _UiParser
+    from comfyui_headroom.memory.workflow_ui import _Scope, _UiParser
 
     checked = agreed = 0
     for _, data in _template_workflows():
@@ -664,7 +676,7 @@ def test_widget_mapping_agrees_with_the_templates_own_names() -> None:
 
 @needs_templates
 def test_promoted_subgraph_values_agree_with_the_templates_own_names() -> None:
-    from comfyui_headroom.memory.graph import _Scope, _UiParser
+    from comfyui_headroom.memory.workflow_ui import _Scope, _UiParser
 
     checked = 0
     for _, data in _template_workflows():
@@ -722,3 +734,31 @@ def test_node_dataclasses() -> None:
     assert node.title is None and node.output_node is None
     with pytest.raises(AttributeError):
         Link("1", 0).node = "2"  # type: ignore[misc]
+
+
+def test_newer_hosts_value_nodes_are_in_the_table() -> None:
+    # Hand-written from the 2026 host's nodes_logic.py / nodes_math.py (memory/data/newer_nodes.json).
+    switch = lookup("ComfySwitchNode")
+    assert switch is not None and switch.lazy_inputs == {"on_false", "on_true"}
+    assert [s.name for s in switch.widgets] == ["switch"]
+    math = lookup("ComfyMathExpression")
+    assert math is not None and math.outputs == ("FLOAT", "INT", "BOOLEAN")
+    # The table dumped from 0.3.64 wins where it knows a class.
+    assert lookup("PrimitiveInt").input("value").control
+
+
+def test_a_math_expression_node_gets_its_expression_and_its_autogrow_links() -> None:
+    data = {
+        "nodes": [
+            {"id": 1, "type": "PrimitiveFloat", "mode": 0, "inputs": [], "widgets_values": [5],
+             "outputs": [{"name": "FLOAT", "type": "FLOAT", "links": [1]}]},
+            {"id": 2, "type": "ComfyMathExpression", "mode": 0, "widgets_values": ["floor(a * 16) + 1"],
+             "inputs": [{"name": "values.a", "type": "FLOAT,INT,BOOLEAN", "link": 1},
+                        {"name": "values.b", "type": "FLOAT,INT,BOOLEAN", "link": None}],
+             "outputs": [{"name": "INT", "type": "INT", "links": []}]},
+        ],
+        "links": [[1, 1, 0, 2, 0, "FLOAT"]],
+    }  # fmt: skip
+    graph = parse_workflow(data)
+    assert graph.nodes["2"].inputs == {"expression": "floor(a * 16) + 1", "values.a": Link("1", 0)}
+    assert graph.warnings == []

@@ -409,3 +409,63 @@ def test_a_failing_call_stops_the_others_and_leaves_the_streamer_usable() -> Non
         assert torch.equal(model(x), expected)
         assert all(torch.equal(o, expected) for o in streamer.run_together([lambda: model(x)] * 2))
     streamer.detach()
+
+
+# --- prefetch beyond what streams or fits --------------------------------------------------------
+def test_a_deep_prefetch_is_capped_at_the_streamed_blocks() -> None:
+    blocks = [10, 10, 10, 10, 10]
+    choice = choose_streaming(blocks, 5, 5 + sum(blocks), depth=16)  # "auto" on a CPU: all of it
+    streamed = len(blocks) - len(choice.resident)
+    assert choice.depth <= max(streamed - 1, 0) and choice.requested_depth == 16
+    assert choice.device_bytes <= 5 + sum(blocks)
+
+
+def test_a_prefetch_the_budget_cannot_hold_is_lowered_to_the_deepest_ring_that_fits() -> None:
+    blocks = [10, 12, 10, 10, 10]
+    budget = 5 + 3 * 12  # a ring of three of the largest, nothing resident
+    choice = choose_streaming(blocks, 5, budget, depth=4)
+    assert (choice.depth, choice.requested_depth) == (2, 4)
+    assert choice.device_bytes <= budget
+    assert choose_streaming(blocks, 5, budget, depth=2).requested_depth is None  # asked what it got
+
+
+# --- the reported bound -----------------------------------------------------------------------------
+def test_the_bound_is_a_lower_bound_of_the_step_time_even_with_a_slow_first_step(monkeypatch) -> None:
+    """A fake clock: every block computes for 9 s on its first call (warm-up) and 0.5 s after. The
+    bound must stay at or below the measured step time (it was the first step's compute, 8x the rest)."""
+    import types
+
+    from comfyui_headroom.memory.streaming import streamer as streamer_module
+
+    now = [0.0]
+
+    def clock() -> float:  # each reading a microsecond on: an upload between two readings takes 1 us
+        now[0] += 1e-6
+        return now[0]
+
+    monkeypatch.setattr(streamer_module, "time", types.SimpleNamespace(perf_counter=clock))
+    model = _model()
+    calls: dict[int, int] = {}
+
+    def compute(module, args, out):  # registered before the streamer's hooks: inside the block's time
+        calls[id(module)] = calls.get(id(module), 0) + 1
+        now[0] += 9.0 if calls[id(module)] == 1 else 0.5
+
+    for block in model.blocks:
+        block.register_forward_hook(compute)
+    budget, rest, blocks = _budget(model, 0.25)
+    streamer = BlockStreamer(model, discover_blocks(model), choose_streaming(blocks, rest, budget), "cpu")
+    streamer.attach()
+    try:
+        with torch.no_grad():
+            for _ in range(5):
+                model(torch.randn(2, 8))
+        summary = streamer.summary()
+    finally:
+        streamer.detach()
+    streamed = len(streamer.streamed)
+    assert streamed >= 4 and summary["steps"] == 5
+    assert summary["step_s"] == pytest.approx(0.5 * len(blocks), abs=1e-3)
+    assert 0.5 * streamed <= summary["bound_s"] <= summary["step_s"]
+    for step, bound in streamer.stats.step_bounds():
+        assert bound <= step

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from comfyui_headroom.memory.tiled_vae import DecodeOptions, Unsupported, make_tiled_decoder
+from comfyui_headroom.memory.tiled_vae import DecodeOptions, Unsupported, kl, make_tiled_decoder
 from comfyui_headroom.memory.tiled_vae.budget import (
     GiB,
     activation_budget,
@@ -41,6 +41,7 @@ from comfyui_headroom.memory.tiled_vae.tiles import (
     tiles_of,
     time_reach,
 )
+from headroom_testing.exactness import TOLERANCE, assert_exact, max_abs_diff
 
 
 def rand(*shape: int, seed: int = 0) -> torch.Tensor:
@@ -228,7 +229,9 @@ def test_conv_radius_is_read_from_the_layer() -> None:
 # -- GroupNorm with whole-activation statistics -----------------------------------------------------
 
 
-def test_kernel_statistics_and_exact_apply_reproduce_group_norm_on_a_crop_bit_for_bit() -> None:
+def test_kernel_statistics_and_exact_apply_reproduce_group_norm_on_a_crop() -> None:
+    """Bitwise where torch's GroupNorm kernel is the vectorised one the exact apply mirrors (AVX2,
+    AVX-512); a build without fused multiply-adds (ATEN_CPU_CAPABILITY=default) within rounding."""
     x = rand(1, 64, 37, 29) * 3 + 1
     weight, bias = rand(64, seed=1), rand(64, seed=2)
     want = F.group_norm(x, 16, weight, bias, 1e-6)
@@ -236,7 +239,7 @@ def test_kernel_statistics_and_exact_apply_reproduce_group_norm_on_a_crop_bit_fo
     _, mean, rstd = torch.native_group_norm(x, None, None, 1, 64, 37 * 29, 16, 1e-6)
     assert torch.equal(stats.mean, mean) and torch.equal(stats.rstd, rstd)
     crop = x[..., 5:30, 7:20]
-    assert torch.equal(apply_group_norm(crop, stats, weight, bias, exact=True), want[..., 5:30, 7:20])
+    assert_exact(apply_group_norm(crop, stats, weight, bias, exact=True), want[..., 5:30, 7:20], split=False)
     approx = apply_group_norm(crop, stats, weight, bias, exact=False)
     assert (approx - want[..., 5:30, 7:20]).abs().max() < 1e-5
 
@@ -246,7 +249,7 @@ def test_exact_apply_handles_video_activations() -> None:
     weight, bias = rand(32, seed=1), rand(32, seed=2)  # the VAEs' GroupNorms are all affine
     want = F.group_norm(x, 8, weight, bias, 1e-6)
     got = apply_group_norm(x[..., 2:9, 1:8], kernel_stats(x, 8, 1e-6), weight, bias, True)
-    assert torch.equal(got, want[..., 2:9, 1:8])
+    assert_exact(got, want[..., 2:9, 1:8], split=False)
 
 
 def test_merged_tile_statistics_match_the_whole_activation() -> None:
@@ -416,19 +419,60 @@ def test_stand_in_decoder_is_staged_with_halos_from_its_layers(model: Model) -> 
     assert len(engine.stages) == 2 * 6 + 1  # one stage per GroupNorm of the up path
 
 
-@pytest.mark.parametrize(("stats", "exact", "tolerance"), [("kernel", True, 1e-5), ("merge", False, 1e-4)])
-def test_stand_in_decode_in_tiles_matches_its_full_decode(
-    model: Model, stats: str, exact: bool, tolerance: float
-) -> None:
+def stand_in_tiled(model: Model, z: torch.Tensor, **options: object) -> tuple[torch.Tensor, DecodeReport]:
+    with torch.no_grad():
+        return make_tiled_decoder(model, DecodeOptions(torch.device("cpu"), torch.float32, **options)).decode(
+            z
+        )
+
+
+def test_stand_in_decode_in_tiles_is_exactly_its_full_decode(model: Model) -> None:
+    """Within TOLERANCE when tiled, never asserted bitwise: the stand-in is so narrow (16-32 channels)
+    that torch gives its small tiles its native convolution kernel (N*C*H*W <= 20480) and the whole
+    image oneDNN's, which round differently (3e-6 measured). The hosts' VAEs are wide enough to stay
+    on oneDNN (tests/host/test_tiled_vae.py). Unsplit, one sample: the same kernels, bitwise."""
     z = rand(2, 4, 20, 18, seed=3)
     with torch.no_grad():
         want = model.decode(z)
-        engine = make_tiled_decoder(
-            model, DecodeOptions(torch.device("cpu"), torch.float32, tile=64, stats=stats, exact=exact)
-        )
-        got, report = engine.decode(z)
+    got, report = stand_in_tiled(model, z, tile=64)
     assert got.shape == want.shape and report.max_tiles_in_a_stage >= 4
-    assert (got - want).abs().max().item() < tolerance
+    assert max_abs_diff(got, want) <= TOLERANCE
+    one = z[:1]  # the engine decodes an image batch sample by sample: a batch of one is unsplit
+    whole, report = stand_in_tiled(model, one, tile=1024)
+    assert report.max_tiles_in_a_stage == 1
+    with torch.no_grad():
+        assert_exact(whole, model.decode(one), split=False)
+
+
+def test_stand_in_merged_statistics_match_to_rounding(model: Model) -> None:
+    """The CUDA path's float64-merged statistics and float32 apply, run on the CPU."""
+    z = rand(2, 4, 20, 18, seed=3)
+    with torch.no_grad():
+        want = model.decode(z)
+    got, report = stand_in_tiled(model, z, tile=64, stats="merge", exact=False)
+    assert got.shape == want.shape and report.max_tiles_in_a_stage >= 4
+    assert max_abs_diff(got, want) < 1e-4
+
+
+def test_per_tile_statistics_fail_the_exactness_check_by_far(
+    model: Model, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mutation: each tile normalised with its own GroupNorm statistics (as stock tiled decoders do)
+    instead of the whole image's; the same tiles, halos and crops otherwise."""
+    whole_image = kl.apply_group_norm
+
+    def per_tile(x: torch.Tensor, stats: object, weight: object, bias: object, exact: bool) -> torch.Tensor:
+        return whole_image(x, kernel_stats(x, 8, 1e-6), weight, bias, exact)  # the stand-in's norms
+
+    monkeypatch.setattr(kl, "apply_group_norm", per_tile)
+    z = rand(1, 4, 20, 18, seed=3)
+    with torch.no_grad():
+        want = model.decode(z)
+    got, report = stand_in_tiled(model, z, tile=64)
+    assert report.max_tiles_in_a_stage >= 4
+    assert max_abs_diff(got, want) > 100 * TOLERANCE
+    with pytest.raises(AssertionError, match="differs by"):
+        assert_exact(got, want, split=True)
 
 
 def test_parks_past_the_ram_allowance_go_to_mapped_files_and_change_nothing(
@@ -494,7 +538,7 @@ def test_out_of_memory_in_a_tile_retries_smaller_and_still_matches(model: Model)
     with torch.no_grad():
         want = model.decode(z)
     assert report.oom_retries >= 1
-    assert (got - want).abs().max().item() < 1e-5
+    assert max_abs_diff(got, want) <= TOLERANCE  # the stand-in's small tiles: see above
 
 
 def test_up_path_attention_is_unsupported() -> None:

@@ -4,7 +4,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from comfyui_headroom.memory.units import format_bytes, parse_bytes
+from comfyui_headroom.memory.units import (
+    MIN_VRAM_BUDGET,
+    format_bytes,
+    parse_bytes,
+    parse_vram_budget,
+    parse_vram_budget_bytes,
+)
+from comfyui_headroom.nodes.common import parse_vram_budget as node_budget
+from comfyui_headroom.nodes.common import validate_vram_budget
 
 GiB = 2**30
 
@@ -51,3 +59,40 @@ def test_format_bytes() -> None:
     assert format_bytes(8 * GiB) == "8.00 GiB"
     assert format_bytes(1536 * 2**20) == "1.50 GiB"
     assert format_bytes(100) == "100 B"
+
+
+# -- the vram_budget node input: one parser for every node, the command line's sizes ----------------
+
+
+@pytest.mark.parametrize("text", ["6", "6GB", "6 GiB", "6144MB", " 6gb ", 6, 6.0, "6g"])
+def test_every_way_of_writing_six_gb_is_six_gb(text: object) -> None:
+    assert parse_vram_budget_bytes(text) == 6 * GiB  # type: ignore[arg-type]
+    assert parse_vram_budget(text) == 6.0  # type: ignore[arg-type]
+    assert node_budget(text, "Some Node") == 6 * GiB  # type: ignore[arg-type]
+    assert parse_vram_budget_bytes(text) == parse_bytes(text)  # type: ignore[arg-type]  # as the CLI
+
+
+@pytest.mark.parametrize("text", ["auto", "AUTO", " auto ", "", None])
+def test_auto_is_no_budget(text: object) -> None:
+    assert parse_vram_budget_bytes(text) is None  # type: ignore[arg-type]
+    assert validate_vram_budget(text, "Some Node") is True
+
+
+@pytest.mark.parametrize("text", ["1e-10", "1e-300", "0", "0.0", "0.0005", "512KB", 0, 1e-10])
+def test_a_budget_that_rounds_to_nothing_is_refused_not_unlimited(text: object) -> None:
+    with pytest.raises(ValueError, match="below the smallest budget"):
+        parse_vram_budget_bytes(text)  # type: ignore[arg-type]
+    assert parse_vram_budget_bytes("1MiB") == MIN_VRAM_BUDGET
+
+
+@pytest.mark.parametrize(
+    "text", ["six", "-1", "inf", "nan", "1e400", "1e308", "6 GB of VRAM", True, float("inf"), 1e308]
+)
+def test_every_node_words_a_bad_budget_the_same_way(text: object) -> None:
+    with pytest.raises(ValueError) as plain:
+        parse_vram_budget(text)  # type: ignore[arg-type]
+    with pytest.raises(ValueError) as in_node:
+        node_budget(text, "Some Node")  # type: ignore[arg-type]
+    assert str(in_node.value) == f"Some Node: input vram_budget: {plain.value}."
+    assert validate_vram_budget(text, "Some Node") == str(in_node.value)
+    assert '"auto" or a size, for example 6, 6GB, 6 GiB or 6144MB' in str(plain.value)

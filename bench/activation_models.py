@@ -1,0 +1,383 @@
+"""The models ``bench/activations.py`` and ``bench/activations_gpu.py`` measure: the ComfyUI host's own
+classes at their released configurations (``small``: a reduced-width copy for the CPU-vs-meta check),
+and one call's inputs. Import after ``activations.import_host`` has set the host up."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+@dataclass
+class Case:
+    """One model: ``build(dtype, device, small)`` and ``call(model, size, dtype, device, batch)``."""
+
+    family: str  # key in memory/activations.py
+    label: str
+    build: Callable[..., torch.nn.Module]
+    call: Callable[..., Any]
+    sizes: tuple[tuple[int, int, int], ...]  # (width, height, frames) in pixels
+    spatial: int = 8
+    temporal: int = 0
+    text: bool = False  # a text encoder: sizes are (tokens, 1, 1)
+
+
+def cells(case: Case, size: tuple[int, int, int]) -> int:
+    w, h, f = size
+    if case.text:
+        return w
+    t = 1 if case.temporal <= 0 or f <= 1 else (f - 1) // case.temporal + 1
+    return math.ceil(h / case.spatial) * math.ceil(w / case.spatial) * t
+
+
+def rnd(shape: tuple[int, ...], dtype: torch.dtype, device: str) -> torch.Tensor:
+    return torch.randn(shape, dtype=dtype, device=device)
+
+
+def latent(case: Case, size: tuple[int, int, int], ch: int, dt: torch.dtype, dev: str, batch: int):
+    w, h, f = size
+    hw = (math.ceil(h / case.spatial), math.ceil(w / case.spatial))
+    if case.temporal:
+        return rnd((batch, ch, (f - 1) // case.temporal + 1, *hw), dt, dev)
+    return rnd((batch, ch, *hw), dt, dev)
+
+
+def cases(ops: Any) -> list[Case]:
+    from comfy.ldm.flux.model import Flux
+    from comfy.ldm.hidream.model import HiDreamImageTransformer2DModel
+    from comfy.ldm.hunyuan_video.model import HunyuanVideo
+    from comfy.ldm.lightricks.model import LTXVModel
+    from comfy.ldm.modules.diffusionmodules.mmdit import MMDiT
+    from comfy.ldm.modules.diffusionmodules.openaimodel import UNetModel
+    from comfy.ldm.qwen_image.model import QwenImageTransformer2DModel
+    from comfy.ldm.wan.model import WanModel
+
+    def t(n: int, dt: torch.dtype, dev: str, b: int) -> torch.Tensor:
+        return torch.full((b,), 0.5, dtype=dt, device=dev)
+
+    def flux(dt, dev, small):
+        return Flux(
+            image_model=None,
+            in_channels=16,
+            out_channels=16,
+            vec_in_dim=768,
+            context_in_dim=4096,
+            hidden_size=384 if small else 3072,
+            mlp_ratio=4.0,
+            num_heads=3 if small else 24,
+            depth=2 if small else 19,
+            depth_single_blocks=2 if small else 38,
+            axes_dim=[16, 56, 56],
+            theta=10000,
+            patch_size=2,
+            qkv_bias=True,
+            guidance_embed=True,
+            dtype=dt,
+            device=dev,
+            operations=ops,
+        )
+
+    def flux_call(m, c, s, dt, dev, b):
+        return m(
+            latent(c, s, 16, dt, dev, b),
+            t(0, dt, dev, b),
+            rnd((b, 512, 4096), dt, dev),
+            rnd((b, 768), dt, dev),
+            guidance=t(0, dt, dev, b),
+        )
+
+    def wan(dim, ffn, heads, layers, ch):
+        def build(dt, dev, small):
+            return WanModel(
+                model_type="t2v",
+                patch_size=(1, 2, 2),
+                text_len=512,
+                in_dim=ch,
+                out_dim=ch,
+                dim=dim // 8 if small else dim,
+                ffn_dim=ffn // 8 if small else ffn,
+                num_heads=max(heads // 8, 1) if small else heads,
+                num_layers=2 if small else layers,
+                text_dim=4096,
+                dtype=dt,
+                device=dev,
+                operations=ops,
+            )
+
+        def call(m, c, s, dt, dev, b):
+            return m(latent(c, s, ch, dt, dev, b), t(0, dt, dev, b), rnd((b, 512, 4096), dt, dev))
+
+        return build, call
+
+    def qwen(dt, dev, small):
+        return QwenImageTransformer2DModel(
+            num_layers=2 if small else 60,
+            num_attention_heads=3 if small else 24,
+            joint_attention_dim=3584,
+            in_channels=64,
+            out_channels=16,
+            dtype=dt,
+            device=dev,
+            operations=ops,
+        )
+
+    def qwen_call(m, c, s, dt, dev, b):
+        return m(latent(c, s, 16, dt, dev, b).unsqueeze(2), t(0, dt, dev, b), rnd((b, 256, 3584), dt, dev))
+
+    def hunyuan(dt, dev, small):
+        return HunyuanVideo(
+            image_model="hunyuan_video",
+            in_channels=16,
+            out_channels=16,
+            patch_size=[1, 2, 2],
+            vec_in_dim=768,
+            context_in_dim=4096,
+            hidden_size=384 if small else 3072,
+            mlp_ratio=4.0,
+            num_heads=3 if small else 24,
+            depth=2 if small else 20,
+            depth_single_blocks=2 if small else 40,
+            axes_dim=[16, 56, 56],
+            theta=256,
+            qkv_bias=True,
+            guidance_embed=True,
+            meanflow=False,
+            byt5=False,
+            dtype=dt,
+            device=dev,
+            operations=ops,
+        )
+
+    def hunyuan_call(m, c, s, dt, dev, b):
+        return m(
+            latent(c, s, 16, dt, dev, b),
+            t(0, dt, dev, b),
+            rnd((b, 256, 4096), dt, dev),
+            y=rnd((b, 768), dt, dev),
+            guidance=t(0, dt, dev, b),
+        )
+
+    def sd35(dt, dev, small):
+        depth = 6 if small else 38  # SD3.5 Large: hidden 64 * depth = 2432
+        return MMDiT(
+            input_size=None,
+            patch_size=2,
+            in_channels=16,
+            out_channels=16,
+            depth=depth,
+            adm_in_channels=2048,
+            context_embedder_config={
+                "target": "torch.nn.Linear",
+                "params": {"in_features": 4096, "out_features": 64 * depth},
+            },
+            pos_embed_max_size=192,
+            num_patches=192 * 192,
+            qk_norm="rms",
+            pos_embed_scaling_factor=None,
+            dtype=dt,
+            device=dev,
+            operations=ops,
+        )
+
+    def sd35_call(m, c, s, dt, dev, b):
+        return m(
+            latent(c, s, 16, dt, dev, b),
+            t(0, dt, dev, b),
+            context=rnd((b, 333, 4096), dt, dev),
+            y=rnd((b, 2048), dt, dev),
+        )
+
+    def unet(xl):
+        def build(dt, dev, small):
+            mc = 32 if small else 320
+            common = dict(
+                image_size=32,
+                in_channels=4,
+                out_channels=4,
+                model_channels=mc,
+                dtype=dt,
+                device=dev,
+                operations=ops,
+                use_spatial_transformer=True,
+                legacy=False,
+                use_linear_in_transformer=xl,
+            )
+            if xl:
+                return UNetModel(
+                    **common,
+                    num_res_blocks=[2, 2, 2],
+                    channel_mult=[1, 2, 4],
+                    num_head_channels=64 if not small else 8,
+                    transformer_depth=[0, 0, 2, 2, 10, 10],
+                    transformer_depth_output=[0, 0, 0, 2, 2, 2, 10, 10, 10],
+                    transformer_depth_middle=10,
+                    context_dim=2048,
+                    adm_in_channels=2816,
+                    num_classes="sequential",
+                )
+            return UNetModel(
+                **common,
+                num_res_blocks=[2, 2, 2, 2],
+                channel_mult=[1, 2, 4, 4],
+                num_heads=8,
+                transformer_depth=[1, 1, 1, 1, 1, 1, 0, 0],
+                transformer_depth_output=[1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0],
+                transformer_depth_middle=1,
+                context_dim=768,
+            )
+
+        def call(m, c, s, dt, dev, b):
+            ctx = rnd((b, 77, 2048 if xl else 768), dt, dev)
+            y = rnd((b, 2816), dt, dev) if xl else None
+            return m(latent(c, s, 4, dt, dev, b), t(0, dt, dev, b), context=ctx, y=y)
+
+        return build, call
+
+    def ltxv(cross, head, layers):
+        def build(dt, dev, small):
+            return LTXVModel(
+                in_channels=128,
+                cross_attention_dim=cross // 8 if small else cross,
+                attention_head_dim=head // 8 if small else head,
+                num_attention_heads=32,
+                caption_channels=4096,
+                num_layers=2 if small else layers,
+                dtype=dt,
+                device=dev,
+                operations=ops,
+            )
+
+        def call(m, c, s, dt, dev, b):
+            return m(
+                latent(c, s, 128, dt, dev, b),
+                t(0, dt, dev, b),
+                rnd((b, 128, 4096), dt, dev),
+                attention_mask=None,
+                frame_rate=25,
+            )
+
+        return build, call
+
+    def hidream(dt, dev, small):
+        return HiDreamImageTransformer2DModel(
+            patch_size=2,
+            in_channels=16,
+            out_channels=16,
+            num_layers=1 if small else 16,
+            num_single_layers=1 if small else 32,
+            attention_head_dim=128,
+            num_attention_heads=20,
+            caption_channels=[4096, 4096],
+            text_emb_dim=2048,
+            num_routed_experts=4,
+            num_activated_experts=2,
+            axes_dims_rope=(64, 32, 32),
+            max_resolution=(128, 128),
+            llama_layers=list(range(32)) + [31] * 16,
+            dtype=dt,
+            device=dev,
+            operations=ops,
+        )
+
+    def hidream_call(m, c, s, dt, dev, b):
+        # pooled CLIP-L+G (2048), T5 tokens, and the 32 Llama layers' hidden states
+        llama = rnd((b, 32, 128, 4096), dt, dev)
+        y, ctx = rnd((b, 2048), dt, dev), rnd((b, 128, 4096), dt, dev)
+        return m(latent(c, s, 16, dt, dev, b), t(0, dt, dev, b), y, ctx, encoder_hidden_states_llama3=llama)
+
+    wan14 = wan(5120, 13824, 40, 40, 16)
+    wan5 = wan(3072, 14336, 24, 30, 48)
+    wan1 = wan(1536, 8960, 12, 30, 16)
+    img = ((512, 512, 1), (768, 768, 1), (1024, 1024, 1), (1328, 1328, 1))
+    return [
+        Case("flux", "Flux-dev", flux, flux_call, img),
+        Case(
+            "wan21",
+            "Wan 2.1/2.2 14B",
+            *wan14,
+            ((480, 480, 33), (640, 640, 81), (832, 480, 81), (1280, 720, 81)),
+            temporal=4,
+        ),
+        Case("wan21_1.3b", "Wan 2.1 1.3B", *wan1, ((480, 480, 33), (832, 480, 81)), temporal=4),
+        Case("wan22", "Wan 2.2 5B", *wan5, ((640, 640, 33), (640, 640, 81), (1280, 704, 121)), 16, 4),
+        Case("qwen_image", "Qwen-Image", qwen, qwen_call, img),
+        Case(
+            "hunyuan_video",
+            "HunyuanVideo",
+            hunyuan,
+            hunyuan_call,
+            ((480, 320, 33), (848, 480, 65), (1280, 720, 129)),
+            temporal=4,
+        ),
+        Case("sd3", "SD3.5 Large", sd35, sd35_call, img),
+        Case("sdxl", "SDXL", *unet(True), ((768, 768, 1), (1024, 1024, 1), (1536, 1536, 1))),
+        Case("sd15", "SD1.5", *unet(False), ((512, 512, 1), (768, 768, 1), (1024, 1024, 1))),
+        Case(
+            "ltxv", "LTXV 2B", *ltxv(2048, 64, 28), ((512, 512, 33), (768, 512, 97), (1216, 704, 121)), 32, 8
+        ),
+        Case("hidream", "HiDream-I1", hidream, hidream_call, img[:3]),
+    ] + text_cases(ops)
+
+
+def text_cases(ops: Any) -> list[Case]:
+    from comfy.clip_model import CLIPTextModel
+    from comfy.text_encoders import llama
+    from comfy.text_encoders.t5 import T5
+
+    te = Path(sys.modules["comfy.text_encoders.t5"].__file__).parent
+
+    def t5(name):
+        def build(dt, dev, small):
+            cfg = json.loads((te / f"{name}.json").read_text())
+            if small:
+                cfg |= {"d_model": 512, "d_ff": 1280, "num_heads": 8, "num_layers": 2}
+            return T5(cfg, dt, dev, ops)
+
+        return build
+
+    def clip(hidden, heads, layers, inter, act):
+        def build(dt, dev, small):
+            return CLIPTextModel(
+                {
+                    "num_hidden_layers": 2 if small else layers,
+                    "hidden_size": hidden,
+                    "num_attention_heads": heads,
+                    "intermediate_size": inter,
+                    "hidden_act": act,
+                    "projection_dim": hidden,
+                    "vocab_size": 49408,
+                    "max_position_embeddings": 77,
+                    "eos_token_id": 49407,
+                },
+                dt,
+                dev,
+                ops,
+            )
+
+        return build
+
+    def lm(cls, **cfg):
+        def build(dt, dev, small):
+            return cls(cfg | ({"num_hidden_layers": 2, "vocab_size": 1000} if small else {}), dt, dev, ops)
+
+        return build
+
+    def call(m, c, s, dt, dev, b):
+        return m(torch.randint(0, 1000, (b, s[0]), device=dev), None)
+
+    toks = ((77, 1, 1), (256, 1, 1), (512, 1, 1))
+    return [
+        Case("t5xxl", "T5-XXL", t5("t5_config_xxl"), call, toks, text=True),
+        Case("umt5xxl", "UMT5-XXL", t5("umt5_config_xxl"), call, toks, text=True),
+        Case("clip_l", "CLIP-L", clip(768, 12, 12, 3072, "quick_gelu"), call, ((77, 1, 1),), text=True),
+        Case("clip_g", "CLIP-G", clip(1280, 20, 32, 5120, "gelu"), call, ((77, 1, 1),), text=True),
+        Case("llama3_8b", "Llama-3.1-8B", lm(llama.Llama2), call, toks, text=True),
+        Case("qwen25_vl_7b", "Qwen2.5-VL-7B", lm(llama.Qwen25_7BVLI), call, toks, text=True),
+    ]
