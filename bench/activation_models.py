@@ -280,11 +280,14 @@ def cases(ops: Any) -> list[Case]:
             num_activated_experts=2,
             axes_dims_rope=(64, 32, 32),
             max_resolution=(128, 128),
-            llama_layers=list(range(32)) + [31] * 16,
+            llama_layers=[0, 31] if small else list(range(32)) + [31] * 16,  # one per block
             dtype=dt,
             device=dev,
             operations=ops,
         )
+
+    def hidream_routed(dt, dev, small):
+        return worst_case_routing(hidream(dt, dev, small), dev)
 
     def hidream_call(m, c, s, dt, dev, b):
         # pooled CLIP-L+G (2048), T5 tokens, and the 32 Llama layers' hidden states
@@ -322,8 +325,56 @@ def cases(ops: Any) -> list[Case]:
         Case(
             "ltxv", "LTXV 2B", *ltxv(2048, 64, 28), ((512, 512, 33), (768, 512, 97), (1216, 704, 121)), 32, 8
         ),
-        Case("hidream", "HiDream-I1", hidream, hidream_call, img[:3]),
+        Case("hidream", "HiDream-I1", hidream_routed, hidream_call, img[:3]),
     ] + text_cases(ops)
+
+
+def worst_case_routing(model: torch.nn.Module, device: str) -> torch.nn.Module:
+    """HiDream's MoE feed-forward routes each token to its top-2 of 4 experts and runs each expert on the
+    rows picked by a boolean mask (comfy/ldm/hidream/model.py:307-325): data-dependent shapes, which meta
+    cannot run, and a peak that grows with the rows the busiest expert gets. Fix the routing to its worst
+    case: every token to experts 0 and 1, so each of them gets all N tokens (the most a top-2 router can
+    give one expert; a balanced router gives N/2). On the CPU only the gate is patched and the host's own
+    forward runs; on meta ``_moe_forward`` replays it with strided slices where the host uses masks, which
+    allocates the same tensors (the CPU-vs-meta check compares the two)."""
+    from comfy.ldm.hidream.model import MoEGate, MOEFeedForwardSwiGLU
+
+    for m in model.modules():
+        if isinstance(m, MoEGate):
+            m.forward = _worst_gate.__get__(m)
+        elif isinstance(m, MOEFeedForwardSwiGLU) and device == "meta":
+            m.forward = _moe_forward.__get__(m)
+    return model
+
+
+def _worst_gate(self: Any, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+    idx, weight, aux = type(self).forward(self, hidden_states)  # the host's gate: scores and top-k
+    worst = torch.arange(self.top_k, device=idx.device, dtype=idx.dtype).expand_as(idx).contiguous()
+    return worst, weight, aux
+
+
+def _moe_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
+    """``MOEFeedForwardSwiGLU.forward`` (host lines 307-325) with the routing of ``_worst_gate``: token j's
+    k-th choice is expert k, i.e. rows k, k+K, k+2K... of the repeated input: a strided slice. The host's
+    ``x[mask]`` copies those rows (``.contiguous()`` here), ``y[mask] = out`` writes in place."""
+    wtype, identity, orig_shape, k = x.dtype, x, x.shape, self.num_activated_experts
+    topk_idx, topk_weight, _ = self.gate(x)
+    flat_topk_idx = topk_idx.view(-1)
+    x = x.view(-1, x.shape[-1]).repeat_interleave(k, dim=0)
+    y = torch.empty_like(x, dtype=wtype)
+    for i, expert in enumerate(self.experts):
+        mask = flat_topk_idx == i  # the host's mask, alive while it indexes
+        rows = x[i::k].contiguous() if i < k else x[:0].contiguous()
+        del mask
+        out = expert(rows).to(dtype=wtype)
+        del rows
+        mask = flat_topk_idx == i
+        if i < k:
+            y[i::k] = out
+        del mask, out
+    y = (y.view(*topk_weight.shape, -1) * topk_weight.unsqueeze(-1)).sum(dim=1)
+    y = y.view(*orig_shape).to(dtype=wtype)
+    return y + self.shared_experts(identity)
 
 
 def text_cases(ops: Any) -> list[Case]:
