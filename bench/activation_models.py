@@ -337,7 +337,7 @@ def worst_case_routing(model: torch.nn.Module, device: str) -> torch.nn.Module:
     give one expert; a balanced router gives N/2). On the CPU only the gate is patched and the host's own
     forward runs; on meta ``_moe_forward`` replays it with strided slices where the host uses masks, which
     allocates the same tensors (the CPU-vs-meta check compares the two)."""
-    from comfy.ldm.hidream.model import MoEGate, MOEFeedForwardSwiGLU
+    from comfy.ldm.hidream.model import MOEFeedForwardSwiGLU, MoEGate
 
     for m in model.modules():
         if isinstance(m, MoEGate):

@@ -96,6 +96,9 @@ MEASURED: dict[str, dict[str, tuple[float, float]]] = {
     "sd15": {"fp32": (33296.0, 242948), "bf16": (16648.0, 121474)},
     # LTXV 2B, 28 x 2048, 32x latent, 128 text tokens
     "ltxv": {"fp32": (98876.0, 3252228), "bf16": (53568.0, 1626114)},
+    # HiDream-I1, 16+32 x 2560, 128 T5 + 48 x 128 Llama tokens; MoE routed to its worst case (every
+    # token to the same 2 experts), so an upper bound over routings
+    "hidream": {"fp32": (44108.0, 209047556), "bf16": (22187.0, 104728066)},
 }
 # Families with the same blocks as a measured one (same width and layout): chroma = Flux without vec.
 MEASURED_ALIAS = {"chroma": "flux", "sd2": "sd15"}
