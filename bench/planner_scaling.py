@@ -19,11 +19,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from comfyui_headroom.memory.costmodel import Budget, GiB, Hardware
-from comfyui_headroom.memory.extract import workload_from_graph
-from comfyui_headroom.memory.graph import Graph, parse_workflow
-from comfyui_headroom.memory.order import _ExecutionList, predict_order, select_outputs
-from comfyui_headroom.memory.planner import plan
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from comfyui_headroom.memory.costmodel import Budget, GiB, Hardware  # noqa: E402
+from comfyui_headroom.memory.extract import workload_from_graph  # noqa: E402
+from comfyui_headroom.memory.graph import parse_workflow  # noqa: E402
+from comfyui_headroom.memory.order import predict_order  # noqa: E402
+from comfyui_headroom.memory.planner import plan  # noqa: E402
+from headroom_testing.host_scan import scan_order  # noqa: E402
 
 
 def big_prompt(chains: int, chain_length: int) -> dict[str, Any]:
@@ -77,28 +81,6 @@ def prompt_of_size(megabytes: float) -> dict[str, Any]:
     per_node = len(json.dumps(unit)) / len(unit)
     nodes = int(megabytes * 1e6 / per_node)
     return big_prompt(nodes * 3 // 16, nodes // 4)
-
-
-def scan_order(graph: Graph) -> list[str]:
-    """predict_order as it was before issue #18: ux_friendly_pick_node scanning every ready node each
-    step, as the host writes it (quadratic when many nodes are ready at once)."""
-    execution = _ExecutionList(graph, ())
-    for node_id in select_outputs(graph):
-        execution.add_node(node_id)
-    outputs, order = execution.outputs, []
-    while execution.pending:
-        ready = sorted(execution.ready, key=execution.pending.__getitem__)
-        blocks = execution.blocking
-        picked = next((n for n in ready if n in execution.first), None)
-        picked = picked or next((n for n in ready if outputs & set(blocks[n])), None)
-        picked = picked or next((n for n in ready if any(outputs & set(blocks[b]) for b in blocks[n])), None)
-        picked = picked or ready[0]
-        if not execution.is_cached(picked):
-            if execution.needs_lazy(picked):
-                continue
-            order.append(picked)
-        execution.complete(picked)
-    return order
 
 
 def time_plan(prompt: dict[str, Any], before: bool = False) -> dict[str, float]:

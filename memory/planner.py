@@ -108,8 +108,12 @@ class StepPlan:
     transfer_s: float  # moves into this step plus streaming during it: the sum of its actions' seconds
     actions: list[Action] = field(default_factory=list)  # what happens before/while this step runs
     prefetched: list[Prefetch] = field(default_factory=list)  # uploads overlapped with this step's compute
-    prefetch_ids: list[str] = field(default_factory=list)  # the components of those uploads
     wall_s: float = 0.0
+
+    @property
+    def prefetch_ids(self) -> list[str]:
+        """The components of the uploads overlapped with this step."""
+        return [p.component for p in self.prefetched]
 
 
 @dataclass
@@ -439,7 +443,6 @@ def _schedule_prefetch(problem: _Problem, steps: list[StepPlan]) -> None:
             seconds = sum(a.seconds for a in sp.actions if a.component == c.id and a.kind in ("copy", "load"))
             before.vram_peak += c.bytes
             before.prefetched.append(Prefetch(c.id, c.bytes, seconds, sp.step.node_id))
-            before.prefetch_ids.append(c.id)
             blocking[s] -= seconds
             overlapped[s - 1] += seconds
     for s, sp in enumerate(steps):

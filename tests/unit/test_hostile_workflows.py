@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 from comfyui_headroom.cli import main
 from comfyui_headroom.memory import graph as graph_module
-from comfyui_headroom.memory import order as order_module
 from comfyui_headroom.memory.extract import workload_from_graph
-from comfyui_headroom.memory.graph import Graph, WorkflowError, load_workflow, parse_workflow
+from comfyui_headroom.memory.graph import WorkflowError, load_workflow, parse_workflow
 from comfyui_headroom.memory.order import predict_order, select_outputs
+from headroom_testing.host_scan import scan_order
 
 
 def sd_prompt(model_link: list[Any]) -> dict[str, Any]:
@@ -265,33 +265,6 @@ def test_parse_order_extract_scale_linearly() -> None:
 # ------------------------------------------------------------- the faster pick is the host's pick
 
 
-def naive_order(graph: Graph) -> list[str]:
-    """predict_order with ux_friendly_pick_node written as the host writes it (a scan per step)."""
-    execution = order_module._ExecutionList(graph, ())
-    for node_id in select_outputs(graph):
-        execution.add_node(node_id)
-    outputs, order = execution.outputs, []
-    while execution.pending:
-        available = sorted(execution.ready, key=execution.pending.__getitem__)
-        picked = next((n for n in available if n in execution.first), None)
-        picked = picked or next((n for n in available if outputs & set(execution.blocking[n])), None)
-        picked = picked or next(
-            (
-                n
-                for n in available
-                if any(outputs & set(execution.blocking[b]) for b in execution.blocking[n])
-            ),
-            None,
-        )
-        picked = picked or available[0]
-        if not execution.is_cached(picked):
-            if execution.needs_lazy(picked):
-                continue
-            order.append(picked)
-        execution.complete(picked)
-    return order
-
-
 @st.composite
 def dags(draw: st.DrawFn) -> dict[str, Any]:
     """Random DAGs of image nodes, outputs and intermediates mixed, in a random key order."""
@@ -325,4 +298,4 @@ def dags(draw: st.DrawFn) -> dict[str, Any]:
 @given(prompt=dags())
 def test_the_heap_pick_equals_the_hosts_scan(prompt: dict[str, Any]) -> None:
     graph = parse_workflow(prompt)
-    assert predict_order(graph, outputs=select_outputs(graph)) == naive_order(graph)
+    assert predict_order(graph, outputs=select_outputs(graph)) == scan_order(graph)
