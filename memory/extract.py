@@ -20,6 +20,7 @@ from .activations import activation_bytes, host_reservation
 from .catalog import lookup, lookup_components, merge_parts
 from .components import ComponentError, ComponentInfo
 from .costmodel import PIN_CHOICES
+from .deadline import check_time
 from .graph import Graph, Link, Node
 from .node_types import lookup as lookup_node_type
 from .values import Evaluator
@@ -293,6 +294,9 @@ class _Extractor:
         if bad := [c for c in numbers if isinstance(c, float) and not math.isfinite(c)]:
             node = _describe(self.g.nodes[node_id])
             raise ValueError(f"{node} input {name!r} is {bad[0]}: write a finite number in the workflow")
+        if name in SIZE_INPUTS and (bad := [c for c in numbers if c < 0]):
+            node = _describe(self.g.nodes[node_id])
+            raise ValueError(f"{node} input {name!r} is {bad[0]}: a size cannot be negative")
         if got.exact and numbers:
             return numbers[0]
         where = f"{_describe(self.g.nodes[node_id])} input {name!r}"
@@ -443,6 +447,15 @@ def _flops(info: ComponentInfo, *, width: int, height: int, frames: int, batch: 
     return 2 * params * 256
 
 
+# Inputs that size a latent or an image: ComfyUI's minimum for each is 0 (keep the aspect) or more.
+SIZE_INPUTS = frozenset({"width", "height", "length", "batch_size", "frames", "num_frames"})
+
+
+def _checked(step: Callable[[str], Step], node_id: str) -> Step:
+    check_time()
+    return step(node_id)
+
+
 def workload_from_graph(
     graph: Graph,
     order: list[str],
@@ -456,7 +469,7 @@ def workload_from_graph(
     """
     ex = _Extractor(graph, order, node_io, models_dir)
     ex.flops_per_s = tflops * 1e12
-    steps = tuple(ex.step(node_id) for node_id in order)
+    steps = tuple(_checked(ex.step, node_id) for node_id in order)
     used = {c for s in steps for c in s.uses}
     for cid in sorted(set(ex.components) - used):
         ex.notes.append(f"{ex.components[cid].label} is loaded but nothing computes with it")

@@ -47,6 +47,7 @@ from collections import defaultdict
 from collections.abc import Hashable, Iterable
 from typing import Any
 
+from .deadline import check_time
 from .graph import Graph, Link, WorkflowError
 from .node_types import lookup
 from .values import Evaluator
@@ -331,6 +332,7 @@ def predict_order(
         execution.add_node(node_id)
     order: list[str] = []
     while execution.pending:
+        check_time()
         node_id = execution.pick()
         if node_id is None:
             stuck = execution.cycle()

@@ -17,7 +17,6 @@ handful of components a workflow has. ``tests/unit/test_planner.py`` checks it a
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, field
 
@@ -36,6 +35,7 @@ from .costmodel import (
     transition_seconds,
     upload_source,
 )
+from .deadline import check_time
 from .workload import Component, Step, Workload
 
 INF = math.inf
@@ -184,15 +184,37 @@ class _Problem:
             for c in workload.components
         ]
 
+        # per step: the live components, and which of them it uses (one pass, not a scan per call)
+        self._alive: list[list[int]] = [[] for _ in workload.steps]
+        for i, span in enumerate(self.live):
+            for s in range(span[0], span[1] + 1) if span else ():
+                self._alive[s].append(i)
+        self._used = [
+            frozenset(self.index[u] for u in step.uses if u in self.index) for step in workload.steps
+        ]
+        self._tiers = [(_allowed(c, False), _allowed(c, True)) for c in workload.components]
+        # Big workflows repeat the same step (a chain of samplers on one model): its cost array depends
+        # only on what this key holds, so each distinct one is computed once.
+        self._costs: dict[tuple, np.ndarray] = {}
+        self._moves: dict[tuple, np.ndarray] = {}
+
     def alive(self, s: int) -> list[int]:
-        return [i for i, span in enumerate(self.live) if span and span[0] <= s <= span[1]]
+        return self._alive[s]
 
     def allowed(self, s: int, i: int) -> tuple[Tier, ...]:
-        c = self.w.components[i]
-        return _allowed(c, c.id in self.w.steps[s].uses)
+        return self._tiers[i][i in self._used[s]]
 
-    @functools.cache  # noqa: B019 (one problem per plan() call)
     def step_cost(self, s: int) -> np.ndarray:
+        """Joint array over the live components' allowed tiers (shared between equal steps: read only)."""
+        step = self.w.steps[s]
+        key = (step.activation_min, step.evaluations, tuple((i, i in self._used[s]) for i in self._alive[s]))
+        cost = self._costs.get(key)
+        if cost is None:
+            cost = self._costs[key] = self._step_cost(s)
+            cost.flags.writeable = False
+        return cost
+
+    def _step_cost(self, s: int) -> np.ndarray:
         """Joint array over the live components' allowed tiers: streaming cost, inf where infeasible.
 
         A streamed component keeps in RAM (pinned or pageable) only the blocks it streams: the
@@ -244,7 +266,12 @@ class _Problem:
         return np.where(feasible, cost, INF)
 
     def move(self, i: int, a: tuple[Tier, ...], b: tuple[Tier, ...]) -> np.ndarray:
-        return self.trans[i][np.ix_([int(t) for t in a], [int(t) for t in b])]
+        key = (i, a, b)
+        matrix = self._moves.get(key)
+        if matrix is None:
+            matrix = self._moves[key] = self.trans[i][np.ix_([int(t) for t in a], [int(t) for t in b])]
+            matrix.flags.writeable = False
+        return matrix
 
 
 def _advance(problem: _Problem, cost: np.ndarray, s: int) -> np.ndarray:
@@ -277,6 +304,7 @@ def _optimise(problem: _Problem) -> tuple[float, list[tuple[int, ...]]]:
         first = first[..., None] + problem.move(i, (start,), problem.allowed(0, i))[0]
     totals = [first + problem.step_cost(0)]
     for s in range(steps - 1):
+        check_time()
         totals.append(_advance(problem, totals[-1], s) + problem.step_cost(s + 1))
     best = float(totals[-1].min())
     if not math.isfinite(best):

@@ -18,6 +18,7 @@ from typing import Any
 
 from .baselines import comfyui_reactive
 from .costmodel import Budget, Hardware
+from .deadline import PlanTimeout, time_limit
 from .extract import workload_from_graph
 from .graph import WorkflowError, parse_workflow
 from .order import predict_order
@@ -151,20 +152,26 @@ def plan_prompt(
     hardware: Hardware | None = None,
     models_dir: Path | Sequence[Path] | None = None,
     outputs: list[str] | None = None,
+    time_limit_s: float | None = None,
 ) -> tuple[PlannedRun | None, Preflight]:
     """Parse, order, extract and plan an API prompt (what POST /prompt carries); never raises on bad input.
 
     ``outputs``: the output node ids the host will execute, when it knows them (it knows every node
-    class's OUTPUT_NODE; the node-type table only knows the classes it lists).
+    class's OUTPUT_NODE; the node-type table only knows the classes it lists). ``time_limit_s``: past
+    it, planning stops and the preflight says so (the prompt runs unplanned).
     """
     hardware = hardware or Hardware.pcie(4)
     try:
-        graph = parse_workflow(prompt)
-        order = predict_order(graph, outputs=outputs)
-        workload = workload_from_graph(graph, order, models_dir=models_dir, tflops=hardware.tflops)
+        with time_limit(time_limit_s):
+            graph = parse_workflow(prompt)
+            order = predict_order(graph, outputs=outputs)
+            workload = workload_from_graph(graph, order, models_dir=models_dir, tflops=hardware.tflops)
+            result = plan(workload, budget, hardware)
     except (WorkflowError, ValueError, KeyError, TypeError) as exc:
         return None, Preflight(None, "skipped", f"not planned: {exc}", budget_vram=budget.vram)
-    result = plan(workload, budget, hardware)
+    except PlanTimeout as exc:
+        message = f"not planned: {exc} ({len(prompt)} nodes); the prompt runs as usual"
+        return None, Preflight(None, "skipped", message, budget_vram=budget.vram)
     verdict = check(workload, result)
     return planned_run(workload, result, verdict), verdict
 

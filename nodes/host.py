@@ -9,6 +9,7 @@ Two hosts are supported: current ComfyUI (0.3.6x and later) and the March-2024 c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import importlib
@@ -23,7 +24,7 @@ import time
 import uuid
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,7 @@ from ..memory.components import ComponentError, describe_file
 from ..memory.costmodel import Budget, GiB, Hardware
 from ..memory.preflight import PlanCache, Preflight, plan_prompt
 from ..memory.residency import Controller, MappedFile, bind, footprint, open_mapped, pin, to_pageable
-from ..memory.units import parse_bytes
+from ..memory.units import format_bytes, parse_bytes
 from ..version import __version__
 from .input_checks import OffloadError, check_checkpoint_parts, check_pairing, loading
 
@@ -365,6 +366,9 @@ _PROMPT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")  # uuids and the
 RATE_ENV, ASSUME_VRAM_ENV, DISABLE_ENV = "HEADROOM_MONITOR_HZ", "HEADROOM_ASSUME_VRAM", "HEADROOM_MONITOR"
 DEFAULT_RATE_HZ = 1.0
 DEMAND_S = 15.0  # after the last /headroom/status read or node boundary, keep sampling this long
+# A queued prompt's plan stops after this long and the prompt runs unplanned: planning takes about 0.3 ms
+# per node on a 2-core CPU (a 2 MB prompt of 15k nodes: 4.5 s; bench/results/planner_scaling.md).
+PREFLIGHT_S = 20.0
 
 
 def _env_rate() -> float:
@@ -407,6 +411,22 @@ class _Monitor:
         self.hooks: dict[str, str] = {}  # hook -> "on", or why it is off
         self.demand_until = 0.0
         self.lock = threading.Lock()
+        self.validating = 0  # host validations under way (see _hook_validation)
+        self.validated = threading.Event()  # set while none is
+        self.validated.set()
+
+    @contextlib.contextmanager
+    def validation(self) -> Iterator[None]:
+        with self.lock:
+            self.validating += 1
+            self.validated.clear()
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.validating -= 1
+                if not self.validating:
+                    self.validated.set()
 
     # -- sampling and events
     def clients(self) -> int:
@@ -451,7 +471,9 @@ class _Monitor:
                 f"no CUDA device to plan for (set {ASSUME_VRAM_ENV}=8GB to check a workflow against a card)"
             )
             return None, Preflight(None, "skipped", reason)
-        return plan_prompt(prompt, budget, models_dir=_models_dir(), outputs=_output_nodes(prompt))
+        return plan_prompt(
+            prompt, budget, models_dir=_models_dir(), outputs=_output_nodes(prompt), time_limit_s=PREFLIGHT_S
+        )
 
     def plan_for(self, prompt: dict[str, Any]) -> tuple[tm.PlannedRun | None, Preflight]:
         """The plan under today's budget (a changed assumed VRAM is another plan), cached."""
@@ -460,6 +482,7 @@ class _Monitor:
     def preflight(
         self, prompt: dict[str, Any], prompt_id: str | None, client_id: str | None
     ) -> dict[str, Any]:
+        self.validated.wait(PREFLIGHT_S)  # the host's validation first: both would hold the GIL by turns
         planned, verdict = self.plan_for(prompt)
         payload = {"prompt_id": prompt_id, **verdict.as_dict()}
         self.push("headroom.preflight", payload, client_id if isinstance(client_id, str) else None)
@@ -624,6 +647,33 @@ def _hook_progress(m: _Monitor, execution: ModuleType) -> str:
     return "on"
 
 
+def _hook_validation(m: _Monitor, execution: ModuleType) -> str:
+    """Mark the host's prompt validation (on the event loop, seconds for a big prompt) so that a preflight
+    waits for it instead of sharing the GIL with it: routes answer after the host's validation alone."""
+    original = getattr(execution, "validate_prompt", None)
+    if original is None:
+        return "off: no execution.validate_prompt on this host"
+    if getattr(original, "__headroom__", False):
+        return "on"
+
+    if inspect.iscoroutinefunction(original):
+
+        @functools.wraps(original)
+        async def validate_prompt(*args: Any, **kwargs: Any) -> Any:
+            with m.validation():
+                return await original(*args, **kwargs)
+    else:
+
+        @functools.wraps(original)
+        def validate_prompt(*args: Any, **kwargs: Any) -> Any:
+            with m.validation():
+                return original(*args, **kwargs)
+
+    validate_prompt.__headroom__ = True  # type: ignore[attr-defined]
+    execution.validate_prompt = validate_prompt
+    return "on"
+
+
 def _hook_recursive(m: _Monitor, execution: ModuleType) -> str:
     """2024 hosts: recursive_execute runs a node's inputs first, then calls get_output_data for the node
     itself; a stack of the nodes being executed tells get_output_data's wrapper whose work it times."""
@@ -707,6 +757,10 @@ def install_monitor(server: Any = None) -> dict[str, str]:
             m.hooks["oom_retry"] = _hook_oom_retry(execution)
         except Exception as exc:
             m.hooks["oom_retry"] = f"off: {exc!r}"
+        try:
+            m.hooks["validation"] = _hook_validation(m, execution)
+        except Exception as exc:
+            m.hooks["validation"] = f"off: {exc!r}"
     server = server if server is not None else _prompt_server()
     if server is None:
         m.hooks.setdefault("server", "off: no PromptServer in this process (routes and events need one)")
@@ -749,7 +803,11 @@ def _on_prompt(m: _Monitor, json_data: Any) -> Any:
                 m.queued[str(prompt_id)] = m.plans.key(prompt, m.budget())
                 while len(m.queued) > 64:
                     m.queued.popitem(last=False)
-        m.pool.submit(_safe, "preflight", m.preflight, prompt, prompt_id, json_data.get("client_id"))
+        job = (_safe, "preflight", m.preflight, prompt, prompt_id, json_data.get("client_id"))
+        try:  # after the host's handler: its validation runs on this loop and would share the GIL
+            asyncio.get_running_loop().call_soon(lambda: m.pool.submit(*job))
+        except RuntimeError:  # called outside the event loop
+            m.pool.submit(*job)
     except Exception:
         _log.exception("Headroom: preflight failed; the prompt is queued as usual")
     return json_data
@@ -1308,6 +1366,7 @@ class _Residency:
         self.budget_override: Budget | None = None
         self.hardware = Hardware.pcie(4)
         self.deferred = ""
+        self.warned_reserve = False
 
     def budget(self, m: _Monitor) -> Budget | None:
         """The override, else the card's budget less what the host keeps for inference (its
@@ -1322,9 +1381,18 @@ class _Residency:
         reserve = int(mm.minimum_inference_memory())
         if reserve <= budget.reserve:
             return budget
-        return dataclasses.replace(
-            budget, vram=max(0, budget.vram + budget.reserve - reserve), reserve=reserve
-        )
+        vram = budget.vram + budget.reserve - reserve
+        if vram <= 0:  # the host keeps the whole card for inference: nothing for us to place
+            if not self.warned_reserve:
+                _log.warning(
+                    "Headroom: ComfyUI reserves %s for inference (--reserve-vram) of a %s card: the "
+                    "residency controller has no VRAM to plan and leaves loading to ComfyUI",
+                    format_bytes(reserve),
+                    format_bytes(budget.vram + budget.reserve),
+                )
+                self.warned_reserve = True
+            return None
+        return dataclasses.replace(budget, vram=vram, reserve=reserve)
 
     def prompt_started(self, m: _Monitor, prompt_id: str, prompt: dict[str, Any]) -> None:
         reason = dynamic_vram_reason()
@@ -1410,6 +1478,23 @@ def vae_weight_bytes(vae: Any) -> int:
 def device_free_bytes(device: Any) -> int:
     """Free memory on ``device`` as the host counts it (device free + torch's reusable cache)."""
     return int(_host("comfy.model_management").get_free_memory(device))
+
+
+def device_total_bytes(device: Any) -> int:
+    return int(_host("comfy.model_management").get_total_memory(device))
+
+
+def vae_output_size(vae: Any, latent_shape: tuple[int, ...]) -> tuple[int, int] | None:
+    """(output pixels per latent pixel, output frames) of a decode of ``latent_shape``, from the host's
+    ``upscale_ratio`` (an int, or (frames function, height, width) for video); None where unknown."""
+    ratio = getattr(vae, "upscale_ratio", None)
+    frames = latent_shape[2] if len(latent_shape) == 5 else 1
+    if isinstance(ratio, int):
+        return ratio, frames
+    if isinstance(ratio, tuple) and len(ratio) == 3 and isinstance(ratio[1], int):
+        time = ratio[0]
+        return ratio[1], int(time(frames) if callable(time) else time * frames)
+    return None
 
 
 def device_empty_cache() -> None:

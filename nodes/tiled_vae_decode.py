@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import torch
 
 from ..memory.tiled_vae import DecodeOptions, Unsupported, make_tiled_decoder
-from ..memory.tiled_vae.budget import activation_budget, park_ram_allowance
+from ..memory.tiled_vae.budget import (
+    activation_budget,
+    cpu_activation_limit,
+    largest_latent,
+    park_ram_allowance,
+    too_large_message,
+)
 from . import host
 from .common import CATEGORY, parse_vram_budget, validate_vram_budget, vram_budget_input
 from .input_checks import latent_error, latent_problem
@@ -74,20 +81,27 @@ class HeadroomTiledVAEDecode:
             return (_stock_layout(vae.decode(latent)),)
 
         dtype_bytes = torch.empty((), dtype=options.dtype).element_size()
+        shape = tuple(latent.shape)
         weights = host.vae_weight_bytes(vae)
         options.budget_bytes = activation_budget(budget_gb, weights, None, on_gpu=False)
-        minimum = engine.minimum_peak(tuple(latent.shape), dtype_bytes)
-        if budget_gb is not None and options.budget_bytes < minimum:
-            need = (weights + minimum) / (1 << 30)
+        limit, source = self._activation_limit(vae, shape, vram_budget, budget_gb, weights, options)
+        minimum = engine.minimum_peak(shape, dtype_bytes)
+        if minimum > limit:
+            scale = host.vae_output_size(vae, shape)
+            largest = largest_latent(shape, lambda s: engine.minimum_peak(s, dtype_bytes), limit)
+            head = engine.head_bytes(shape, dtype_bytes)
             raise ValueError(
-                f"{self.DISPLAY_NAME}: input vram_budget: {vram_budget!r} is below what this VAE needs with "
-                f"the smallest tiles ({need:.2f} GB: weights and one tile). Raise vram_budget or use auto."
+                too_large_message(
+                    self.DISPLAY_NAME, shape, minimum, head, limit, source, largest, scale and scale[0]
+                )
             )
-        if budget_gb is None and device.type == "cuda":
+        if budget_gb is None and device.type != "cpu":
             host.vae_load(vae, minimum)  # reserve the least, then give tiles what is really free
             free = host.device_free_bytes(device)
             options.budget_bytes = max(minimum, activation_budget(None, weights, free, on_gpu=True))
-        host.vae_load(vae, engine.predicted_peak(tuple(latent.shape), dtype_bytes))
+        if device.type == "cpu":
+            options.budget_bytes = max(minimum, min(options.budget_bytes, limit))
+        host.vae_load(vae, engine.predicted_peak(shape, dtype_bytes))
 
         bar: dict[str, Any] = {}
 
@@ -117,6 +131,35 @@ class HeadroomTiledVAEDecode:
             )
         images = vae.process_output(raw).movedim(1, -1).to(vae.output_device)
         return (_stock_layout(images),)
+
+    def _activation_limit(
+        self,
+        vae: Any,
+        shape: tuple[int, ...],
+        vram_budget: Any,
+        budget_gb: float | None,
+        weights: int,
+        options: DecodeOptions,
+    ) -> tuple[int, str]:
+        """The most the decode's activations may take, and what sets it: the budget, the RAM available
+        (on a CPU the head and every tile run in RAM, beside the output image) or the GPU's memory."""
+        device = options.device
+        if budget_gb is not None:
+            limit = options.budget_bytes
+            weights_gb = weights / (1 << 30)
+            source = f"input vram_budget {vram_budget!r} less the VAE's weights ({weights_gb:.2f} GB)"
+        else:
+            limit, source = None, ""
+        if device.type == "cpu":
+            size = host.vae_output_size(vae, shape)
+            pixels = shape[0] * math.prod(shape[-2:]) * (size[0] ** 2 * size[1] if size else 1)
+            ram = cpu_activation_limit(host.device_free_bytes(device), 2 * 3 * 4 * pixels)
+            if limit is None or ram < limit:
+                limit, source = ram, "the RAM available (less the output image)"
+        elif limit is None:
+            total = host.device_total_bytes(device)
+            limit, source = total - weights, f"this GPU ({total / (1 << 30):.1f} GB, less the VAE's weights)"
+        return limit, source
 
     def _checked_latent(self, samples: Any, vae: Any) -> torch.Tensor:
         """The latent, refused with what to connect instead when this VAE cannot decode it."""

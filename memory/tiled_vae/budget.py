@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..units import parse_vram_budget  # noqa: F401  (the node input, shared by our nodes)
 
 GiB = 1 << 30
@@ -38,3 +40,65 @@ def park_ram_allowance(available_bytes: int | None = None) -> int | None:
             return None
         available_bytes = int(psutil.virtual_memory().available)
     return int(available_bytes * PARK_RAM_SHARE)
+
+
+# On a CPU the decode's activations and its output share the RAM available when it starts; this share of
+# it, so that the host, the parks' page cache and the rest of the machine keep some.
+CPU_RAM_SHARE = 0.8
+
+
+def cpu_activation_limit(available_bytes: int, output_bytes: int) -> int:
+    """Bytes the activations of a decode on the CPU may take: a share of the RAM available, less the
+    output image it must also hold."""
+    return int(available_bytes * CPU_RAM_SHARE) - output_bytes
+
+
+def largest_latent(
+    latent_shape: tuple[int, ...], need: Callable[[tuple[int, ...]], int], limit: int
+) -> tuple[int, int] | None:
+    """The largest (height, width) of ``latent_shape``'s aspect whose decode ``need``s at most ``limit``
+    bytes, or None when not even 1 pixel high does."""
+    height, width = latent_shape[-2], latent_shape[-1]
+
+    def shape(h: int) -> tuple[int, ...]:
+        return (*latent_shape[:-2], h, max(1, round(width * h / height)))
+
+    low, high = 0, height  # need(shape(low)) fits (or low == 0), need(shape(high + 1)) does not
+    while low < high:
+        mid = (low + high + 1) // 2
+        if need(shape(mid)) <= limit:
+            low = mid
+        else:
+            high = mid - 1
+    return None if low == 0 else shape(low)[-2:]
+
+
+def too_large_message(
+    node: str,
+    latent_shape: tuple[int, ...],
+    need: int,
+    head: int,
+    limit: int,
+    source: str,
+    largest: tuple[int, int] | None,
+    pixel_scale: int | None,
+) -> str:
+    """Why a decode is refused before it starts, and what to change: the resolution, or the memory."""
+    h, w = latent_shape[-2], latent_shape[-1]
+
+    def size(hw: tuple[int, int]) -> str:
+        px = f" ({hw[1] * pixel_scale}x{hw[0] * pixel_scale} px)" if pixel_scale else ""
+        return f"{hw[1]}x{hw[0]}{px}"
+
+    part = (
+        f", {head / GiB:.2f} GB of it for the mid block, which attends across the whole latent at once "
+        "and cannot be tiled"
+        if head * 2 > need
+        else ""
+    )
+    fits = f"decode at most {size(largest)} latents here" if largest else "no size of this shape fits"
+    return (
+        f"{node}: a {size((h, w))} latent needs {need / GiB:.2f} GB for the VAE's activations at the "
+        f"least{part}; {source} leaves {max(limit, 0) / GiB:.2f} GB. Either {fits} (decode smaller and "
+        f"upscale the image), or give the decode {max(need - limit, 0) / GiB:.2f} GB more."
+    )

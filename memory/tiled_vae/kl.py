@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from .groupnorm import GroupStats, StatsMerger, apply_group_norm, kernel_stats
+from .head import SCORE_COPIES, slice_count, slice_rows, sliceable, sliced_attention
 from .layout import Layout, StageGeometry
 from .parks import ParkAllocator, live_bytes
 from .runtime import DecodeOptions, DecodeReport, Progress, run_with_oom_retry
@@ -50,11 +51,10 @@ from .tiles import (
 # measure.PeakLiveBytes on the host's SD decoder it is exact to the channel, so the margin is small.
 WORK_FACTOR = 1.05
 # Head (conv_in + mid block): measured 10.0 values per latent pixel per mid channel besides attention,
-# whose (pixels x pixels) scores the host's split attention may hold at once.
+# whose (pixels x pixels) scores are computed a slice of query rows at a time (head.py).
 HEAD_FACTOR = 10.5
-# The host's VAE attention fits its scores to the memory it finds free: PyTorch's SDPA kernels hold no
-# score matrix, and its split attention (the CPU path, and SDPA's fallback on OOM) cuts them into up to
-# 128 slices. So the head needs at least 1/128 of the scores and takes up to what the budget leaves.
+# An attention block of unknown make runs whole: the host's split attention cuts its scores into up to
+# 128 slices fitted to the memory free, and SDPA holds none, so it needs at least 1/128 of them.
 ATTENTION_MAX_SLICES = 128
 
 
@@ -304,15 +304,24 @@ def estimate_stage(
 
 
 def estimate_head(
-    latent_hw: tuple[int, int], channels: int, dtype_bytes: int, frames: int = 1, score_cap: int | None = None
+    latent_hw: tuple[int, int],
+    channels: int,
+    dtype_bytes: int,
+    frames: int = 1,
+    score_cap: int | None = None,
+    sliced: bool = True,
 ) -> int:
     """Peak activation bytes of the head (conv_in + mid block) on one latent at latent resolution. Its
-    attention spans every pixel of every frame; its (pixels x pixels) scores count whole, or with
-    ``score_cap`` as the host slices them: at most the cap, at least one slice in ATTENTION_MAX_SLICES."""
+    attention spans every pixel of every frame. ``sliced``: its scores a slice of query rows at a time
+    (head.slice_rows), within what ``score_cap`` leaves beside the rest of the head (0: the least
+    slice). Else whole, or with ``score_cap`` as the host slices them (at least 1/ATTENTION_MAX_SLICES)."""
     pixels = latent_hw[0] * latent_hw[1] * frames
-    scores = pixels * pixels * dtype_bytes
     linear = int(HEAD_FACTOR * channels * pixels * dtype_bytes)
-    if score_cap is not None:  # the scores take what the cap leaves beside the rest of the head
+    if sliced:
+        rows = slice_rows(pixels, 1, dtype_bytes, None if score_cap is None else score_cap - linear)
+        return linear + SCORE_COPIES * rows * pixels * dtype_bytes
+    scores = pixels * pixels * dtype_bytes
+    if score_cap is not None:
         scores = min(scores, max(scores // ATTENTION_MAX_SLICES, score_cap - linear))
     return linear + scores
 
@@ -368,16 +377,36 @@ class KLTiledDecoder:
             rows.append((geo, estimate, layout))
         return rows
 
+    def _head_score_cap(self, latent_shape: tuple[int, ...], smallest: bool = False) -> int | None:
+        """Bytes the head of one latent may take, its attention scores included (0: the least)."""
+        cap = 0 if smallest else self.options.budget_bytes
+        return None if cap is None else cap // latent_shape[0]
+
     def _head_estimate(self, latent_shape: tuple[int, ...], dtype_bytes: int, smallest: bool = False) -> int:
-        """The head on the whole batch; its attention scores within the budget (the least slice for
-        ``smallest``) since the host fits them to the memory free."""
+        """The head on the whole batch, its attention scores within the budget (the least slice for
+        ``smallest``)."""
         frames = latent_shape[2] if len(latent_shape) == 5 else 1
         hw = (latent_shape[-2], latent_shape[-1])
         channels = self.decoder.mid.block_1.in_channels
-        cap = 0 if smallest else self.options.budget_bytes
-        if cap is not None:
-            cap //= latent_shape[0]
-        return latent_shape[0] * estimate_head(hw, channels, dtype_bytes, frames, cap)
+        cap = self._head_score_cap(latent_shape, smallest)
+        sliced = sliceable(self.decoder.mid.attn_1)
+        return latent_shape[0] * estimate_head(hw, channels, dtype_bytes, frames, cap, sliced)
+
+    def head_bytes(self, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
+        """The least the head needs: it runs on the whole latent (its attention in the smallest slices)."""
+        return self._head_estimate(latent_shape, dtype_bytes, smallest=True)
+
+    def _head_rows(self, latent_shape: tuple[int, ...], dtype_bytes: int) -> tuple[int, int]:
+        """(query rows per attention slice, slices) for the head of the whole batch."""
+        pixels = 1
+        for side in latent_shape[2:]:
+            pixels *= side
+        cap = self._head_score_cap(latent_shape)
+        if cap is not None:  # what the rest of the head leaves, for the whole batch
+            linear = int(HEAD_FACTOR * self.decoder.mid.block_1.in_channels * pixels * dtype_bytes)
+            cap = (cap - linear) * latent_shape[0]
+        rows = slice_rows(pixels, latent_shape[0], dtype_bytes, cap)
+        return rows, slice_count(pixels, rows)
 
     def predicted_peak(self, latent_shape: tuple[int, ...], dtype_bytes: int, smallest: bool = False) -> int:
         """The largest activation estimate of the head and of any stage's tile."""
@@ -404,27 +433,39 @@ class KLTiledDecoder:
         batch = latent.shape[0]
         groups = [slice(None)] if self.batched else [slice(b, b + 1) for b in range(batch)]
         crops = sum(geo.count(layout) for geo, _, layout in layouts)
-        progress = Progress(batch + len(groups) * crops, opts.progress)
+        sliced = sliceable(self.decoder.mid.attn_1)
+        rows, slices = self._head_rows(shape, dtype_bytes) if sliced else (0, 1)
+        progress = Progress(slices + len(groups) * crops, opts.progress)
         report.predicted_peak_bytes = self.predicted_peak(shape, dtype_bytes)
         with torch.no_grad():
             # The head runs on the whole batch, as the host's decode does: at latent resolution a
             # batch-1 convolution can take a different CPU kernel than a batch-N one (see MIN_TILE).
-            head = self._head(latent.to(opts.device, opts.dtype))
-        progress.step(batch)
+            head = self._head(latent.to(opts.device, opts.dtype), rows, progress)
+        if not sliced:
+            progress.step()
         with ParkAllocator(opts, report) as parker:
             results = [self._decode_one(head[clips], layouts, report, progress, parker) for clips in groups]
         del head
         image = torch.cat(results, 0) if out is None else torch.cat(results, 0, out=out)
         return image, report
 
-    def _head(self, z: torch.Tensor) -> torch.Tensor:
-        dec = self.decoder
+    def _head(self, z: torch.Tensor, rows: int = 0, progress: Progress | None = None) -> torch.Tensor:
+        """post_quant_conv, conv_in and the mid block, whole; the attention in slices of ``rows`` query
+        rows (0: the host's block, whole), with an interrupt check between layers and slices."""
+        dec, check = self.decoder, self.options.check_interrupt or (lambda: None)
         post = getattr(self.model, "post_quant_conv", None)
         if post is not None:
             z = post(z)
         h = dec.conv_in(z)
+        check()
         h = dec.mid.block_1(h, None)
-        h = dec.mid.attn_1(h)
+        check()
+        if rows:
+            on_slice = None if progress is None else progress.step
+            h = sliced_attention(dec.mid.attn_1, h, rows, check, on_slice)
+        else:
+            h = dec.mid.attn_1(h)
+        check()
         return dec.mid.block_2(h, None)
 
     def _decode_one(

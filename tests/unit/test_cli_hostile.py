@@ -234,3 +234,17 @@ def test_fuzzer_findings_exit_cleanly(
     assert code in (0, 1, 2), err
     if code == 2:
         one_error_line(err)
+
+
+@pytest.mark.parametrize(
+    ("node_class", "name"), [("EmptySD3LatentImage", "width"), ("EmptySD3LatentImage", "height")]
+)
+def test_a_negative_size_names_the_node(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, node_class: str, name: str
+) -> None:
+    """A width of -1024 planned as "fits: yes"; ComfyUI refuses it."""
+    path = _flux_with(tmp_path, node_class, name, -1024)
+    code, out, err = plan(capsys, str(path), "--vram", "8GB", "--ram", "32GB")
+    assert code == 2 and out == ""
+    line = one_error_line(err)
+    assert f"({node_class}) input {name!r} is -1024: a size cannot be negative" in line

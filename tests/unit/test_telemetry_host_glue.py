@@ -114,3 +114,73 @@ def test_the_residency_controller_defers_to_dynamic_vram(
     aimdo.aimdo_enabled = False  # type: ignore[attr-defined]
     control.prompt_started(host.monitor(), "p3", prompt)
     assert "p3" in control.controller.runs
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+def test_the_hosts_validation_is_marked_so_the_preflight_waits_for_it(
+    fresh: None, monkeypatch: pytest.MonkeyPatch, is_async: bool
+) -> None:
+    """Issue #18 R77: a preflight planning beside the host's validation (both on the GIL) doubled the
+    time POST /prompt froze the server; the preflight now waits until no validation is under way."""
+    import asyncio
+
+    m = host.monitor()
+    seen: list[tuple[int, bool]] = []
+
+    def check(prompt: Any) -> str:
+        seen.append((m.validating, m.validated.is_set()))
+        return "valid"
+
+    async def check_async(prompt: Any) -> str:
+        return check(prompt)
+
+    execution = ModuleType("execution")
+    execution.validate_prompt = check_async if is_async else check  # type: ignore[attr-defined]
+    assert host._hook_validation(m, execution) == "on"
+    assert host._hook_validation(m, execution) == "on"  # idempotent: wrapped once
+    call = execution.validate_prompt({})
+    assert (asyncio.run(call) if is_async else call) == "valid"
+    assert seen == [(1, False)] and m.validating == 0 and m.validated.is_set()
+
+    waits: list[float] = []
+    monkeypatch.setattr(m.validated, "wait", lambda timeout: waits.append(timeout) or True)
+    monkeypatch.setattr(m, "plan_for", lambda prompt: (None, host.Preflight(None, "skipped", "test")))
+    m.preflight({}, "p", None)
+    assert waits == [host.PREFLIGHT_S]
+
+
+def test_the_preflight_is_submitted_after_the_handler_returns_on_the_event_loop(fresh: None) -> None:
+    """On the event loop the plan starts only once the host's handler yields (its validation is then
+    marked): the handler itself only records the prompt."""
+    import asyncio
+
+    m = host.monitor()
+    submitted: list[Any] = []
+    m.pool.submit = lambda *job: submitted.append(job)  # type: ignore[method-assign]
+
+    async def post() -> int:
+        host._on_prompt(m, {"prompt": {"1": {"class_type": "EmptyImage", "inputs": {}}}})
+        before = len(submitted)
+        await asyncio.sleep(0)
+        return before
+
+    assert asyncio.run(post()) == 0 and len(submitted) == 1
+
+
+def test_a_host_reserve_larger_than_the_card_leaves_loading_to_the_host(
+    fresh: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """--reserve-vram above the card made a budget with a reserve larger than the card and 0 B to plan."""
+    mm = ModuleType("comfy.model_management")
+    mm.minimum_inference_memory = lambda: 64 * 2**30  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "comfy.model_management", mm)
+    monkeypatch.setattr(host, "_RESIDENCY", None)
+    m = host.monitor()
+    m.assume_vram = 8 * 2**30
+    control = host.residency()
+    with caplog.at_level(logging.WARNING, logger="headroom"):
+        assert control.budget(m) is None and control.budget(m) is None
+    assert caplog.text.count("reserves 64.00 GiB for inference") == 1  # said once, not every prompt
+    mm.minimum_inference_memory = lambda: 2**30  # type: ignore[attr-defined]
+    budget = control.budget(m)
+    assert budget is not None and 0 < budget.vram < 8 * 2**30 and budget.reserve == 2**30

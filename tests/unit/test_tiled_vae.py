@@ -19,6 +19,7 @@ from comfyui_headroom.memory.tiled_vae.budget import (
     parse_vram_budget,
 )
 from comfyui_headroom.memory.tiled_vae.groupnorm import StatsMerger, apply_group_norm, kernel_stats
+from comfyui_headroom.memory.tiled_vae.head import MIN_ROWS, SCORE_COPIES, SLICE_SCORES
 from comfyui_headroom.memory.tiled_vae.kl import HEAD_FACTOR, estimate_head, estimate_stage
 from comfyui_headroom.memory.tiled_vae.layout import Layout, StageGeometry, frame_counts
 from comfyui_headroom.memory.tiled_vae.ltxv import apply_norm, whole_mean
@@ -570,16 +571,24 @@ def test_stage_estimate_covers_the_measured_peak(model: Model) -> None:
     assert math.isfinite(predicted)
 
 
-def test_head_attention_scores_count_as_the_host_slices_them() -> None:
-    """The host's VAE attention slices its scores to the memory free (up to 128 slices) or holds none
-    (SDPA): a 2048x2048 Flux decode must not be refused on an 8 GB card for a 8.6 GB score matrix."""
+def test_head_attention_scores_count_as_they_are_sliced() -> None:
+    """The head's attention runs a slice of query rows at a time (head.py): its scores take what the
+    budget leaves, at most SLICE_SCORES and at least MIN_ROWS rows. An attention block of unknown make
+    runs whole, as the host slices it (up to 128 slices) or holds none (SDPA): a 2048x2048 Flux decode
+    must not be refused on an 8 GB card for a 8.6 GB score matrix."""
     pixels = 256 * 256
     linear = int(HEAD_FACTOR * 512 * pixels * 2)
-    assert estimate_head((256, 256), 512, 2) == linear + pixels * pixels * 2  # whole, as on a roomy CPU
-    assert estimate_head((256, 256), 512, 2, score_cap=0) == linear + pixels * pixels * 2 // 128
-    assert estimate_head((256, 256), 512, 2, score_cap=1 << 30) == 1 << 30  # the cap, head included
-    assert estimate_head((8, 8), 512, 2, score_cap=1 << 30) == int(HEAD_FACTOR * 512 * 64 * 2) + 64 * 64 * 2
-    assert estimate_head((256, 256), 512, 2, score_cap=0) < 1 << 30
+    per_row = SCORE_COPIES * pixels * 2
+    assert estimate_head((256, 256), 512, 2) == linear + per_row * (SLICE_SCORES // pixels)
+    assert estimate_head((256, 256), 512, 2, score_cap=0) == linear + per_row * MIN_ROWS
+    assert estimate_head((256, 256), 512, 2, score_cap=linear + 100 * per_row) == linear + 64 * per_row
+    small = int(HEAD_FACTOR * 512 * 64 * 2) + SCORE_COPIES * 64 * 64 * 2  # every row in one slice
+    assert estimate_head((8, 8), 512, 2, score_cap=1 << 30) == small
+    whole = {"sliced": False}
+    assert estimate_head((256, 256), 512, 2, **whole) == linear + pixels * pixels * 2  # as on a roomy CPU
+    assert estimate_head((256, 256), 512, 2, score_cap=0, **whole) == linear + pixels * pixels * 2 // 128
+    assert estimate_head((256, 256), 512, 2, score_cap=1 << 30, **whole) == 1 << 30  # the cap, head included
+    assert estimate_head((256, 256), 512, 2, score_cap=0, **whole) < 1 << 30
 
 
 def test_budget_picks_the_largest_tile_that_fits(model: Model) -> None:
