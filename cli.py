@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from .memory.costmodel import GB, GiB
 from .memory.optional import optional_module
+from .memory.planning.costmodel import GB, GiB
 from .memory.units import format_bytes, parse_bytes
 from .version import __version__
 
@@ -134,13 +134,13 @@ def _check_paths(args: argparse.Namespace) -> str | None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from .memory.baselines import BASELINES
-    from .memory.costmodel import Budget, Hardware
-    from .memory.extract import workload_from_graph
-    from .memory.graph import WorkflowError, load_workflow
-    from .memory.order import predict_order
-    from .memory.planner import plan
-    from .memory.report import plan_json, plan_text, timeline_png
+    from .memory.planning.baselines import BASELINES
+    from .memory.planning.costmodel import Budget, Hardware
+    from .memory.planning.extract import workload_from_graph
+    from .memory.planning.planner import plan
+    from .memory.planning.report import plan_json, plan_text, timeline_png
+    from .memory.workflow.graph import WorkflowError, load_workflow
+    from .memory.workflow.order import predict_order
 
     problem = _check_paths(args)
     if problem:

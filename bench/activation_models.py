@@ -19,7 +19,7 @@ import torch
 class Case:
     """One model: ``build(dtype, device, small)`` and ``call(model, size, dtype, device, batch)``."""
 
-    family: str  # key in memory/activations.py
+    family: str  # key in memory/planning/activations.py
     label: str
     build: Callable[..., torch.nn.Module]
     call: Callable[..., Any]

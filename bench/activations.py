@@ -21,7 +21,7 @@ SDPA) needs more than this.
 ``--check`` (on by default) first runs reduced-width copies of several families on the real CPU and on
 meta and requires the same peak: the meta measurement is the CPU one. Per family it fits
 ``peak = a * cells + b`` (cells = latent cells the planner counts, batch 1) over several sizes and
-prints the residuals; ``memory/activations.py`` keeps the coefficients.
+prints the residuals; ``memory/planning/activations.py`` keeps the coefficients.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT.parent))
 
 from activation_models import Case, cases, cells  # noqa: E402,F401  (bench/, the script's folder)
 
-from comfyui_headroom.memory.activations import host_reservation  # noqa: E402
+from comfyui_headroom.memory.planning.activations import host_reservation  # noqa: E402
 from comfyui_headroom.memory.tiled_vae.measure import PeakLiveBytes  # noqa: E402
 
 MIB = 1 << 20

@@ -6,8 +6,8 @@
 The same host classes, configurations and inputs as ``bench/activations.py`` (full width and depth,
 random bf16 weights), run for real on CUDA: ``torch.cuda.max_memory_allocated`` during one call minus
 what was allocated before it (weights) is the measured peak, the inputs included. It is compared with
-``memory/activations.py``'s prediction (measured CPU coefficients + its margin). Target: the prediction
-is 0-15% above the measurement, never more than 5% under. ComfyUI's attention here is whatever the
+``memory/planning/activations.py``'s prediction (measured CPU coefficients + its margin). Target: the
+prediction is 0-15% above the measurement, never more than 5% under. ComfyUI's attention here is whatever the
 host picks on this card (``attention_pytorch``, torch SDPA, on current NVIDIA cards); the row says so.
 Without CUDA it says why and exits 0; ``--dry-run`` lists the cases and predictions without running.
 """
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT.parent))
 
-from comfyui_headroom.memory.activations import (  # noqa: E402
+from comfyui_headroom.memory.planning.activations import (  # noqa: E402
     MARGIN,
     activation_bytes,
     predicted_peak,

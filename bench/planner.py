@@ -26,12 +26,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from comfyui_headroom.memory.baselines import BASELINES  # noqa: E402
-from comfyui_headroom.memory.costmodel import Budget, GiB, Hardware  # noqa: E402
-from comfyui_headroom.memory.extract import workload_from_graph  # noqa: E402
-from comfyui_headroom.memory.graph import WorkflowError, load_workflow  # noqa: E402
-from comfyui_headroom.memory.order import predict_order  # noqa: E402
-from comfyui_headroom.memory.planner import plan  # noqa: E402
+from comfyui_headroom.memory.planning.baselines import BASELINES  # noqa: E402
+from comfyui_headroom.memory.planning.costmodel import Budget, GiB, Hardware  # noqa: E402
+from comfyui_headroom.memory.planning.extract import workload_from_graph  # noqa: E402
+from comfyui_headroom.memory.planning.planner import plan  # noqa: E402
+from comfyui_headroom.memory.workflow.graph import WorkflowError, load_workflow  # noqa: E402
+from comfyui_headroom.memory.workflow.order import predict_order  # noqa: E402
 from headroom_testing.bruteforce import brute_force, search_space  # noqa: E402
 
 VRAM_GB = (6, 8, 12, 16, 24, 48)

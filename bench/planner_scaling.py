@@ -22,11 +22,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from comfyui_headroom.memory.costmodel import Budget, GiB, Hardware  # noqa: E402
-from comfyui_headroom.memory.extract import workload_from_graph  # noqa: E402
-from comfyui_headroom.memory.graph import parse_workflow  # noqa: E402
-from comfyui_headroom.memory.order import predict_order  # noqa: E402
-from comfyui_headroom.memory.planner import plan  # noqa: E402
+from comfyui_headroom.memory.planning.costmodel import Budget, GiB, Hardware  # noqa: E402
+from comfyui_headroom.memory.planning.extract import workload_from_graph  # noqa: E402
+from comfyui_headroom.memory.planning.planner import plan  # noqa: E402
+from comfyui_headroom.memory.workflow.graph import parse_workflow  # noqa: E402
+from comfyui_headroom.memory.workflow.order import predict_order  # noqa: E402
 from headroom_testing.host_scan import scan_order  # noqa: E402
 
 

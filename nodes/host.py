@@ -31,12 +31,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ..memory import telemetry as tm
-from ..memory.catalog import ALL_FOLDERS
-from ..memory.components import ComponentError, describe_file
-from ..memory.costmodel import Budget, GiB, Hardware
-from ..memory.preflight import PlanCache, Preflight, plan_prompt
+from ..memory.models.catalog import ALL_FOLDERS
+from ..memory.models.components import ComponentError, describe_file
+from ..memory.planning.costmodel import Budget, GiB, Hardware
+from ..memory.planning.preflight import PlanCache, Preflight, plan_prompt
 from ..memory.residency import Controller, MappedFile, bind, footprint, open_mapped, pin, to_pageable
+from ..memory.telemetry import hub as tm
 from ..memory.units import format_bytes, parse_bytes
 from ..version import __version__
 from .input_checks import OffloadError, check_checkpoint_parts, check_pairing, loading
@@ -828,7 +828,7 @@ def monitor_snapshot(node_id: str | None, chart: bool = False) -> MonitorSnapsho
     snap = m.telemetry.snapshot(now, node_id)
     image = None
     if chart:
-        from ..memory.telemetry_chart import timeline_image
+        from ..memory.telemetry.chart import timeline_image
 
         image = timeline_image(snap.samples, snap.nodes, snap.planned)
     summary = {"now": now.as_dict(), "peaks": snap.peaks, "prompt_id": snap.prompt_id}

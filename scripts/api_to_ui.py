@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from comfyui_headroom.memory.node_types import lookup
+from comfyui_headroom.memory.workflow.node_types import lookup
 
 
 def convert(prompt: dict) -> dict:

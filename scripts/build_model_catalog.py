@@ -479,7 +479,7 @@ def shapes(arch: str, host: Path) -> tuple[dict[str, tuple[tuple[int, ...], bool
 
 
 def tensor_specs(arch: str, recipe: Recipe, prefix: str, host: Path):
-    from comfyui_headroom.memory.components import TensorSpec
+    from comfyui_headroom.memory.models.components import TensorSpec
 
     specs: dict[str, TensorSpec] = {}
     table, _ = shapes(arch, host)
@@ -495,7 +495,7 @@ def tensor_specs(arch: str, recipe: Recipe, prefix: str, host: Path):
 
 def lora_specs(arch: str, rank: int, recipe: Recipe, host: Path, block_list: str = "blocks."):
     """A LoRA of ``rank`` on every Linear inside the base model's blocks (down, up, alpha per layer)."""
-    from comfyui_headroom.memory.components import TensorSpec
+    from comfyui_headroom.memory.models.components import TensorSpec
 
     specs: dict[str, TensorSpec] = {}
     table, _ = shapes(arch, host)
@@ -769,7 +769,7 @@ def component_record(info, arch: str, recipe: Recipe, module: str) -> dict:
 
 
 def build(host: Path, only: set[str] | None = None) -> dict:
-    from comfyui_headroom.memory.components import describe_tensors
+    from comfyui_headroom.memory.models.components import describe_tensors
 
     kinds = {"diffusion_models": "diffusion_model", "text_encoders": "text_encoder", "vae": "vae"}
     kinds |= {"clip_vision": "clip_vision", "upscale_models": "upscale_model", "loras": "lora"}
@@ -849,7 +849,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# --- text-encoder activation coefficients (memory/activations.py) ----------------------------------
+# --- text-encoder activation coefficients (memory/planning/activations.py) ----------------------------------
 
 
 def measure_text_encoder_activations(host: Path, tokens: int = 256) -> dict[str, float]:
@@ -868,7 +868,7 @@ def measure_text_encoder_activations(host: Path, tokens: int = 256) -> dict[str,
 
     class PeakLive(PeakLiveBytes):
         """Every storage an op returns, views and in-place outputs included (the coefficients in
-        memory/activations.py were measured this way), on any device."""
+        memory/planning/activations.py were measured this way), on any device."""
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from comfyui_headroom.memory.catalog import (
+from comfyui_headroom.memory.models.catalog import (
     CATALOG_PATH,
     catalog,
     catalog_name,

@@ -28,12 +28,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..costmodel import Budget, Hardware, Tier
-from ..extract import workload_from_graph
-from ..graph import Graph, Link, parse_workflow
-from ..order import output_signatures, predict_cached, predict_order
-from ..planner import Plan, StepPlan, plan
-from ..workload import Workload
+from ..planning.costmodel import Budget, Hardware, Tier
+from ..planning.extract import workload_from_graph
+from ..planning.planner import Plan, StepPlan, plan
+from ..planning.workload import Workload
+from ..workflow.graph import Graph, Link, parse_workflow
+from ..workflow.order import output_signatures, predict_cached, predict_order
 
 _log = logging.getLogger("headroom")
 HOST_ACTIONS = ("pin", "unpin", "map", "warm")  # host-side moves: logged, not part of the GPU plan

@@ -1,7 +1,7 @@
 """An independent brute-force optimiser of the planner's cost model, for tests and benchmarks.
 
 It enumerates every tier sequence of every component and prices each with scalar code written
-separately from memory/planner.py, so agreement between the two is evidence, not an echo.
+separately from memory/planning/planner.py, so agreement between the two is evidence, not an echo.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 import itertools
 import math
 
-from comfyui_headroom.memory.costmodel import IDLE_TIERS, USED_TIERS, Budget, Hardware, Tier
-from comfyui_headroom.memory.planner import minimum_vram
-from comfyui_headroom.memory.workload import Workload
+from comfyui_headroom.memory.planning.costmodel import IDLE_TIERS, USED_TIERS, Budget, Hardware, Tier
+from comfyui_headroom.memory.planning.planner import minimum_vram
+from comfyui_headroom.memory.planning.workload import Workload
 
 
 def _honours(pin: str, t: Tier) -> bool:

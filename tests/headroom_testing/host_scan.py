@@ -6,8 +6,8 @@ reference the tests compare it with and the "before" of ``bench/planner_scaling.
 
 from __future__ import annotations
 
-from comfyui_headroom.memory.graph import Graph
-from comfyui_headroom.memory.order import _ExecutionList, select_outputs
+from comfyui_headroom.memory.workflow.graph import Graph
+from comfyui_headroom.memory.workflow.order import _ExecutionList, select_outputs
 
 
 def scan_order(graph: Graph) -> list[str]:

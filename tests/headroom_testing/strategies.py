@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from comfyui_headroom.memory.costmodel import IDLE_TIERS, Budget
-from comfyui_headroom.memory.workload import Component, Step, Workload
+from comfyui_headroom.memory.planning.costmodel import IDLE_TIERS, Budget
+from comfyui_headroom.memory.planning.workload import Component, Step, Workload
 
 sizes = st.integers(min_value=1, max_value=12).map(lambda g: g * 2**29)
 

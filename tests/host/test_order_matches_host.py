@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from comfyui_headroom.memory import order as order_module
-from comfyui_headroom.memory.graph import Graph, Link, load_workflow, parse_workflow
-from comfyui_headroom.memory.node_types import InputSpec, NodeType, lookup
-from comfyui_headroom.memory.order import predict_order
+from comfyui_headroom.memory.workflow import order as order_module
+from comfyui_headroom.memory.workflow.graph import Graph, Link, load_workflow, parse_workflow
+from comfyui_headroom.memory.workflow.node_types import InputSpec, NodeType, lookup
+from comfyui_headroom.memory.workflow.order import predict_order
 from headroom_testing.harness import Host, RunResult
 
 pytestmark = pytest.mark.host

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from comfyui_headroom.memory.graph import parse_workflow
-from comfyui_headroom.memory.order import predict_order
+from comfyui_headroom.memory.workflow.graph import parse_workflow
+from comfyui_headroom.memory.workflow.order import predict_order
 from headroom_testing.harness import Host
 
 pytestmark = pytest.mark.host

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from comfyui_headroom.cli import main as cli_main
-from comfyui_headroom.memory.activations import (
+from comfyui_headroom.memory.planning.activations import (
     DIFFUSION,
     MARGIN,
     MEASURED,
@@ -25,9 +25,9 @@ from comfyui_headroom.memory.activations import (
     host_reservation,
     latent_frames,
 )
-from comfyui_headroom.memory.costmodel import Budget, Hardware
-from comfyui_headroom.memory.planner import minimum_vram, plan
-from comfyui_headroom.memory.workload import Component, Step, Workload
+from comfyui_headroom.memory.planning.costmodel import Budget, Hardware
+from comfyui_headroom.memory.planning.planner import minimum_vram, plan
+from comfyui_headroom.memory.planning.workload import Component, Step, Workload
 
 MIB = 1 << 20
 

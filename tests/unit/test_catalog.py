@@ -17,8 +17,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from comfyui_headroom.memory import catalog as cat
-from comfyui_headroom.memory.catalog import (
+from comfyui_headroom.memory.models import catalog as cat
+from comfyui_headroom.memory.models.catalog import (
     catalog_name,
     estimate_from_name,
     find_model_file,
@@ -26,7 +26,7 @@ from comfyui_headroom.memory.catalog import (
     lookup_components,
     normalise_name,
 )
-from comfyui_headroom.memory.components import KINDS, ComponentError
+from comfyui_headroom.memory.models.components import KINDS, ComponentError
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = (

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from comfyui_headroom.cli import main
-from comfyui_headroom.memory.costmodel import GiB, Hardware
+from comfyui_headroom.memory.planning.costmodel import GiB, Hardware
 from comfyui_headroom.memory.units import format_bytes
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"

@@ -16,8 +16,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from comfyui_headroom.memory import components
-from comfyui_headroom.memory.components import (
+from comfyui_headroom.memory.models import components
+from comfyui_headroom.memory.models.components import (
     ComponentError,
     ComponentInfo,
     TensorSpec,

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from comfyui_headroom.memory.costmodel import Budget, GiB, Hardware
-from comfyui_headroom.memory.extract import workload_from_graph
-from comfyui_headroom.memory.graph import load_workflow
-from comfyui_headroom.memory.order import predict_order
-from comfyui_headroom.memory.planner import plan
+from comfyui_headroom.memory.planning.costmodel import Budget, GiB, Hardware
+from comfyui_headroom.memory.planning.extract import workload_from_graph
+from comfyui_headroom.memory.planning.planner import plan
+from comfyui_headroom.memory.workflow.graph import load_workflow
+from comfyui_headroom.memory.workflow.order import predict_order
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
 EXAMPLES = sorted(p.stem for p in (WORKFLOWS / "api").glob("*.json"))

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from comfyui_headroom.memory.catalog import lookup
-from comfyui_headroom.memory.extract import workload_from_graph
-from comfyui_headroom.memory.graph import Link, parse_workflow
-from comfyui_headroom.memory.order import predict_order
-from comfyui_headroom.memory.values import Evaluator
-from comfyui_headroom.memory.workload import Workload
+from comfyui_headroom.memory.models.catalog import lookup
+from comfyui_headroom.memory.planning.extract import workload_from_graph
+from comfyui_headroom.memory.planning.workload import Workload
+from comfyui_headroom.memory.workflow.graph import Link, parse_workflow
+from comfyui_headroom.memory.workflow.order import predict_order
+from comfyui_headroom.memory.workflow.values import Evaluator
 from headroom_testing.prompts import offload_t2i
 
 

@@ -1,4 +1,4 @@
-"""memory/graph.py: API prompts and UI workflows into one Graph, as the frontend's graphToPrompt would."""
+"""memory/workflow/graph.py: API prompts and UI workflows into one Graph, as graphToPrompt would."""
 
 from __future__ import annotations
 
@@ -14,9 +14,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from comfyui_headroom.memory.graph import Graph, Link, Node, WorkflowError, load_workflow, parse_workflow
-from comfyui_headroom.memory.node_types import host_version, known_types, lookup
-from comfyui_headroom.memory.order import predict_order
+from comfyui_headroom.memory.workflow.graph import (
+    Graph,
+    Link,
+    Node,
+    WorkflowError,
+    load_workflow,
+    parse_workflow,
+)
+from comfyui_headroom.memory.workflow.node_types import host_version, known_types, lookup
+from comfyui_headroom.memory.workflow.order import predict_order
 
 FIXTURES = Path(__file__).parent / "fixtures" / "graph"
 
@@ -656,7 +663,7 @@ def test_widget_mapping_agrees_with_the_templates_own_names() -> None:
     A few templates' names are stale (their values were edited later), so a small disagreement rate is
     allowed; a systematic error (control values, upload buttons, widget order) would exceed it.
     """
-    from comfyui_headroom.memory.workflow_ui import _Scope, _UiParser
+    from comfyui_headroom.memory.workflow.workflow_ui import _Scope, _UiParser
 
     checked = agreed = 0
     for _, data in _template_workflows():
@@ -676,7 +683,7 @@ def test_widget_mapping_agrees_with_the_templates_own_names() -> None:
 
 @needs_templates
 def test_promoted_subgraph_values_agree_with_the_templates_own_names() -> None:
-    from comfyui_headroom.memory.workflow_ui import _Scope, _UiParser
+    from comfyui_headroom.memory.workflow.workflow_ui import _Scope, _UiParser
 
     checked = 0
     for _, data in _template_workflows():

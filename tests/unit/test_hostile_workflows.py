@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from comfyui_headroom.cli import main
-from comfyui_headroom.memory import graph as graph_module
-from comfyui_headroom.memory.extract import workload_from_graph
-from comfyui_headroom.memory.graph import WorkflowError, load_workflow, parse_workflow
-from comfyui_headroom.memory.order import predict_order, select_outputs
+from comfyui_headroom.memory.planning.extract import workload_from_graph
+from comfyui_headroom.memory.workflow import graph as graph_module
+from comfyui_headroom.memory.workflow.graph import WorkflowError, load_workflow, parse_workflow
+from comfyui_headroom.memory.workflow.order import predict_order, select_outputs
 from headroom_testing.host_scan import scan_order
 
 

@@ -1,4 +1,4 @@
-"""memory/order.py: the host's ExecutionList, step by step (tests/host checks it against the real one)."""
+"""memory/workflow/order.py: the host's ExecutionList, step by step (tests/host checks it against it)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from comfyui_headroom.memory import order as order_module
-from comfyui_headroom.memory.graph import Graph, Link, WorkflowError, parse_workflow
-from comfyui_headroom.memory.node_types import InputSpec, NodeType, lookup
-from comfyui_headroom.memory.order import predict_order, reachable, select_outputs
+from comfyui_headroom.memory.workflow import order as order_module
+from comfyui_headroom.memory.workflow.graph import Graph, Link, WorkflowError, parse_workflow
+from comfyui_headroom.memory.workflow.node_types import InputSpec, NodeType, lookup
+from comfyui_headroom.memory.workflow.order import predict_order, reachable, select_outputs
 
 
 def image(color: int) -> dict[str, Any]:

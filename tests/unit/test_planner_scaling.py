@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from comfyui_headroom.memory import planner
-from comfyui_headroom.memory.costmodel import Budget, GiB, Hardware
 from comfyui_headroom.memory.deadline import PlanTimeout, check_time, time_limit
-from comfyui_headroom.memory.extract import workload_from_graph
-from comfyui_headroom.memory.graph import parse_workflow
-from comfyui_headroom.memory.order import predict_order
-from comfyui_headroom.memory.preflight import plan_prompt
+from comfyui_headroom.memory.planning import planner
+from comfyui_headroom.memory.planning.costmodel import Budget, GiB, Hardware
+from comfyui_headroom.memory.planning.extract import workload_from_graph
+from comfyui_headroom.memory.planning.preflight import plan_prompt
+from comfyui_headroom.memory.workflow.graph import parse_workflow
+from comfyui_headroom.memory.workflow.order import predict_order
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from planner_scaling import big_prompt  # noqa: E402

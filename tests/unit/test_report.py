@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from comfyui_headroom.memory.baselines import BASELINES
-from comfyui_headroom.memory.costmodel import GB, Budget, Hardware, Tier
-from comfyui_headroom.memory.planner import plan
-from comfyui_headroom.memory.report import plan_json, plan_text
-from comfyui_headroom.memory.workload import Component, Step, Workload
+from comfyui_headroom.memory.planning.baselines import BASELINES
+from comfyui_headroom.memory.planning.costmodel import GB, Budget, Hardware, Tier
+from comfyui_headroom.memory.planning.planner import plan
+from comfyui_headroom.memory.planning.report import plan_json, plan_text
+from comfyui_headroom.memory.planning.workload import Component, Step, Workload
 from headroom_testing.strategies import workloads
 
 HW = Hardware.pcie(4)

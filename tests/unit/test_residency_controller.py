@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from comfyui_headroom.memory.costmodel import GB, Budget, Hardware
+from comfyui_headroom.memory.planning.costmodel import GB, Budget, Hardware
 from comfyui_headroom.memory.residency import Controller
 from headroom_testing.prompts import offload_t2i
 

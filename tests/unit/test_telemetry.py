@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from comfyui_headroom.memory import telemetry as tm
-from comfyui_headroom.memory.telemetry import (
+from comfyui_headroom.memory.telemetry import hub as tm
+from comfyui_headroom.memory.telemetry.hub import (
     MemoryProbe,
     PinnedLedger,
     PlannedNode,

@@ -1,5 +1,5 @@
-"""Values that reach a node through links (memory/values.py), and what the order, the workload and the
-plan make of them: primitives, the lazy If/Else switch, math expressions, against the official 2026
+"""Values that reach a node through links (memory/workflow/values.py), and what the order, the workload and
+the plan make of them: primitives, the lazy If/Else switch, math expressions, against the official 2026
 templates too."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from comfyui_headroom.memory.extract import DEFAULT_STEPS, _Extractor, node_io, workload_from_graph
-from comfyui_headroom.memory.graph import Link, parse_workflow
-from comfyui_headroom.memory.order import predict_order
-from comfyui_headroom.memory.values import MATH_FUNCTIONS, Evaluator, Value, math_expression
+from comfyui_headroom.memory.planning.extract import DEFAULT_STEPS, _Extractor, node_io, workload_from_graph
+from comfyui_headroom.memory.workflow.graph import Link, parse_workflow
+from comfyui_headroom.memory.workflow.order import predict_order
+from comfyui_headroom.memory.workflow.values import MATH_FUNCTIONS, Evaluator, Value, math_expression
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,9 +9,7 @@ the samples; it never raises.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import logging
 import threading
 import time
@@ -20,7 +18,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .optional import optional_module
+from ..optional import optional_module
+from ..planning.records import PlannedNode, PlannedRun, prompt_key  # noqa: F401  (a run holds its plan)
 
 log = logging.getLogger("headroom")
 
@@ -302,33 +301,6 @@ class ResidencyEvent:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
 
-@dataclass(frozen=True, slots=True)
-class PlannedNode:
-    """What the plan predicted for one node of the predicted order."""
-
-    node_id: str
-    class_type: str
-    order: int
-    vram_peak: int
-    wall_s: float
-    placements: dict[str, str]  # component label -> tier label (with resident/total blocks when streamed)
-
-
-@dataclass(frozen=True)
-class PlannedRun:
-    """The plan of one prompt, reduced to what plan-vs-actual compares, plus its full JSON for the route."""
-
-    fits: bool | None
-    nodes: tuple[PlannedNode, ...]
-    budget_vram: int | None
-    min_vram: int | None
-    plan: dict[str, Any] = field(default_factory=dict, compare=False)  # report.plan_json, for /plan
-    preflight: dict[str, Any] = field(default_factory=dict, compare=False)
-
-    def node(self, node_id: str) -> PlannedNode | None:
-        return next((n for n in self.nodes if n.node_id == node_id), None)
-
-
 @dataclass
 class NodeRecord:
     """What one node did: wall time and memory at its start, end and peak."""
@@ -385,12 +357,6 @@ class Snapshot:
     samples: list[Sample]
     nodes: list[NodeRecord]
     planned: PlannedRun | None
-
-
-def prompt_key(prompt: dict[str, Any] | None) -> str:
-    """A stable digest of an API prompt, so a plan made at queue time is found again at run time."""
-    text = json.dumps(prompt or {}, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha1(text.encode("utf-8"), usedforsecurity=False).hexdigest()[:16]
 
 
 class Telemetry:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .components import Block, ComponentError, ComponentInfo, describe_file
 
-CATALOG_PATH = Path(__file__).with_name("data") / "model_catalog.json"
+CATALOG_PATH = Path(__file__).resolve().parents[1] / "data" / "model_catalog.json"
 
 # ComfyUI's models/ sub-folders for each kind (folder_paths.folder_names_and_paths), searched first.
 KIND_FOLDERS: dict[str, tuple[str, ...]] = {

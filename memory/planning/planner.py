@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..deadline import check_time
 from .costmodel import (
     IDLE_TIERS,
     USED_TIERS,
@@ -35,7 +36,6 @@ from .costmodel import (
     transition_seconds,
     upload_source,
 )
-from .deadline import check_time
 from .workload import Component, Step, Workload
 
 INF = math.inf

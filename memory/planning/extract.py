@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..deadline import check_time
+from ..models.catalog import lookup, lookup_components, merge_parts
+from ..models.components import ComponentError, ComponentInfo
+from ..workflow.graph import Graph, Link, Node
+from ..workflow.node_types import lookup as lookup_node_type
+from ..workflow.values import Evaluator
 from .activations import activation_bytes, host_reservation
-from .catalog import lookup, lookup_components, merge_parts
-from .components import ComponentError, ComponentInfo
 from .costmodel import PIN_CHOICES
-from .deadline import check_time
-from .graph import Graph, Link, Node
-from .node_types import lookup as lookup_node_type
-from .values import Evaluator
 from .workload import Component, Step, Workload
 
 # Output type -> the component kinds a value of that type can carry.

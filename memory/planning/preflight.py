@@ -16,16 +16,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..deadline import PlanTimeout, time_limit
+from ..units import format_bytes
+from ..workflow.graph import WorkflowError, parse_workflow
+from ..workflow.order import predict_order
 from .baselines import comfyui_reactive
 from .costmodel import Budget, Hardware
-from .deadline import PlanTimeout, time_limit
 from .extract import workload_from_graph
-from .graph import WorkflowError, parse_workflow
-from .order import predict_order
 from .planner import Plan, minimum_vram, plan
+from .records import PlannedNode, PlannedRun, prompt_key
 from .report import fit_advice, plan_json
-from .telemetry import PlannedNode, PlannedRun, prompt_key
-from .units import format_bytes
 from .workload import Step, Workload
 
 # Which Headroom node takes over the work of a component kind that does not fit.

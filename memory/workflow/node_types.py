@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-DATA_FILE = Path(__file__).resolve().parent / "data" / "node_types.json"
+DATA_FILE = Path(__file__).resolve().parents[1] / "data" / "node_types.json"
 # Headroom's own nodes in the same format (scripts/dump_node_types.py --pack); checked against the live
 # classes by tests/host/test_node_table.py.
-PACK_FILE = Path(__file__).resolve().parent / "data" / "headroom_nodes.json"
+PACK_FILE = Path(__file__).resolve().parents[1] / "data" / "headroom_nodes.json"
 # Classes of newer hosts that decide which values and branches a graph runs (the lazy If/Else switch,
 # the math expression), written by hand from their source: the 2026 host's comfy_extras/nodes_logic.py
 # and nodes_math.py. Their dynamic inputs ("values.a", ...) come from the workflow itself.
-NEWER_FILE = Path(__file__).resolve().parent / "data" / "newer_nodes.json"
+NEWER_FILE = Path(__file__).resolve().parents[1] / "data" / "newer_nodes.json"
 
 # Values of the frontend's "control_after_generate" combo, saved after seed-like widgets.
 CONTROL_VALUES = frozenset({"fixed", "increment", "decrement", "randomize", "increment-wrap"})

@@ -47,7 +47,7 @@ from collections import defaultdict
 from collections.abc import Hashable, Iterable
 from typing import Any
 
-from .deadline import check_time
+from ..deadline import check_time
 from .graph import Graph, Link, WorkflowError
 from .node_types import lookup
 from .values import Evaluator

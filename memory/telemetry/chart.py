@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .optional import optional_module
-from .telemetry import NodeRecord, PlannedRun, Sample
+from ..optional import optional_module
+from .hub import NodeRecord, PlannedRun, Sample
 
 GiB = 2**30
 _SERIES = (  # field, label, colour

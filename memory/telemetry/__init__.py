@@ -1,0 +1,1 @@
+"""Measuring a run: memory probes, the sampler, per-node records and their chart."""
