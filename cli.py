@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from .memory.optional import optional_module
-from .memory.planning.costmodel import GB, GiB
-from .memory.units import format_bytes, parse_bytes
+from .memory.units import GB, GiB, format_bytes, parse_bytes
 from .version import __version__
 
 # Exit codes: 0 it fits, 1 it does not fit (the output says what would make it fit), 2 bad input.
@@ -136,26 +135,22 @@ def _check_paths(args: argparse.Namespace) -> str | None:
 def cmd_plan(args: argparse.Namespace) -> int:
     from .memory.planning.baselines import BASELINES
     from .memory.planning.costmodel import Budget, Hardware
-    from .memory.planning.extract import workload_from_graph
-    from .memory.planning.planner import plan
+    from .memory.planning.pipeline import plan_workflow
     from .memory.planning.report import plan_json, plan_text, timeline_png
-    from .memory.workflow.graph import WorkflowError, load_workflow
-    from .memory.workflow.order import predict_order
+    from .memory.workflow.graph import WorkflowError
 
     problem = _check_paths(args)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        graph = load_workflow(args.workflow)
-        order = predict_order(graph)
         hw = Hardware.pcie(args.pcie).with_overrides(
             h2d_pinned=None if args.h2d_pinned is None else args.h2d_pinned * GB,
             disk=None if args.disk is None else args.disk * GB,
         )
-        workload = workload_from_graph(graph, order, models_dir=args.models_dir, tflops=hw.tflops)
         ram = _default_ram() if args.ram is None else args.ram
         budget = Budget.from_card(args.vram, ram, reserve=args.reserve)
+        planned = plan_workflow(args.workflow, budget, hw, models_dir=args.models_dir)
     except (WorkflowError, ValueError) as exc:
         print(f"error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -165,7 +160,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except RecursionError:  # json (or a walk of its result) recursing once per level of nesting
         print(f"error: {args.workflow}: the JSON is nested too deep to be a workflow", file=sys.stderr)
         return EXIT_BAD_INPUT
-    result = plan(workload, budget, hw)
+    order, workload, result = planned.order, planned.workload, planned.plan
+    assert result is not None  # planned under a budget
     baselines = {name: policy(workload, budget, hw) for name, policy in BASELINES.items()}
     if args.json:
         print(json.dumps(plan_json(result, workload, baselines), indent=2))

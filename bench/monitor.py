@@ -31,7 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT.parent))
 
 try:
-    from comfyui_headroom.memory.telemetry.hub import MemoryProbe, Sampler, Telemetry
+    from comfyui_headroom.memory.telemetry.hub import Telemetry
+    from comfyui_headroom.memory.telemetry.probe import MemoryProbe
+    from comfyui_headroom.memory.telemetry.sampler import Sampler
 except ImportError:  # a checkout not installed with pip install -e .
     sys.exit("run from the test virtualenv: pip install -e . first")
 

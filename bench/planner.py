@@ -27,11 +27,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from comfyui_headroom.memory.planning.baselines import BASELINES  # noqa: E402
-from comfyui_headroom.memory.planning.costmodel import Budget, GiB, Hardware  # noqa: E402
-from comfyui_headroom.memory.planning.extract import workload_from_graph  # noqa: E402
+from comfyui_headroom.memory.planning.costmodel import Budget, Hardware  # noqa: E402
+from comfyui_headroom.memory.planning.pipeline import plan_workflow  # noqa: E402
 from comfyui_headroom.memory.planning.planner import plan  # noqa: E402
-from comfyui_headroom.memory.workflow.graph import WorkflowError, load_workflow  # noqa: E402
-from comfyui_headroom.memory.workflow.order import predict_order  # noqa: E402
+from comfyui_headroom.memory.units import GiB  # noqa: E402
+from comfyui_headroom.memory.workflow.graph import WorkflowError  # noqa: E402
 from headroom_testing.bruteforce import brute_force, search_space  # noqa: E402
 
 VRAM_GB = (6, 8, 12, 16, 24, 48)
@@ -59,9 +59,7 @@ def run(folder: Path) -> dict:
     for path in template_files(folder):
         start = time.perf_counter()
         try:
-            graph = load_workflow(path)
-            order = predict_order(graph)
-            workload = workload_from_graph(graph, order, tflops=hw.tflops)
+            workload = plan_workflow(path, None, hw).workload  # planned below, once per budget
         except (WorkflowError, ValueError) as exc:
             failures[f"{path.stem}: {str(exc).replace(str(path), '').lstrip(': ')[:160]}"] += 1
             rows.append({"template": path.stem, "parsed": False, "error": str(exc)})

@@ -22,10 +22,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from comfyui_headroom.memory.planning.costmodel import Budget, GiB, Hardware  # noqa: E402
-from comfyui_headroom.memory.planning.extract import workload_from_graph  # noqa: E402
-from comfyui_headroom.memory.planning.planner import plan  # noqa: E402
-from comfyui_headroom.memory.workflow.graph import parse_workflow  # noqa: E402
+from comfyui_headroom.memory.planning.costmodel import Budget, Hardware  # noqa: E402
+from comfyui_headroom.memory.planning.pipeline import plan_workflow  # noqa: E402
+from comfyui_headroom.memory.units import GiB  # noqa: E402
 from comfyui_headroom.memory.workflow.order import predict_order  # noqa: E402
 from headroom_testing.host_scan import scan_order  # noqa: E402
 
@@ -85,19 +84,14 @@ def prompt_of_size(megabytes: float) -> dict[str, Any]:
 
 def time_plan(prompt: dict[str, Any], before: bool = False) -> dict[str, float]:
     """Seconds for each stage of ``comfyui_headroom plan`` on ``prompt`` (already loaded JSON)."""
-    hw = Hardware.pcie(4)
-    times: dict[str, float] = {}
     start = time.perf_counter()
-    graph = parse_workflow(prompt)
-    times["parse"] = time.perf_counter() - start
-    order = scan_order(graph) if before else predict_order(graph)
-    times["order"] = time.perf_counter() - start - sum(times.values())
-    workload = workload_from_graph(graph, order, tflops=hw.tflops)
-    times["extract"] = time.perf_counter() - start - sum(times.values())
-    plan(workload, Budget.from_card(8 * GiB, 32 * GiB), hw)
-    times["plan"] = time.perf_counter() - start - sum(times.values())
-    times["total"] = time.perf_counter() - start
-    return times
+    planned = plan_workflow(
+        prompt,
+        Budget.from_card(8 * GiB, 32 * GiB),
+        Hardware.pcie(4),
+        order_by=(lambda graph, cached, outputs: scan_order(graph)) if before else predict_order,
+    )
+    return {**planned.seconds, "total": time.perf_counter() - start}
 
 
 def main() -> None:

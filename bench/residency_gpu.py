@@ -127,8 +127,9 @@ def headroom_prompt(steps: int, seed: int, res: int, residency: str) -> dict[str
     return prompt
 
 
-def _pack(host: Host) -> Any:
-    return next(m for name, m in sys.modules.items() if name.endswith(f"{host.pack_dir.name}.nodes.host"))
+def _pack(host: Host, name: str = "nodes.host.state") -> Any:
+    """A module of the pack as the host imported it; by default its process state (monitor, controller)."""
+    return next(m for n, m in sys.modules.items() if n.endswith(f"{host.pack_dir.name}.{name}"))
 
 
 def run_once(host: Host, prompt: dict[str, Any], prompt_id: str) -> dict[str, Any]:
@@ -174,7 +175,7 @@ def main() -> int:
     total = torch.cuda.get_device_properties(0).total_memory if cuda else None
     if total is not None:
         mm.EXTRA_RESERVED_VRAM = max(0, total - cap)  # the host's --reserve-vram
-    budget = pack.Budget(vram=cap, ram=64 * 2**30, pinned=16 * 2**30)
+    budget = _pack(host, "memory.planning.costmodel").Budget(vram=cap, ram=64 * 2**30, pinned=16 * 2**30)
     pack.configure_residency(budget)
 
     rows: list[dict[str, Any]] = []

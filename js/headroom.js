@@ -5,6 +5,7 @@
 import { app } from "../../scripts/app.js";
 import { api } from "../../scripts/api.js";
 import { BadgeStore } from "./lib/badges.js";
+import { EVENTS, ROUTES, route } from "./lib/names.js";
 import { preflightToast } from "./lib/preflight.js";
 import { SampleHistory, dueForRedraw } from "./lib/samples.js";
 import { MonitorPanel, TimelinePanel } from "./views.js";
@@ -47,7 +48,7 @@ function redraw(force = false) {
 async function fetchStatus() {
   if (refreshSeconds() <= 0) return; // off: no polling, and the server stops sampling for us
   try {
-    const response = await api.fetchApi("/headroom/status?limit=600");
+    const response = await api.fetchApi(`${ROUTES.status}?limit=600`);
     if (!response.ok) return;
     const status = await response.json();
     state.history.push(...status.samples, status.latest);
@@ -62,7 +63,7 @@ async function fetchStatus() {
 async function loadReport(promptId) {
   if (!promptId) return;
   try {
-    const response = await api.fetchApi(`/headroom/report/${encodeURIComponent(promptId)}`);
+    const response = await api.fetchApi(route("report", promptId));
     if (!response.ok) return;
     state.report = await response.json();
     state.timeline?.draw(state.report);
@@ -133,7 +134,7 @@ app.registerExtension({
       type: "custom",
       render: (element) => {
         const url = (promptId, format) =>
-          api.apiURL(`/headroom/report/${encodeURIComponent(promptId)}?format=${format}`);
+          api.apiURL(`${route("report", promptId)}?format=${format}`);
         state.timeline = new TimelinePanel(element, url);
         state.timeline.draw(state.report);
       },
@@ -151,17 +152,17 @@ app.registerExtension({
         fetchStatus();
       },
     });
-    api.addEventListener("headroom.sample", ({ detail }) => {
+    api.addEventListener(EVENTS.sample, ({ detail }) => {
       if (refreshSeconds() <= 0) return;
       state.history.push(detail);
       redraw();
     });
-    api.addEventListener("headroom.node", ({ detail }) => {
+    api.addEventListener(EVENTS.node, ({ detail }) => {
       state.badges.add(detail);
       app.graph?.setDirtyCanvas(true, false);
       redraw(true);
     });
-    api.addEventListener("headroom.preflight", ({ detail }) => {
+    api.addEventListener(EVENTS.preflight, ({ detail }) => {
       const toast = preflightToast(detail);
       if (!toast || !setting(TOASTS, true)) return;
       state.toasts.push(toast);

@@ -5,7 +5,11 @@ from __future__ import annotations
 import math
 import re
 
-# Memory sizes on GPUs and in ComfyUI's own logs are binary: "8GB" on a card means 8 GiB.
+# The one home of the byte units. Memory sizes on GPUs and in ComfyUI's own logs are binary: "8GB" on a
+# card means 8 GiB. Bandwidths are quoted in decimal GB/s, as vendors and benchmarks do.
+KiB, MiB, GiB, TiB = 2**10, 2**20, 2**30, 2**40
+GB = 1e9
+
 _UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 _SIZE = re.compile(r"^\s*((?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 

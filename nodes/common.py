@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..memory.planning.costmodel import RESIDENCY_CHOICES as _CHOICES
 from ..memory.units import VRAM_BUDGET_FORMS, parse_vram_budget_bytes
 
 CATEGORY = "Headroom"
 
-# Where a component may live; "auto" lets the planner decide.
-RESIDENCY_CHOICES = ["auto", "gpu", "pinned_ram", "ram", "disk"]
+# Where a component may live; "auto" lets the planner decide (a list: the host's combo input type).
+RESIDENCY_CHOICES = list(_CHOICES)
 NONE_CHOICE = "none"
 
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import torch
 
-from . import host
 from .common import ANY, CATEGORY
+from .host import state
 
 CHART_OUTPUT = 2  # index of "chart" in RETURN_TYPES
 
@@ -63,7 +63,7 @@ class HeadroomMemoryMonitor:
 
     def monitor(self, value: Any = None, unique_id: Any = None, prompt: Any = None) -> dict[str, Any]:
         node_id = None if unique_id is None else str(unique_id)
-        snapshot = host.monitor_snapshot(node_id, chart=output_used(prompt, unique_id, CHART_OUTPUT))
+        snapshot = state.monitor().snapshot(node_id, chart=output_used(prompt, unique_id, CHART_OUTPUT))
         if snapshot.chart is not None:
             chart = torch.from_numpy(snapshot.chart).unsqueeze(0)  # IMAGE is [B, H, W, C]
         else:  # not consumed, or no matplotlib: a small blank image keeps the output's type

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import host
+from ..memory.names import OFFLOAD_RESIDENCY_INPUTS
 from .common import CATEGORY, NONE_CHOICE, RESIDENCY_CHOICES
+from .host import loading, lookups
 
 
 def _files(kind: str) -> list[str]:
-    return [NONE_CHOICE, *host.model_files(kind)]
+    return [NONE_CHOICE, *lookups.model_files(kind)]
 
 
 def _residency(what: str) -> tuple[list[str], dict]:
@@ -22,6 +23,10 @@ def _residency(what: str) -> tuple[list[str], dict]:
             "with no RAM copy",
         },
     )
+
+
+# What each residency input's tooltip calls its component.
+RESIDENCY_LABELS = (("diffusion_model", "diffusion model"), ("text_encoder", "text encoders"), ("vae", "VAE"))
 
 
 class HeadroomOffloadLoader:
@@ -43,21 +48,19 @@ class HeadroomOffloadLoader:
             "required": {
                 "checkpoint": (_files("checkpoints"), {"tooltip": "A single-file checkpoint, or none"}),
                 "diffusion_model": (_files("diffusion_models"), {"tooltip": "Overrides the checkpoint's"}),
-                "weight_dtype": (host.weight_dtype_choices(),),
+                "weight_dtype": (lookups.weight_dtype_choices(),),
                 "text_encoder_1": (_files("text_encoders"), {"tooltip": encoder_tip}),
                 "text_encoder_2": (_files("text_encoders"), {"tooltip": encoder_tip}),
                 "text_encoder_3": (_files("text_encoders"), {"tooltip": encoder_tip}),
-                "clip_type": (host.clip_type_choices(),),
+                "clip_type": (lookups.clip_type_choices(),),
                 "vae": (_files("vae"), {"tooltip": "Overrides the checkpoint's VAE"}),
-                "model_residency": _residency("diffusion model"),
-                "text_encoder_residency": _residency("text encoders"),
-                "vae_residency": _residency("VAE"),
+                **{OFFLOAD_RESIDENCY_INPUTS[kind]: _residency(what) for kind, what in RESIDENCY_LABELS},
             },
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
     def load(self, unique_id: str | None = None, **inputs: Any) -> tuple[Any, Any, Any]:
-        return host.offload_load(str(unique_id), inputs)
+        return loading.offload_load(str(unique_id), inputs)
 
 
 NODE_CLASS = HeadroomOffloadLoader

@@ -6,8 +6,8 @@ from typing import Any
 
 from ..memory.streaming import BudgetExceeded
 from ..memory.units import format_bytes
-from . import host
 from .common import CATEGORY, parse_vram_budget, validate_vram_budget, vram_budget_input
+from .host import lookups, sampling
 from .input_checks import latent_error, latent_problem
 
 
@@ -25,7 +25,7 @@ class HeadroomStreamingSampler:
     @classmethod
     def INPUT_TYPES(cls) -> dict[str, Any]:
         return {
-            "required": host.ksampler_required_inputs(),
+            "required": lookups.ksampler_required_inputs(),
             "optional": {
                 "vram_budget": vram_budget_input(),
                 "prefetch": (
@@ -68,7 +68,7 @@ class HeadroomStreamingSampler:
         budget = parse_vram_budget(vram_budget, self.DISPLAY_NAME)
         self._check_latent(model, latent_image)
         try:
-            latent, run = host.streaming_ksample(
+            latent, run = sampling.streaming_ksample(
                 model,
                 (seed, steps, cfg, sampler_name, scheduler, positive, negative, latent_image, denoise),
                 budget=budget,
@@ -87,7 +87,7 @@ class HeadroomStreamingSampler:
         samples = latent_image.get("samples") if isinstance(latent_image, dict) else None
         if samples is None or not hasattr(samples, "shape"):
             raise ValueError(f"{self.DISPLAY_NAME}: input latent_image: not a latent (no samples tensor)")
-        channels, dims, four_d_ok, zeros_ok = host.sampler_latent_spec(model)
+        channels, dims, four_d_ok, zeros_ok = lookups.sampler_latent_spec(model)
         if zeros_ok and samples.ndim >= 2 and samples.numel() and not bool(samples.any()):
             channels = None  # an empty latent: the host gives it the model's channels
         problem = latent_problem(samples.shape, channels, dims, four_d_ok=four_d_ok)

@@ -16,8 +16,9 @@ from ..memory.tiled_vae.budget import (
     park_ram_allowance,
     too_large_message,
 )
-from . import host
 from .common import CATEGORY, parse_vram_budget, validate_vram_budget, vram_budget_input
+from .host import lookups
+from .host import vae as host_vae
 from .input_checks import latent_error, latent_problem
 
 log = logging.getLogger("headroom")
@@ -69,10 +70,10 @@ class HeadroomTiledVAEDecode:
             stats="auto" if mode == "exact" else "merge",
             pin=device.type == "cuda",
             park_ram_bytes=park_ram_allowance(),
-            act=host.vae_nonlinearity(),
-            check_interrupt=host.check_interrupted,
-            oom_types=host.vae_oom_errors(),
-            on_oom=host.device_empty_cache,
+            act=host_vae.vae_nonlinearity(),
+            check_interrupt=host_vae.check_interrupted,
+            oom_types=host_vae.vae_oom_errors(),
+            on_oom=host_vae.device_empty_cache,
         )
         try:
             engine = make_tiled_decoder(getattr(vae, "first_stage_model", None), options)
@@ -82,12 +83,12 @@ class HeadroomTiledVAEDecode:
 
         dtype_bytes = torch.empty((), dtype=options.dtype).element_size()
         shape = tuple(latent.shape)
-        weights = host.vae_weight_bytes(vae)
+        weights = host_vae.vae_weight_bytes(vae)
         options.budget_bytes = activation_budget(budget_gb, weights, None, on_gpu=False)
         limit, source = self._activation_limit(vae, shape, vram_budget, budget_gb, weights, options)
         minimum = engine.minimum_peak(shape, dtype_bytes)
         if minimum > limit:
-            scale = host.vae_output_size(vae, shape)
+            scale = host_vae.vae_output_size(vae, shape)
             largest = largest_latent(shape, lambda s: engine.minimum_peak(s, dtype_bytes), limit)
             head = engine.head_bytes(shape, dtype_bytes)
             raise ValueError(
@@ -96,18 +97,18 @@ class HeadroomTiledVAEDecode:
                 )
             )
         if budget_gb is None and device.type != "cpu":
-            host.vae_load(vae, minimum)  # reserve the least, then give tiles what is really free
-            free = host.device_free_bytes(device)
+            host_vae.vae_load(vae, minimum)  # reserve the least, then give tiles what is really free
+            free = host_vae.device_free_bytes(device)
             options.budget_bytes = max(minimum, activation_budget(None, weights, free, on_gpu=True))
         if device.type == "cpu":
             options.budget_bytes = max(minimum, min(options.budget_bytes, limit))
-        host.vae_load(vae, engine.predicted_peak(shape, dtype_bytes))
+        host_vae.vae_load(vae, engine.predicted_peak(shape, dtype_bytes))
 
         bar: dict[str, Any] = {}
 
         def progress(done: int, total: int) -> None:
             if "update" not in bar:
-                bar["update"] = host.progress_callback(total, unique_id)
+                bar["update"] = host_vae.progress_callback(total, unique_id)
             bar["update"](done, total)
 
         options.progress = progress
@@ -151,13 +152,13 @@ class HeadroomTiledVAEDecode:
         else:
             limit, source = None, ""
         if device.type == "cpu":
-            size = host.vae_output_size(vae, shape)
+            size = host_vae.vae_output_size(vae, shape)
             pixels = shape[0] * math.prod(shape[-2:]) * (size[0] ** 2 * size[1] if size else 1)
-            ram = cpu_activation_limit(host.device_free_bytes(device), 2 * 3 * 4 * pixels)
+            ram = cpu_activation_limit(host_vae.device_free_bytes(device), 2 * 3 * 4 * pixels)
             if limit is None or ram < limit:
                 limit, source = ram, "the RAM available (less the output image)"
         elif limit is None:
-            total = host.device_total_bytes(device)
+            total = host_vae.device_total_bytes(device)
             limit, source = total - weights, f"this GPU ({total / (1 << 30):.1f} GB, less the VAE's weights)"
         return limit, source
 
@@ -166,7 +167,7 @@ class HeadroomTiledVAEDecode:
         latent = samples.get("samples") if isinstance(samples, dict) else None
         if not isinstance(latent, torch.Tensor):
             raise ValueError(f"{self.DISPLAY_NAME}: input samples: not a latent (no samples tensor)")
-        channels, dims = host.vae_latent_spec(vae)
+        channels, dims = lookups.vae_latent_spec(vae)
         problem = latent_problem(latent.shape, channels, dims)
         if problem:
             wanted = f"{channels}-channel " if channels else ""

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_model_catalog import template_files, templates_dir  # noqa: E402
 
 from comfyui_headroom.memory.models import catalog as cat  # noqa: E402
-from comfyui_headroom.memory.models.components import KINDS  # noqa: E402
+from comfyui_headroom.memory.models.info import KINDS  # noqa: E402
 
 DETERMINED = "template sizes (linear system, determined)"
 SPLIT = "template sizes (linear system, split by name prior)"

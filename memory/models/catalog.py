@@ -23,16 +23,27 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from .components import Block, ComponentError, ComponentInfo, describe_file
+from ..units import GiB
+from .components import describe_file
+from .header import ComponentError
+from .info import Block, ComponentInfo
 
 CATALOG_PATH = Path(__file__).resolve().parents[1] / "data" / "model_catalog.json"
 
+# The host's folder_paths names of the Offload Loader's file inputs, newest first: 2024 hosts call
+# diffusion models "unet" and text encoders "clip"; current ones keep those names as aliases.
+LOADER_FOLDERS: dict[str, tuple[str, ...]] = {
+    "checkpoints": ("checkpoints",),
+    "diffusion_models": ("diffusion_models", "unet"),
+    "text_encoders": ("text_encoders", "clip"),
+    "vae": ("vae",),
+}
 # ComfyUI's models/ sub-folders for each kind (folder_paths.folder_names_and_paths), searched first.
 KIND_FOLDERS: dict[str, tuple[str, ...]] = {
-    "checkpoint": ("checkpoints",),
-    "diffusion_model": ("diffusion_models", "unet", "checkpoints"),
-    "text_encoder": ("text_encoders", "clip"),
-    "vae": ("vae",),
+    "checkpoint": LOADER_FOLDERS["checkpoints"],
+    "diffusion_model": (*LOADER_FOLDERS["diffusion_models"], "checkpoints"),
+    "text_encoder": LOADER_FOLDERS["text_encoders"],
+    "vae": LOADER_FOLDERS["vae"],
     "lora": ("loras",),
     "controlnet": ("controlnet", "t2i_adapter"),
     "clip_vision": ("clip_vision",),
@@ -52,13 +63,12 @@ FOLDER_KINDS: dict[str, str] = {
 }
 FOLDER_KINDS["checkpoints"] = "checkpoint"
 
-GIB = 1 << 30
 TEMPLATE_SOURCE = "template sizes"  # entries solved from the templates' published sizes start so
 # Unknown file, unknown name: assume big, so a plan errs towards streaming rather than an OOM.
 DEFAULT_BYTES: dict[str, int] = {
-    "checkpoint": 24 * GIB, "diffusion_model": 24 * GIB, "text_encoder": 10 * GIB, "vae": 1 * GIB,
-    "lora": 2 * GIB, "controlnet": 4 * GIB, "clip_vision": 4 * GIB, "upscale_model": GIB // 4,
-    "model_patch": 4 * GIB, "audio_encoder": 2 * GIB, "style_model": 1 * GIB, "other": 1 * GIB,
+    "checkpoint": 24 * GiB, "diffusion_model": 24 * GiB, "text_encoder": 10 * GiB, "vae": 1 * GiB,
+    "lora": 2 * GiB, "controlnet": 4 * GiB, "clip_vision": 4 * GiB, "upscale_model": GiB // 4,
+    "model_patch": 4 * GiB, "audio_encoder": 2 * GiB, "style_model": 1 * GiB, "other": 1 * GiB,
 }  # fmt: skip
 _EXTENSIONS = (".safetensors", ".sft", ".ckpt", ".pt", ".pth", ".bin", ".gguf")
 
@@ -328,8 +338,8 @@ def estimate_from_name(file_name: str, kind: str | None = None) -> ComponentInfo
         size = int(params * per)
         note = f"estimated from the name: {params / 1e9:g}B parameters x {per:g} B"
     else:
-        size = DEFAULT_BYTES.get(kind or "", 24 * GIB)
-        note = f"unknown file: conservative default for a {kind or 'model'} ({size / GIB:g} GiB)"
+        size = DEFAULT_BYTES.get(kind or "", 24 * GiB)
+        note = f"unknown file: conservative default for a {kind or 'model'} ({size / GiB:g} GiB)"
     blocks = _assumed_blocks(size, kind)
     if blocks:
         note += f"; assumed {len(blocks)} equal blocks"

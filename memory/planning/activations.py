@@ -37,7 +37,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-MIB = 1 << 20
+from ..units import MiB
+
 DTYPE_SIZE = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "fp8_e4m3fn": 1, "fp8_e5m2": 1}
 
 
@@ -328,7 +329,7 @@ def _diffusion_bytes(
         factor *= VACE_FACTOR
     cells = math.ceil(height / spec.spatial) * math.ceil(width / spec.spatial)
     area = batch * latent_frames(frames, spec.temporal) * cells * (1 + refs)
-    return math.ceil(area * size * 0.01 * factor * MIB)
+    return math.ceil(area * size * 0.01 * factor * MiB)
 
 
 def _vae_bytes(family: str, width: int, height: int, frames: int, size: int, encode: bool) -> int:

@@ -5,7 +5,7 @@
   made by ``free_memory(required * 1.1 + extra)`` evicting partially offloaded models first, then the
   smallest (reference counts are not predictable from a workflow and count as equal), with partial
   unloads of just the shortfall; what does not fit is loaded "lowvram": the budget
-  ``max(128 MB, free - minimum_memory_required, min(0.4 * free, free - minimum_inference))`` of
+  ``max(128 MiB, free - minimum_memory_required, min(0.4 * free, free - minimum_inference))`` of
   weights stays resident and the rest is cast per operation from pageable RAM at every evaluation.
   Offloading copies weights back to RAM. Weights come from disk into RAM at the first use; what
   exceeds the RAM budget is paged back in from the file whenever it streams.
@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..units import MiB
 from .costmodel import Budget, Hardware
 from .workload import Workload
 
-MB = 2**20
-MIN_INFERENCE = 800 * MB  # model_management.minimum_inference_memory(): 0.8 GiB + the extra reserve
-LOWVRAM_MIN_WEIGHTS = 128 * MB
+MIN_INFERENCE = 800 * MiB  # model_management.minimum_inference_memory(): 0.8 GiB + the extra reserve
+LOWVRAM_MIN_WEIGHTS = 128 * MiB
 MIN_WEIGHT_MEMORY_RATIO = 0.4
 
 

@@ -19,8 +19,7 @@ from typing import Any
 
 import numpy as np
 
-GB = 1e9  # bandwidths are quoted in decimal GB/s, as vendors and benchmarks do
-GiB = 2**30
+from ..units import GB, GiB
 
 
 @dataclass(frozen=True)
@@ -131,9 +130,12 @@ _LABELS = {
     Tier.RAM: "ram",
     Tier.DISK: "disk",
 }
-# A user's residency choice for a component, as the Offload Loader offers it: the GPU part or host part
-# every tier of that component must have. "" (auto) leaves the planner free.
-PIN_CHOICES = ("", "gpu", "pinned_ram", "ram", "disk")
+# A user's residency choice for a component, as the Offload Loader offers it (its inputs' choices, with
+# "auto"): the GPU part or host part every tier of that component must have. "" (auto) leaves the planner
+# free. CHOICE_HOST: the host tier letter a choice fixes.
+RESIDENCY_CHOICES = ("auto", "gpu", "pinned_ram", "ram", "disk")
+PIN_CHOICES = ("", *RESIDENCY_CHOICES[1:])
+CHOICE_HOST = {"pinned_ram": "P", "ram": "R", "disk": "D"}
 _PIN_RULE = {
     "gpu": lambda t: t.gpu == "G",
     "pinned_ram": lambda t: t.host == "P",

@@ -18,13 +18,15 @@ from typing import Any
 
 from ..deadline import check_time
 from ..models.catalog import lookup, lookup_components, merge_parts
-from ..models.components import ComponentError, ComponentInfo
+from ..models.header import ComponentError
+from ..models.info import ComponentInfo
+from ..names import OFFLOAD_FILE_INPUTS, OFFLOAD_RESIDENCY_INPUTS
 from ..workflow.graph import Graph, Link, Node
 from ..workflow.node_types import lookup as lookup_node_type
 from ..workflow.values import Evaluator
 from .activations import activation_bytes, host_reservation
 from .costmodel import PIN_CHOICES
-from .workload import Component, Step, Workload
+from .workload import Component, Step, Workload, component_id
 
 # Output type -> the component kinds a value of that type can carry.
 # "checkpoint" is a checkpoint nobody catalogued, one estimated file behind all of its outputs.
@@ -94,16 +96,8 @@ LOADERS: dict[str, LoaderSpec] = {
             ("vae", "vae"),
         ),
         ("MODEL", "CLIP", "VAE"),
-        overrides=(
-            ("diffusion_model", ("diffusion_model",)),
-            ("text_encoder", ("text_encoder_1", "text_encoder_2", "text_encoder_3")),
-            ("vae", ("vae",)),
-        ),
-        residency=(
-            ("diffusion_model", "model_residency"),
-            ("text_encoder", "text_encoder_residency"),
-            ("vae", "vae_residency"),
-        ),
+        overrides=tuple(OFFLOAD_FILE_INPUTS.items()),
+        residency=tuple(OFFLOAD_RESIDENCY_INPUTS.items()),
         merge=("text_encoder",),
     ),  # fmt: skip
 }
@@ -196,7 +190,8 @@ class _Extractor:
                 if kind == "checkpoint" and part_kind in replaced:
                     continue  # the loader takes this part from its own file input instead
                 first = next((c for c in grouped if c.endswith(f":{part_kind}")), None)
-                cid = first if part_kind in spec.merge and first else f"{node_id}:{input_name}:{part_kind}"
+                own = component_id(node_id, input_name, part_kind)
+                cid = first if part_kind in spec.merge and first else own
                 parts, names, _ = grouped.setdefault(cid, ([], [], part_kind))
                 parts.append(part)
                 if Path(str(file)).name not in names:

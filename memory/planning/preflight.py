@@ -16,14 +16,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..deadline import PlanTimeout, time_limit
+from ..deadline import PlanTimeout
 from ..units import format_bytes
-from ..workflow.graph import WorkflowError, parse_workflow
-from ..workflow.order import predict_order
+from ..workflow.graph import WorkflowError
 from .baselines import comfyui_reactive
 from .costmodel import Budget, Hardware
-from .extract import workload_from_graph
-from .planner import Plan, minimum_vram, plan
+from .pipeline import plan_workflow
+from .planner import Plan, minimum_vram
 from .records import PlannedNode, PlannedRun, prompt_key
 from .report import fit_advice, plan_json
 from .workload import Step, Workload
@@ -160,18 +159,17 @@ def plan_prompt(
     class's OUTPUT_NODE; the node-type table only knows the classes it lists). ``time_limit_s``: past
     it, planning stops and the preflight says so (the prompt runs unplanned).
     """
-    hardware = hardware or Hardware.pcie(4)
     try:
-        with time_limit(time_limit_s):
-            graph = parse_workflow(prompt)
-            order = predict_order(graph, outputs=outputs)
-            workload = workload_from_graph(graph, order, models_dir=models_dir, tflops=hardware.tflops)
-            result = plan(workload, budget, hardware)
+        planned = plan_workflow(
+            prompt, budget, hardware, models_dir=models_dir, outputs=outputs, time_limit_s=time_limit_s
+        )
     except (WorkflowError, ValueError, KeyError, TypeError) as exc:
         return None, Preflight(None, "skipped", f"not planned: {exc}", budget_vram=budget.vram)
     except PlanTimeout as exc:
         message = f"not planned: {exc} ({len(prompt)} nodes); the prompt runs as usual"
         return None, Preflight(None, "skipped", message, budget_vram=budget.vram)
+    workload, result = planned.workload, planned.plan
+    assert result is not None  # planned under a budget
     verdict = check(workload, result)
     return planned_run(workload, result, verdict), verdict
 

@@ -7,9 +7,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..units import format_bytes
+from ..units import GiB, format_bytes
 from .baselines import Outcome
-from .costmodel import GiB
 from .planner import Action, Placement, Plan, Prefetch
 from .workload import Workload
 

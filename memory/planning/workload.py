@@ -10,6 +10,12 @@ from dataclasses import dataclass, field
 from .costmodel import PIN_CHOICES, Tier
 
 
+def component_id(node_id: str, input_name: str, kind: str) -> str:
+    """The id of the component of ``kind`` a loader node's output carries (``input_name``: the loader
+    input it comes from), as the planner and the host's loader handles both name it."""
+    return f"{node_id}:{input_name}:{kind}"
+
+
 @dataclass(frozen=True)
 class Component:
     """One weight set, as the planner sees it: its bytes and its streamable blocks in forward order.

@@ -28,12 +28,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..planning.costmodel import Budget, Hardware, Tier
-from ..planning.extract import workload_from_graph
+from ..planning.costmodel import CHOICE_HOST, Budget, Hardware, Tier
+from ..planning.pipeline import plan_workflow
 from ..planning.planner import Plan, StepPlan, plan
 from ..planning.workload import Workload
-from ..workflow.graph import Graph, Link, parse_workflow
-from ..workflow.order import output_signatures, predict_cached, predict_order
+from ..workflow.graph import Graph, Link
+from ..workflow.order import output_signatures, predict_cached
 
 _log = logging.getLogger("headroom")
 HOST_ACTIONS = ("pin", "unpin", "map", "warm")  # host-side moves: logged, not part of the GPU plan
@@ -94,9 +94,6 @@ class Managed:
     component_id: str
     label: str
     handle: Any
-
-
-_PIN_HOST = {"pinned_ram": "P", "ram": "R", "disk": "D"}  # a residency choice's host part
 
 
 def _tier_of(on_gpu: bool, host: str) -> Tier:
@@ -174,14 +171,19 @@ class Controller:
     ) -> Run | None:
         """Plan the prompt around the nodes the host serves from its cache; None if it cannot be planned.
         ``lazy_inputs(class_type)``: the inputs of that node class the host evaluates only on request."""
-        try:
-            graph = parse_workflow(prompt)
-            cached = predict_cached(graph, self.held)
-            order = predict_order(graph, cached=cached, outputs=outputs)
-            workload = workload_from_graph(graph, order, models_dir=models_dir, tflops=hardware.tflops)
+        try:  # no budget: the plan starts from where the components are, read under the lock below
+            planned = plan_workflow(
+                prompt,
+                None,
+                hardware,
+                models_dir=models_dir,
+                outputs=outputs,
+                cached=lambda graph: predict_cached(graph, self.held),
+            )
         except (ValueError, KeyError, TypeError) as exc:
             _log.info("Headroom: prompt %s is not planned (%s); the host manages its models", prompt_id, exc)
             return None
+        graph, cached, workload = planned.graph, planned.cached, planned.workload
         with self.lock:
             workload = replace(workload, initial=self._actual_tiers(workload))
             result, note = self._plan(workload, budget, hardware)
@@ -416,8 +418,8 @@ class Controller:
             pin = run.workload.component(m.component_id).pin
             if m.component_id in sp.placements:
                 self._host_tier(run, node_id, m, tier.host)
-            elif pin in _PIN_HOST:
-                self._host_tier(run, node_id, m, _PIN_HOST[pin])
+            elif pin in CHOICE_HOST:
+                self._host_tier(run, node_id, m, CHOICE_HOST[pin])
         by_id = {m.component_id: m for m in managed}
         for cid in sp.prefetch_ids:
             m = by_id.get(cid)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from ..models.components import ComponentError, read_header
+from ..models.header import ComponentError, read_header
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,

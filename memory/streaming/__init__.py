@@ -1,6 +1,6 @@
 """Block streaming: run a model whose blocks do not all fit in VRAM at the speed of the PCIe link.
 
-``discovery`` finds a model's blocks, ``residency`` chooses which stay on the device, ``streamer``
+``discovery`` finds a model's blocks, ``placement`` chooses which stay on the device, ``streamer``
 keeps the rest in host memory allocated once and uploads them into a fixed ring of device slots
 ahead of the block that needs them, ``lockstep`` lets the model calls of one step (cond and uncond
 run separately) share each upload, and ``ledger`` accounts for every byte placed on the device.
@@ -8,7 +8,7 @@ run separately) share each upload, and ``ledger`` accounts for every byte placed
 
 from .discovery import BlockLayout, discover_blocks
 from .ledger import BudgetExceeded, DeviceLedger
-from .residency import StreamingChoice, choose_streaming
+from .placement import StreamingChoice, choose_streaming
 from .streamer import BlockStreamer, StreamStats
 
 __all__ = [

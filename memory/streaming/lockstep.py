@@ -20,12 +20,26 @@ import contextvars
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
-if TYPE_CHECKING:
-    from .streamer import BlockStreamer
+
+class BlockRing(Protocol):
+    """What lock step needs of a streamer (``BlockStreamer`` is one): the order its ring uploads blocks
+    in, and binding a block to its uploaded slot and back."""
+
+    def rank(self, block: int) -> int:
+        """How many blocks the ring uploads before ``block`` from where it stands."""
+        ...
+
+    def acquire(self, block: int) -> None:
+        """Bind ``block``'s tensors to its uploaded slot, waiting for the upload."""
+        ...
+
+    def release(self, block: int) -> None:
+        """``block`` has computed: its tensors point back at host memory, its slot is reused."""
+        ...
 
 
 class _Cancelled(BaseException):
@@ -96,7 +110,7 @@ class LockStep:
     """One run of ``calls`` through ``streamer`` in lock step; the streamer's hooks call ``enter`` and
     ``leave`` from the calls' threads while ``run`` schedules them from the caller's thread."""
 
-    def __init__(self, streamer: BlockStreamer, calls: Sequence[Callable[[], Any]]) -> None:
+    def __init__(self, streamer: BlockRing, calls: Sequence[Callable[[], Any]]) -> None:
         self.streamer = streamer
         self.calls = [_Call(i, fn, contextvars.copy_context()) for i, fn in enumerate(calls)]
         self._cond = threading.Condition()
@@ -121,7 +135,7 @@ class LockStep:
                 live = [c for c in self.calls if not c.done]
                 if not live:
                     break
-                block = min((c.want for c in live if c.want is not None), key=self.streamer._rank)
+                block = min((c.want for c in live if c.want is not None), key=self.streamer.rank)
                 for call in [c for c in live if c.want == block]:
                     if self._resume(call):
                         break
@@ -143,7 +157,7 @@ class LockStep:
 
     def _end_round(self) -> None:
         if self._block is not None:
-            self.streamer._release(self._block)
+            self.streamer.release(self._block)
             self._block = None
 
     def _failed(self) -> _Call | None:
@@ -199,7 +213,7 @@ class LockStep:
             raise _Cancelled
         call.holding = block
         if self._block is None:  # the round's first call acquires the block (its upload, its slot)
-            self.streamer._acquire(block)
+            self.streamer.acquire(block)
             self._block = block
 
     def leave(self, block: int) -> None:

@@ -31,7 +31,7 @@ from torch import nn
 from .discovery import BlockLayout
 from .ledger import DeviceLedger
 from .lockstep import LockStep
-from .residency import StreamingChoice
+from .placement import StreamingChoice
 
 log = logging.getLogger(__name__)
 ALIGN = 64  # bytes: every tensor in the buffers starts aligned for any dtype's view
@@ -359,7 +359,8 @@ class BlockStreamer:
         while self._free and len(self._inflight) < self.choice.depth + (0 if self._current else 1):
             self._issue(self.order[(self._pos + len(self._inflight)) % n])
 
-    def _rank(self, block: int) -> int:
+    # --- lockstep.BlockRing: what run_together's scheduler calls -----------------------------------
+    def rank(self, block: int) -> int:
         """How many blocks of the learnt order come before ``block`` from where the ring stands."""
         n = len(self.order)
         return (self.order.index(block) - self._pos) % n if block in self.order else n
@@ -368,23 +369,23 @@ class BlockStreamer:
         if self._lockstep is not None:
             self._lockstep.enter(block)
         elif block not in self._current:  # else: another child of the block being computed
-            self._acquire(block)
+            self.acquire(block)
 
     def _leave(self, block: int) -> None:
         if self._lockstep is not None:
             self._lockstep.leave(block)
         elif block in self._current:
-            self._release(block)
+            self.release(block)
 
     def _leave_all(self) -> None:
         if self._lockstep is None:
             for block in list(self._current):
-                self._release(block)
+                self.release(block)
 
-    def _acquire(self, block: int) -> None:
+    def acquire(self, block: int) -> None:
         """Bind ``block`` to its uploaded slot (waiting for the upload), the held block released."""
         for held in list(self._current):
-            self._release(held)
+            self.release(held)
         self._track_order(block)
         if not self._inflight or self._inflight[0].block != block:
             self._miss(block)
@@ -399,7 +400,7 @@ class BlockStreamer:
         if self._timing:  # after the top-up: on a CPU its copies run here, and are timed as uploads
             self._current[block] = (upload.slot, self._mark())
 
-    def _release(self, block: int) -> None:
+    def release(self, block: int) -> None:
         """``block`` has computed: its tensors point back at the host buffer, its slot is reused."""
         slot, began = self._current.pop(block)
         if self.cuda:

@@ -8,9 +8,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..optional import optional_module
-from .hub import NodeRecord, PlannedRun, Sample
+from ..planning.records import PlannedRun
+from ..units import GiB
+from .probe import Sample
+from .runs import NodeRecord
 
-GiB = 2**30
 _SERIES = (  # field, label, colour
     ("device_used", "device used", "#c62828"),
     ("reserved", "torch reserved", "#ef6c00"),

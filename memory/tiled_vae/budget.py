@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..units import parse_vram_budget  # noqa: F401  (the node input, shared by our nodes)
+from ..units import GiB
 
-GiB = 1 << 30
 # With "auto" on a CPU there is no VRAM to size against: tiles this large keep the halo overhead small
 # while the parked activations (which a CPU decode holds anyway) dominate RAM.
 CPU_AUTO_ACTIVATION_BYTES = 2 * GiB

@@ -31,9 +31,9 @@ from torch import nn
 
 from .groupnorm import GroupStats, StatsMerger, apply_group_norm, kernel_stats
 from .head import SCORE_COPIES, slice_count, slice_rows, sliceable, sliced_attention
-from .layout import Layout, StageGeometry
+from .layout import Layout, StageGeometry, run_with_oom_retry
 from .parks import ParkAllocator, live_bytes
-from .runtime import DecodeOptions, DecodeReport, Progress, run_with_oom_retry
+from .runtime import DecodeOptions, DecodeReport, Progress
 from .tiles import (
     Chunk,
     Unsupported,
@@ -496,7 +496,7 @@ class KLTiledDecoder:
                     produced.clear()
                     produced.update(self._run_stage(stage, parks, stats, layout, merge_for, progress, parker))
 
-                report.record(stage.name, geo, run_with_oom_retry(attempt, layout, opts, report))
+                geo.record(report, stage.name, run_with_oom_retry(attempt, layout, opts, report))
                 if stage.output != "t":  # the block (or decoder) is done with its inputs
                     for name in stage.inputs:
                         parks.pop(name, None)

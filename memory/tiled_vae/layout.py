@@ -1,6 +1,6 @@
 """How a stage is cut: spatial tiles (or strips) times time chunks, chosen to fit the budget while
-computing the least. Shared by the KL (HunyuanVideo) and LTXV engines; Wan keeps its causal cache and is
-never cut in time."""
+computing the least, and cut smaller after an OOM. Shared by the KL (HunyuanVideo) and LTXV engines; Wan
+keeps its causal cache and is never cut in time (it uses ``Layout`` and the OOM retry only)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from .runtime import MIN_TILE, DecodeOptions, tile_for_budget
+from .runtime import MIN_TILE, DecodeOptions, DecodeReport, tile_for_budget
 from .tiles import Chunk, chunks, crop_area, tiles_of
 
 
@@ -89,6 +89,14 @@ class StageGeometry:
         """``estimate(tile, crop frames)`` for the layout's longest crop."""
         return estimate(layout.tile, self.crop_range(layout.frames)[1])
 
+    def record(self, report: DecodeReport, stage: str, layout: Layout) -> None:
+        """Add the stage run with ``layout`` to ``report``: its tile side and crops, and its time chunks
+        when cut in time."""
+        report.stages.append((stage, layout.tile, self.count(layout)))
+        cuts = len(self.chunks(layout.frames))
+        if cuts > 1:
+            report.chunks[stage] = cuts
+
     def choose(
         self, options: DecodeOptions, tile_override: int | None, estimate: Callable[[int, int], int]
     ) -> Layout:
@@ -118,3 +126,28 @@ class StageGeometry:
                 best = (key, layout)
         assert best is not None  # no cut in time is always allowed
         return best[1]
+
+
+def run_with_oom_retry(
+    attempt: Callable[[Layout], None], layout: Layout, options: DecodeOptions, report: DecodeReport
+) -> Layout:
+    """Run ``attempt(layout)``; on the host's OOM error retry with ``layout.smaller()``. Returns the
+    layout used.
+
+    The retry happens after the ``except`` block has ended, so the failed attempt's tensors (held by the
+    exception's frames) are freed before ``on_oom`` empties the allocator cache.
+    """
+    while True:
+        failed = False
+        try:
+            attempt(layout)
+        except options.oom_types:
+            if layout.smaller() is None:
+                raise
+            failed = True
+        if not failed:
+            return layout
+        report.oom_retries += 1
+        layout = layout.smaller()
+        if options.on_oom is not None:
+            options.on_oom()

@@ -33,9 +33,9 @@ import torch
 from einops import rearrange
 from torch import nn
 
-from .layout import Layout, StageGeometry
+from .layout import Layout, StageGeometry, run_with_oom_retry
 from .parks import ParkAllocator, live_bytes
-from .runtime import DecodeOptions, DecodeReport, Progress, run_with_oom_retry
+from .runtime import DecodeOptions, DecodeReport, Progress
 from .tiles import (
     Unsupported,
     chunks,
@@ -327,7 +327,7 @@ class LTXVTiledDecoder:
                 ) -> None:
                     result["park"] = self._run_stage(plan, body, parks, mean, layout, progress, parker)
 
-                report.record(plan.name, geo, run_with_oom_retry(attempt, layout, opts, report))
+                geo.record(report, plan.name, run_with_oom_retry(attempt, layout, opts, report))
                 if plan.output != "t":  # the block is done with its inputs
                     for name in plan.inputs:
                         parks.pop(name, None)

@@ -1,17 +1,14 @@
-"""What every tiled engine shares: options, the run report, tile sizing and the OOM retry loop."""
+"""What every tiled engine shares: options, the run report, progress and tile sizing (how a stage is cut,
+and the OOM retry that cuts it smaller, are in layout.py)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
-
-if TYPE_CHECKING:
-    from .layout import Layout, StageGeometry
 
 # Smallest tile side, in stage-input pixels. Besides keeping the halo overhead sane, it keeps every
 # convolution on the same CPU backend as the full decode: torch sends a batch-1 3x3 convolution with at
@@ -72,13 +69,6 @@ class DecodeReport:
     park_disk_bytes: int = 0
     predicted_peak_bytes: int = 0  # the largest per-tile activation estimate actually used
 
-    def record(self, stage: str, geometry: StageGeometry, layout: Layout) -> None:
-        """A stage run with ``layout``: its tile side and crops, and its time chunks when cut in time."""
-        self.stages.append((stage, layout.tile, geometry.count(layout)))
-        cuts = len(geometry.chunks(layout.frames))
-        if cuts > 1:
-            self.chunks[stage] = cuts
-
     @property
     def tiles_run(self) -> int:
         return sum(n for _, _, n in self.stages)
@@ -110,28 +100,3 @@ def tile_for_budget(bytes_per_px: float, halo: int, budget: float, size: int, ro
     pixels = max(0, int(budget / max(bytes_per_px, 1e-9)))
     side = (pixels // rows if rows else math.isqrt(pixels)) - 2 * halo
     return max(MIN_TILE, min(size, side))
-
-
-def run_with_oom_retry(
-    attempt: Callable[[Layout], None], layout: Layout, options: DecodeOptions, report: DecodeReport
-) -> Layout:
-    """Run ``attempt(layout)``; on the host's OOM error retry with ``layout.smaller()``. Returns the
-    layout used.
-
-    The retry happens after the ``except`` block has ended, so the failed attempt's tensors (held by the
-    exception's frames) are freed before ``on_oom`` empties the allocator cache.
-    """
-    while True:
-        failed = False
-        try:
-            attempt(layout)
-        except options.oom_types:
-            if layout.smaller() is None:
-                raise
-            failed = True
-        if not failed:
-            return layout
-        report.oom_retries += 1
-        layout = layout.smaller()
-        if options.on_oom is not None:
-            options.on_oom()

@@ -30,15 +30,8 @@ import torch
 from einops import rearrange
 from torch import nn
 
-from .layout import Layout
-from .runtime import (
-    MIN_TILE,
-    DecodeOptions,
-    DecodeReport,
-    Progress,
-    run_with_oom_retry,
-    tile_for_budget,
-)
+from .layout import Layout, run_with_oom_retry
+from .runtime import MIN_TILE, DecodeOptions, DecodeReport, Progress, tile_for_budget
 from .tiles import Unsupported, conv_radius, crop_area, tiles_of
 
 CACHE_T = 2  # frames a causal 3x3x3 convolution keeps from the previous chunk (the host's CACHE_T)

@@ -22,96 +22,15 @@ nodes (see node_types.py).
 from __future__ import annotations
 
 import json
-import re
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .node_types import (
-    host_version,
-    is_output_node,
-    lookup,
-)
+# Graph, Link, Node and WorkflowError are imported from here by the rest of the pack (graph_types.py holds
+# them so that the UI parser does not import this module back).
+from .graph_types import MAX_NODES, Graph, Link, Node, WorkflowError, _note_unknown, check_links
 
-MUTED, BYPASSED = 2, 4
-SUBGRAPH_INPUT_NODE = -10  # origin id of links that start at a subgraph's input node
-UPLOAD_VALUES = frozenset({"image", "video", "audio", "mesh"})  # what upload buttons store
-_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE)
-_JS_INDEX = re.compile(r"^(0|[1-9][0-9]{0,9})$")
-# How many output slots past the node-type table's a link may use before it is refused: classes gain
-# an output or two in hosts newer than the table.
-NEWER_OUTPUTS = 4
-GROUP_PREFIXES = ("workflow>", "workflow/")
-# Bounds on what one plan reads: big enough for any real workflow (the official templates are under
-# 1 MB and 1,000 nodes), small enough that parsing and planning end in seconds to minutes.
+# Bounds on what one plan reads (with graph_types.MAX_NODES): the official templates are under 1 MB.
 MAX_WORKFLOW_BYTES = 20_000_000
-MAX_NODES = 100_000  # group node instance types; "/" is the v1 separator
-
-
-class WorkflowError(ValueError):
-    """A workflow we cannot read; the message names the construct and the node (id, type, title)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Link:
-    """An input fed by output ``output`` of node ``node`` (the API prompt's ``[node, output]``)."""
-
-    node: str
-    output: int
-
-
-@dataclass(slots=True)
-class Node:
-    id: str
-    class_type: str
-    inputs: dict[str, Any]  # input name -> Link or constant, in the order the prompt lists them
-    title: str | None = None
-    # Only set for classes the node-type table does not know, from what the UI workflow shows.
-    output_node: bool | None = None
-    outputs: tuple[str, ...] | None = None  # output types
-
-
-@dataclass(slots=True)
-class Graph:
-    nodes: dict[str, Node]
-    format: str  # "ui" or "api"
-    warnings: list[str] = field(default_factory=list)
-
-    def is_output(self, node_id: str) -> bool:
-        node = self.nodes[node_id]
-        if node.output_node is not None:
-            return node.output_node
-        return is_output_node(node.class_type)
-
-    def output_nodes(self) -> list[str]:
-        """Output node ids in prompt order."""
-        return [node_id for node_id in self.nodes if self.is_output(node_id)]
-
-    def to_prompt(self) -> dict[str, dict[str, Any]]:
-        """The API prompt (what POST /prompt takes); lists are wrapped as the frontend wraps them."""
-
-        def encode(value: Any) -> Any:
-            if isinstance(value, Link):
-                return [value.node, value.output]
-            return {"__value__": value} if isinstance(value, list) else value
-
-        return {
-            node.id: {
-                "inputs": {name: encode(value) for name, value in node.inputs.items()},
-                "class_type": node.class_type,
-                "_meta": {"title": node.title or node.class_type},
-            }
-            for node in self.nodes.values()
-        }
-
-
-def describe(node: dict[str, Any], path: tuple[str, ...] = ()) -> str:
-    """ "node 12:5 (KSampler 'Sampler')" for messages."""
-    node_id = ":".join((*path, str(node.get("id"))))
-    title = node.get("title")
-    return f"node {node_id} ({node.get('type')}{f' {title!r}' if title else ''})"
-
 
 # ---------------------------------------------------------------------------------------------- API
 
@@ -157,75 +76,6 @@ def _parse_api(data: dict[str, Any]) -> Graph:
     return graph
 
 
-def _link_problem(graph: Graph, node: Node, name: str, link: Link, listed: dict[str, int]) -> str | None:
-    """Why the host's validate_inputs rejects this link (prompt[o_id], RETURN_TYPES[slot]), or None."""
-    where = f"node {node.id} ({node.class_type}) input {name!r}"
-    source = graph.nodes.get(link.node)
-    if source is None:
-        return f"{where} links to node {link.node}, which is not in the prompt"
-    known = lookup(source.class_type)
-    outputs = known.outputs if known is not None else source.outputs
-    if link.output < 0:
-        return f"{where} links to output slot {link.output} of node {link.node} ({source.class_type})"
-    # Newer hosts add outputs to classes (GetVideoComponents, PreviewImage in the 3D templates): a UI
-    # workflow's own output list is trusted, and a prompt may use a few slots past the table's.
-    if outputs is not None and link.output >= max(len(outputs) + NEWER_OUTPUTS, listed.get(link.node, 0)):
-        return (
-            f"{where} links to output slot {link.output} of node {link.node} ({source.class_type}), "
-            f"which has {len(outputs)} output(s) ({', '.join(outputs) or 'none'})"
-        )
-    return None
-
-
-def check_links(
-    graph: Graph, broken: dict[str, list[str]] | None = None, listed: dict[str, int] | None = None
-) -> None:
-    """Raise WorkflowError for a broken link on a node the outputs need: ComfyUI refuses such a prompt.
-
-    A link to a missing node or to an output slot its class lacks, and ``broken`` (per node id, what
-    the parser found wrong), are errors on nodes some output depends on; elsewhere the host never
-    validates them, so they are only warnings. ``listed``: how many outputs a UI workflow shows per node.
-    """
-    problems: dict[str, list[str]] = {key: list(value) for key, value in (broken or {}).items()}
-    for node in graph.nodes.values():
-        for name, value in node.inputs.items():
-            if isinstance(value, Link):
-                problem = _link_problem(graph, node, name, value, listed or {})
-                if problem:
-                    problems.setdefault(node.id, []).append(problem)
-    if not problems:
-        return
-    seen: set[str] = set()
-    stack = graph.output_nodes()
-    while stack:
-        node_id = stack.pop()
-        if node_id in seen or node_id not in graph.nodes:
-            continue
-        seen.add(node_id)
-        if node_id in problems:
-            raise WorkflowError(
-                f"{problems[node_id][0]}; ComfyUI rejects this prompt (fix or remove the link)"
-            )
-        stack += [v.node for v in graph.nodes[node_id].inputs.values() if isinstance(v, Link)]
-    for messages in problems.values():
-        graph.warnings += [f"{m}; no output needs it, so it is ignored" for m in messages]
-
-
-def _note_unknown(graph: Graph) -> None:
-    unknown: Counter[str] = Counter()
-    as_output: set[str] = set()
-    for node in graph.nodes.values():
-        if lookup(node.class_type) is None:
-            unknown[node.class_type] += 1
-            if graph.is_output(node.id):
-                as_output.add(node.class_type)
-    for kind, count in sorted(unknown.items()):
-        graph.warnings.append(
-            f"node type {kind} ({count}x) is unknown to {host_version()}: kept as an opaque node"
-            + (", assumed to be an output node" if kind in as_output else "")
-        )
-
-
 # ------------------------------------------------------------------------------------------- public
 
 
@@ -234,7 +84,7 @@ def parse_workflow(data: dict[str, Any]) -> Graph:
     if not isinstance(data, dict):
         raise WorkflowError(f"not a workflow: expected a JSON object, got {type(data).__name__}")
     if isinstance(data.get("nodes"), list):
-        from .workflow_ui import _UiParser  # imports this module
+        from .workflow_ui import _UiParser  # deferred: the UI parser is the larger import
 
         parser = _UiParser(data)
         try:

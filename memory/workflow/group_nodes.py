@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .graph import GROUP_PREFIXES, UPLOAD_VALUES, WorkflowError
+from .graph_types import GROUP_PREFIXES, UPLOAD_VALUES, WorkflowError
 from .node_types import CONTROL_VALUES, VIRTUAL_TYPES, WIDGET_TYPES, InputSpec, host_version, lookup
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .graph import (
+from .graph_types import (
     _JS_INDEX,
     _UUID,
     BYPASSED,

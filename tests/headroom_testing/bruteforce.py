@@ -9,7 +9,14 @@ from __future__ import annotations
 import itertools
 import math
 
-from comfyui_headroom.memory.planning.costmodel import IDLE_TIERS, USED_TIERS, Budget, Hardware, Tier
+from comfyui_headroom.memory.planning.costmodel import (
+    CHOICE_HOST,
+    IDLE_TIERS,
+    USED_TIERS,
+    Budget,
+    Hardware,
+    Tier,
+)
 from comfyui_headroom.memory.planning.planner import minimum_vram
 from comfyui_headroom.memory.planning.workload import Workload
 
@@ -19,7 +26,7 @@ def _honours(pin: str, t: Tier) -> bool:
     where the host copy lives (P pinned, R pageable, D the file)."""
     if pin == "gpu":
         return t.gpu == "G"
-    return not pin or t.host == {"pinned_ram": "P", "ram": "R", "disk": "D"}[pin]
+    return not pin or t.host == CHOICE_HOST[pin]
 
 
 def _choices(w: Workload) -> list[tuple[Tier, ...]]:

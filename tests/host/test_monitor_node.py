@@ -50,7 +50,7 @@ def test_monitor_runs_every_time_and_nodes_are_recorded(host: Host) -> None:
     again = host.run(copy.deepcopy(PROMPT))
     assert "1" not in again.executed  # the stock node is cached...
     assert {"2", "4"} <= set(again.executed)  # ...the monitors run again (IS_CHANGED is NaN)
-    report = pack_module(host, "nodes.host").monitor().telemetry.report(again.prompt_id)
+    report = pack_module(host, "nodes.host.state").monitor().telemetry.report(again.prompt_id)
     ran = [row["node"] for row in report["nodes"] if row["status"] == "done"]
     assert sorted(ran) == sorted(set(again.executed))
     assert all(row["duration_s"] >= 0 for row in report["nodes"] if row["status"] == "done")
@@ -69,21 +69,21 @@ def test_monitor_draws_the_chart_when_it_is_used(host: Host) -> None:
 
 
 def test_plan_vs_actual_with_an_assumed_card(host: Host) -> None:
-    glue = pack_module(host, "nodes.host")
-    glue.configure_monitor(assume_vram=8 * 2**30)
+    state = pack_module(host, "nodes.host.state")
+    state.configure_monitor(assume_vram=8 * 2**30)
     try:
         result = host.run(copy.deepcopy(PROMPT))
     finally:
-        glue.configure_monitor(assume_vram=None)
-    report = glue.monitor().telemetry.report(result.prompt_id)
+        state.configure_monitor(assume_vram=None)
+    report = state.monitor().telemetry.report(result.prompt_id)
     assert report["plan"]["fits"] is True and report["plan"]["budget_vram"] == 8 * 2**30 - 2**29
     planned = {row["node"]: row["planned_order"] for row in report["nodes"]}
     assert planned["2"] is not None and planned["6"] is not None  # every node of this prompt was planned
-    csv = glue.monitor().telemetry.report(result.prompt_id, "csv")
+    csv = state.monitor().telemetry.report(result.prompt_id, "csv")
     assert csv.splitlines()[0].startswith("order,node,class_type,status")
 
 
 def test_the_hooks_are_on_for_this_host(host: Host) -> None:
     hooks = pack_module(host, "nodes.host").install_monitor()
-    assert hooks["nodes"] == "on", hooks
+    assert hooks["nodes"] == "on" and hooks["oom_retry"] == "on" and hooks["validation"] == "on", hooks
     assert hooks["server"].startswith("off: no PromptServer") or hooks["server"] == "on"

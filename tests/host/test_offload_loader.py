@@ -42,9 +42,15 @@ def tiny(host: Host) -> Host:
     return host
 
 
-def pack(host: Host) -> ModuleType:
-    """The pack's host module as the host imported it (its module name differs between hosts)."""
-    return next(m for name, m in sys.modules.items() if name.endswith(f"{host.pack_dir.name}.nodes.host"))
+def pack_module(host: Host, name: str) -> ModuleType:
+    """A module of the pack as the host imported it (its module name differs between hosts)."""
+    suffix = f"{host.pack_dir.name}.{name}"
+    return next(m for n, m in sys.modules.items() if n.endswith(suffix))
+
+
+def state(host: Host) -> ModuleType:
+    """The pack's process state (its residency controller) as the host imported it."""
+    return pack_module(host, "nodes.host.state")
 
 
 def workflow(model: list, clip: list, vae: list, seed: int = 5) -> dict[str, Any]:
@@ -120,15 +126,15 @@ def test_disk_residency_serves_the_weights_from_the_file(tiny: Host) -> None:
     tiny.free()
     ours = tiny.run(with_offload(seed=6, checkpoint=CKPT, model_residency="disk", vae_residency="disk"))
     assert torch.equal(image(ours), stock)
-    handles = pack(tiny).residency().controller.managed
+    handles = state(tiny).residency().controller.managed
     model = handles["11:checkpoint:diffusion_model"].handle
-    fp = pack(tiny).footprint(model.module, model.files or ())
+    fp = pack_module(tiny, "memory.residency").footprint(model.module, model.files or ())
     assert fp.mapped > 0.9 * (fp.mapped + fp.ram), fp  # weights view the file; no private copy
 
 
 def test_a_checkpoint_part_is_replaced_by_its_own_file(tiny: Host) -> None:
     result = tiny.run(with_offload(checkpoint=CKPT, vae=VAE))
-    managed = pack(tiny).residency().controller.managed
+    managed = state(tiny).residency().controller.managed
     assert "11:vae:vae" in managed and "11:checkpoint:vae" not in managed
     assert torch.isfinite(image(result)).all()
 
@@ -164,9 +170,8 @@ def test_a_bad_file_fails_clearly_and_leaves_nothing_loaded(
     prompt = with_offload(**files)
     if make == "missing":
         prompt["11"]["inputs"]["vae"] = "gone.safetensors"
-        pack_host = pack(tiny)
-        with pytest.raises(pack_host.OffloadError, match=problem):
-            pack_host.offload_load("11", prompt["11"]["inputs"])
+        with pytest.raises(pack_module(tiny, "nodes.input_checks").OffloadError, match=problem):
+            pack_module(tiny, "nodes.host.loading").offload_load("11", prompt["11"]["inputs"])
         return
     with pytest.raises(PromptFailed, match=problem) as info:
         tiny.run(prompt)
@@ -180,14 +185,14 @@ def test_a_bad_file_fails_clearly_and_leaves_nothing_loaded(
 @pytest.fixture
 def controlled(tiny: Host) -> Any:
     """A budget that holds one of the text encoder and the VAE, never both: the plan must evict."""
-    host_module = pack(tiny)
+    host_module = state(tiny)
     sizes = {
         "clip": (tiny.models_dir / "text_encoders" / CLIP).stat().st_size,
         "vae": (tiny.models_dir / "vae" / VAE).stat().st_size,
         "unet": (tiny.models_dir / "diffusion_models" / UNET).stat().st_size,
     }
     budget_vram = sizes["clip"] + sizes["unet"] + 96 * 2**20  # room for activations, not for the VAE too
-    Budget = host_module.Budget
+    Budget = pack_module(tiny, "memory.planning.costmodel").Budget
     host_module.configure_residency(Budget(vram=budget_vram, ram=64 * 2**30, pinned=2**30))
     tiny.free()
     yield host_module, budget_vram
@@ -404,7 +409,8 @@ def test_a_partial_run_is_planned_for_the_outputs_it_runs(
     prompt["12"] = {"class_type": "VAEDecode", "inputs": {"samples": ["4", 0], "vae": ["11", 2]}}
     prompt["13"] = {"class_type": "PreviewImage", "inputs": {"images": ["12", 0]}}
     queue = SimpleNamespace(currently_running={0: (0, "residency-partial", prompt, {}, ["13"])})
-    monkeypatch.setattr(host_module, "_prompt_server", lambda: SimpleNamespace(prompt_queue=queue))
+    server = SimpleNamespace(prompt_queue=queue)
+    monkeypatch.setattr(pack_module(tiny, "nodes.host.lookups"), "prompt_server", lambda: server)
     result = tiny.run(prompt, prompt_id="residency-partial", targets=["13"])
     assert "5" not in result.executed and "12" in result.executed
     run = host_module.residency().controller.runs["residency-partial"]

@@ -36,9 +36,9 @@ WAIT_S = 30  # generous: a deadline for events, never a measured delay
 
 class Served:
     def __init__(
-        self, host: Host, server: Any, loop: asyncio.AbstractEventLoop, client: Any, glue: ModuleType
+        self, host: Host, server: Any, loop: asyncio.AbstractEventLoop, client: Any, state: ModuleType
     ):
-        self.host, self.server, self.loop, self.client, self.glue = host, server, loop, client, glue
+        self.host, self.server, self.loop, self.client, self.state = host, server, loop, client, state
 
     def run(self, coro: Any) -> Any:
         return self.loop.run_until_complete(coro)
@@ -57,8 +57,9 @@ class Served:
         return json.loads(text)
 
 
-def _glue(host: Host) -> ModuleType:
-    suffix = f"{host.pack_dir.name}.nodes.host"
+def _pack_module(host: Host, name: str) -> ModuleType:
+    """A module of the pack as the host imported it (under the custom_nodes folder's name)."""
+    suffix = f"{host.pack_dir.name}.{name}"
     return next(m for n, m in sys.modules.items() if n.endswith(suffix))
 
 
@@ -80,8 +81,8 @@ def served(host: Host, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ser
     server = server_module.PromptServer(loop)
     if server.prompt_queue is None:  # 2024 hosts: main.py attaches the queue (the websocket reports it)
         server.prompt_queue = host.execution.PromptQueue(server)
-    glue = _glue(host)
-    hooks = glue.install_monitor(server)  # what __init__.py does when ComfyUI imports the pack
+    state = _pack_module(host, "nodes.host.state")  # the process state: the monitor
+    hooks = _pack_module(host, "nodes.host").install_monitor(server)  # what ComfyUI's import of the pack does
     assert hooks["server"] == "on", hooks
     server.add_routes()
 
@@ -92,11 +93,11 @@ def served(host: Host, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ser
 
     client = loop.run_until_complete(start())
     publisher = loop.create_task(server.publish_loop())  # delivers send_sync messages to websockets
-    yield Served(host, server, loop, client, glue)
+    yield Served(host, server, loop, client, state)
     publisher.cancel()
     loop.run_until_complete(client.close())
-    glue.monitor().server = None
-    glue.monitor().sampler.stop()
+    state.monitor().server = None
+    state.monitor().sampler.stop()
     del server_module.PromptServer.instance
     args.front_end_root = saved_root
     asyncio.set_event_loop(None)
@@ -140,7 +141,7 @@ def test_status_rejects_bad_parameters(served: Served, query: str) -> None:
 
 
 def test_status_filters_samples_by_time(served: Served) -> None:
-    sampler = served.glue.monitor().sampler
+    sampler = served.state.monitor().sampler
     first, second = sampler.tick(), sampler.tick()
     samples = served.get_json(f"/headroom/status?since={first.t}&limit=5")["samples"]
     assert samples and all(s["t"] > first.t for s in samples) and samples[-1]["t"] >= second.t
@@ -165,11 +166,11 @@ def test_routes_are_read_only(served: Served) -> None:
 
 
 def test_report_and_plan_of_a_run(served: Served) -> None:
-    served.glue.configure_monitor(assume_vram=8 * 2**30)
+    served.state.configure_monitor(assume_vram=8 * 2**30)
     try:
         result = served.host.run(copy.deepcopy(PROMPT))
     finally:
-        served.glue.configure_monitor(assume_vram=None)
+        served.state.configure_monitor(assume_vram=None)
     pid = result.prompt_id
     report = served.get_json(f"/headroom/report/{pid}")
     assert [row["node"] for row in report["nodes"]] == ["1", "2"]
@@ -187,8 +188,8 @@ def test_report_and_plan_of_a_run(served: Served) -> None:
 
 
 def test_preflight_warns_the_client_that_queued_a_workflow_that_cannot_fit(served: Served) -> None:
-    monitor = served.glue.monitor()
-    served.glue.configure_monitor(assume_vram=1 * 2**30)  # a 1 GB card: Flux cannot fit, even streamed
+    monitor = served.state.monitor()
+    served.state.configure_monitor(assume_vram=1 * 2**30)  # a 1 GB card: Flux cannot fit, even streamed
 
     async def scenario() -> tuple[dict, dict]:
         ws = await served.client.ws_connect("/ws?clientId=preflight-client")
@@ -204,7 +205,7 @@ def test_preflight_warns_the_client_that_queued_a_workflow_that_cannot_fit(serve
     try:
         data, event = served.run(scenario())
     finally:
-        served.glue.configure_monitor(assume_vram=None)
+        served.state.configure_monitor(assume_vram=None)
     assert event["level"] == "error" and event["fits"] is False
     assert (event["node"], event["class_type"]) == ("6", "CLIPTextEncode")
     assert "will run out of VRAM" in event["message"] and event["fix"].startswith("a card with")
@@ -218,8 +219,8 @@ def test_preflight_warns_the_client_that_queued_a_workflow_that_cannot_fit(serve
 def test_samples_and_node_records_reach_a_connected_client_and_sampling_stops_without_one(
     served: Served,
 ) -> None:
-    monitor = served.glue.monitor()
-    served.glue.configure_monitor(rate_hz=50)
+    monitor = served.state.monitor()
+    served.state.configure_monitor(rate_hz=50)
 
     async def scenario() -> tuple[dict, dict]:
         ws = await served.client.ws_connect("/ws?clientId=sample-client")
@@ -244,4 +245,4 @@ def test_samples_and_node_records_reach_a_connected_client_and_sampling_stops_wi
         thread.join(WAIT_S)
         assert not thread.is_alive() and not monitor.sampler.running
     finally:
-        served.glue.configure_monitor(rate_hz=1)
+        served.state.configure_monitor(rate_hz=1)

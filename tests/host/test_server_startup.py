@@ -69,6 +69,9 @@ def test_main_py_lists_the_nodes_in_object_info(host_root: Path, tmp_path: Path)
         )
         try:
             info = wait_for_object_info(f"http://127.0.0.1:{port}", server, log_path)
+            # The pack root imports the node layer lazily, when the host reads NODE_CLASS_MAPPINGS; the
+            # monitor's routes answering shows the monitor was installed then all the same.
+            status = get_json(f"http://127.0.0.1:{port}/headroom/status")
         finally:
             stop_server(server)
     text = log_path.read_text(errors="replace")
@@ -80,6 +83,7 @@ def test_main_py_lists_the_nodes_in_object_info(host_root: Path, tmp_path: Path)
             info[node_id].get("python_module", "custom_nodes.comfyui-headroom").endswith("comfyui-headroom")
         )
     assert info["HeadroomStreamingSampler"]["input"]["required"]["seed"][0] == "INT"
+    assert status["hooks"]["server"] == "on" and status["hooks"]["nodes"] == "on", status["hooks"]
     ours = [line for line in text.splitlines() if "headroom" in line.lower()]
     problems = [
         line for line in ours if any(w in line for w in ("IMPORT FAILED", "Cannot import", "Error", "ERROR"))

@@ -177,8 +177,9 @@ def test_a_latent_the_model_cannot_take_is_refused_before_sampling(
 
 
 def pack_host_module(host: Host) -> Any:
-    """The pack's ``nodes.host`` as the host imported it (the module name differs between hosts)."""
-    return next(m for name, m in sys.modules.items() if name.endswith(f"{host.pack_dir.name}.nodes.host"))
+    """The pack's ``nodes.host.sampling`` as the host imported it (the module name differs between hosts)."""
+    suffix = f"{host.pack_dir.name}.nodes.host.sampling"
+    return next(m for name, m in sys.modules.items() if name.endswith(suffix))
 
 
 # --- cond and uncond split into separate model calls -----------------------------------------------

@@ -64,7 +64,7 @@ def test_auto_refuses_a_head_larger_than_the_ram_with_the_size_that_fits(
     host: Host, sd_vae: Any, no_decode: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The reported hang: a 1024x1024 latent (8192x8192 px) with "auto" on a CPU with 16 GB free."""
-    monkeypatch.setattr(pack_module(host, ".nodes.host"), "device_free_bytes", lambda device: 16 * GiB)
+    monkeypatch.setattr(pack_module(host, ".nodes.host.vae"), "device_free_bytes", lambda device: 16 * GiB)
     with pytest.raises(ValueError) as info:
         decode(host, sd_vae, torch.zeros(1, 4, 1024, 1024))
     text = str(info.value)
@@ -99,7 +99,7 @@ def test_the_head_attention_stops_on_the_hosts_interrupt(
             mm.interrupt_current_processing(True)  # the user presses Cancel during the attention
 
     tv = pack_module(host, ".memory.tiled_vae")
-    host_layer = pack_module(host, ".nodes.host")
+    host_layer = pack_module(host, ".nodes.host.vae")
     opts = tv.DecodeOptions(
         torch.device("cpu"), torch.float32, progress=progress, check_interrupt=host_layer.check_interrupted
     )

@@ -26,7 +26,8 @@ from comfyui_headroom.memory.models.catalog import (
     lookup_components,
     normalise_name,
 )
-from comfyui_headroom.memory.models.components import KINDS, ComponentError
+from comfyui_headroom.memory.models.header import ComponentError
+from comfyui_headroom.memory.models.info import KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = (

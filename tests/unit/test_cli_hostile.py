@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from comfyui_headroom.cli import main
-from comfyui_headroom.memory.planning.costmodel import GiB, Hardware
-from comfyui_headroom.memory.units import format_bytes
+from comfyui_headroom.memory.planning.costmodel import Hardware
+from comfyui_headroom.memory.units import GiB, format_bytes
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
 FLUX = WORKFLOWS / "api" / "flux_dev_t2i.json"

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from comfyui_headroom.memory.planning.costmodel import Budget, GiB, Hardware
+from comfyui_headroom.memory.planning.costmodel import Budget, Hardware
 from comfyui_headroom.memory.planning.extract import workload_from_graph
 from comfyui_headroom.memory.planning.planner import plan
+from comfyui_headroom.memory.units import GiB
 from comfyui_headroom.memory.workflow.graph import load_workflow
 from comfyui_headroom.memory.workflow.order import predict_order
 

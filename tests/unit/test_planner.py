@@ -9,9 +9,10 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 
 from comfyui_headroom.memory.planning.baselines import lower_bound
-from comfyui_headroom.memory.planning.costmodel import GB, Budget, Hardware, Tier, pinned_tiers
+from comfyui_headroom.memory.planning.costmodel import Budget, Hardware, Tier, pinned_tiers
 from comfyui_headroom.memory.planning.planner import minimum_vram, plan
 from comfyui_headroom.memory.planning.workload import Component, Step, Workload
+from comfyui_headroom.memory.units import GB
 from headroom_testing.bruteforce import brute_force, search_space
 from headroom_testing.strategies import workloads
 

@@ -11,9 +11,10 @@ import pytest
 
 from comfyui_headroom.memory.deadline import PlanTimeout, check_time, time_limit
 from comfyui_headroom.memory.planning import planner
-from comfyui_headroom.memory.planning.costmodel import Budget, GiB, Hardware
+from comfyui_headroom.memory.planning.costmodel import Budget, Hardware
 from comfyui_headroom.memory.planning.extract import workload_from_graph
 from comfyui_headroom.memory.planning.preflight import plan_prompt
+from comfyui_headroom.memory.units import GiB
 from comfyui_headroom.memory.workflow.graph import parse_workflow
 from comfyui_headroom.memory.workflow.order import predict_order
 

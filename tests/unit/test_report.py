@@ -10,10 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from comfyui_headroom.memory.planning.baselines import BASELINES
-from comfyui_headroom.memory.planning.costmodel import GB, Budget, Hardware, Tier
+from comfyui_headroom.memory.planning.costmodel import Budget, Hardware, Tier
 from comfyui_headroom.memory.planning.planner import plan
 from comfyui_headroom.memory.planning.report import plan_json, plan_text
 from comfyui_headroom.memory.planning.workload import Component, Step, Workload
+from comfyui_headroom.memory.units import GB
 from headroom_testing.strategies import workloads
 
 HW = Hardware.pcie(4)

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from comfyui_headroom.memory.planning.costmodel import GB, Budget, Hardware
+from comfyui_headroom.memory.planning.costmodel import Budget, Hardware
 from comfyui_headroom.memory.residency import Controller
+from comfyui_headroom.memory.units import GB
 from headroom_testing.prompts import offload_t2i
 
 HW = Hardware.pcie(4)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from comfyui_headroom.memory.models.components import ComponentError
+from comfyui_headroom.memory.models.header import ComponentError
 from comfyui_headroom.memory.residency import MappedFile, bind, footprint, pin, to_pageable
 
 

@@ -18,7 +18,7 @@ from comfyui_headroom.memory.streaming import (
     discover_blocks,
 )
 from comfyui_headroom.memory.streaming.discovery import module_bytes
-from comfyui_headroom.memory.streaming.residency import step_time
+from comfyui_headroom.memory.streaming.placement import step_time
 
 
 class Block(nn.Module):

@@ -12,22 +12,12 @@ from typing import Any
 
 import pytest
 
-from comfyui_headroom.memory.telemetry import hub as tm
-from comfyui_headroom.memory.telemetry.hub import (
-    MemoryProbe,
-    PinnedLedger,
-    PlannedNode,
-    PlannedRun,
-    ResidencyEvent,
-    Sample,
-    Sampler,
-    Telemetry,
-    plan_vs_actual,
-    prompt_key,
-    report_csv,
-    report_json,
-    text_report,
-)
+from comfyui_headroom.memory.planning.records import PlannedNode, PlannedRun, prompt_key
+from comfyui_headroom.memory.telemetry.hub import Telemetry
+from comfyui_headroom.memory.telemetry.probe import MemoryProbe, PinnedLedger, Sample
+from comfyui_headroom.memory.telemetry.report import plan_vs_actual, report_csv, report_json, text_report
+from comfyui_headroom.memory.telemetry.runs import ResidencyEvent, RunRecord
+from comfyui_headroom.memory.telemetry.sampler import Sampler
 
 MiB = 2**20
 
@@ -322,7 +312,7 @@ def planned() -> PlannedRun:
     )
 
 
-def finished_run(cuda: FakeCuda | None = None) -> tuple[Telemetry, tm.Run]:
+def finished_run(cuda: FakeCuda | None = None) -> tuple[Telemetry, RunRecord]:
     telemetry, clock, _ = make_telemetry(cuda)
     run = telemetry.start_prompt("p1", PROMPT)
     telemetry.attach_plan("p1", planned())

@@ -12,13 +12,18 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from comfyui_headroom.memory.planning.costmodel import Budget
+from comfyui_headroom.memory.planning.preflight import Preflight
 from comfyui_headroom.nodes import host
+from comfyui_headroom.nodes.host import events, monitor, routes, state
 
 
 @pytest.fixture
 def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A new process-wide monitor for the test, and no host modules unless the test adds them."""
-    monkeypatch.setattr(host, "_MONITOR", None)
+    """New process-wide state for the test (monitor, controller, event source), and no host modules unless
+    the test adds them."""
+    for name in ("_MONITOR", "_RESIDENCY", "_EVENTS"):
+        monkeypatch.setattr(state, name, None)
     for name in ("execution", "nodes", "server"):
         monkeypatch.delitem(sys.modules, name, raising=False)
 
@@ -39,7 +44,7 @@ class FakeServer:
 
 def test_outside_a_host_nothing_is_installed(fresh: None) -> None:
     assert host.install_monitor() == {}
-    assert host._MONITOR is None  # not even the sampler was created
+    assert state._MONITOR is None  # not even the sampler was created
 
 
 def test_a_host_without_the_hooks_fails_open_with_a_log_line(
@@ -72,14 +77,14 @@ def test_a_server_gets_four_read_only_routes_and_the_preflight_handler(
 
 @pytest.mark.parametrize("body", [None, [], "text", {"no": "prompt"}, {"prompt": "not a dict"}])
 def test_the_preflight_handler_passes_anything_through(fresh: None, body: Any) -> None:
-    assert host._on_prompt(host.monitor(), body) is body
+    assert routes._on_prompt(state.monitor(), body) is body
 
 
 def test_the_preflight_handler_plans_in_the_background_and_keeps_the_prompt(fresh: None) -> None:
-    m = host.monitor()
+    m = state.monitor()
     prompt = {"1": {"class_type": "EmptyImage", "inputs": {}}}
     body = {"prompt": prompt, "client_id": "c"}
-    assert host._on_prompt(m, body) is body and body["prompt"] is prompt
+    assert routes._on_prompt(m, body) is body and body["prompt"] is prompt
     m.pool.submit(lambda: None).result(30)  # one worker: the preflight has run
     assert m.plans.peek(m.plans.key(prompt, m.budget())) is not None
 
@@ -93,7 +98,7 @@ def test_the_user_can_switch_the_monitor_off(fresh: None, monkeypatch: pytest.Mo
         "nodes": "off: HEADROOM_MONITOR=0",
         "server": "off: HEADROOM_MONITOR=0",
     }
-    assert not list(server.routes) and not server.handlers and host._MONITOR is None
+    assert not list(server.routes) and not server.handlers and state._MONITOR is None
 
 
 def test_the_residency_controller_defers_to_dynamic_vram(
@@ -102,17 +107,16 @@ def test_the_residency_controller_defers_to_dynamic_vram(
     aimdo = ModuleType("comfy.memory_management")
     aimdo.aimdo_enabled = True  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "comfy.memory_management", aimdo)
-    monkeypatch.setattr(host, "_RESIDENCY", None)
-    control = host.residency()
-    control.budget_override = host.Budget(vram=8 * 2**30, ram=32 * 2**30, pinned=2**30)
+    control = state.residency()
+    control.budget_override = Budget(vram=8 * 2**30, ram=32 * 2**30, pinned=2**30)
     prompt = {"1": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}}}
     with caplog.at_level(logging.INFO, logger="headroom"):
-        control.prompt_started(host.monitor(), "p1", prompt)
-        control.prompt_started(host.monitor(), "p2", prompt)
+        control.prompt_started("p1", prompt)
+        control.prompt_started("p2", prompt)
     assert not control.controller.runs  # nothing planned, nothing will move
     assert sum("DynamicVRAM" in r.getMessage() for r in caplog.records) == 1  # said once
     aimdo.aimdo_enabled = False  # type: ignore[attr-defined]
-    control.prompt_started(host.monitor(), "p3", prompt)
+    control.prompt_started("p3", prompt)
     assert "p3" in control.controller.runs
 
 
@@ -124,7 +128,8 @@ def test_the_hosts_validation_is_marked_so_the_preflight_waits_for_it(
     time POST /prompt froze the server; the preflight now waits until no validation is under way."""
     import asyncio
 
-    m = host.monitor()
+    m = state.monitor()
+    source = events.EventSource([m])
     seen: list[tuple[int, bool]] = []
 
     def check(prompt: Any) -> str:
@@ -136,17 +141,17 @@ def test_the_hosts_validation_is_marked_so_the_preflight_waits_for_it(
 
     execution = ModuleType("execution")
     execution.validate_prompt = check_async if is_async else check  # type: ignore[attr-defined]
-    assert host._hook_validation(m, execution) == "on"
-    assert host._hook_validation(m, execution) == "on"  # idempotent: wrapped once
+    assert events._hook_validation(source, execution) == "on"
+    assert events._hook_validation(source, execution) == "on"  # idempotent: wrapped once
     call = execution.validate_prompt({})
     assert (asyncio.run(call) if is_async else call) == "valid"
     assert seen == [(1, False)] and m.validating == 0 and m.validated.is_set()
 
     waits: list[float] = []
     monkeypatch.setattr(m.validated, "wait", lambda timeout: waits.append(timeout) or True)
-    monkeypatch.setattr(m, "plan_for", lambda prompt: (None, host.Preflight(None, "skipped", "test")))
+    monkeypatch.setattr(m, "plan_for", lambda prompt: (None, Preflight(None, "skipped", "test")))
     m.preflight({}, "p", None)
-    assert waits == [host.PREFLIGHT_S]
+    assert waits == [monitor.PREFLIGHT_S]
 
 
 def test_the_preflight_is_submitted_after_the_handler_returns_on_the_event_loop(fresh: None) -> None:
@@ -154,12 +159,12 @@ def test_the_preflight_is_submitted_after_the_handler_returns_on_the_event_loop(
     marked): the handler itself only records the prompt."""
     import asyncio
 
-    m = host.monitor()
+    m = state.monitor()
     submitted: list[Any] = []
     m.pool.submit = lambda *job: submitted.append(job)  # type: ignore[method-assign]
 
     async def post() -> int:
-        host._on_prompt(m, {"prompt": {"1": {"class_type": "EmptyImage", "inputs": {}}}})
+        routes._on_prompt(m, {"prompt": {"1": {"class_type": "EmptyImage", "inputs": {}}}})
         before = len(submitted)
         await asyncio.sleep(0)
         return before
@@ -174,13 +179,12 @@ def test_a_host_reserve_larger_than_the_card_leaves_loading_to_the_host(
     mm = ModuleType("comfy.model_management")
     mm.minimum_inference_memory = lambda: 64 * 2**30  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "comfy.model_management", mm)
-    monkeypatch.setattr(host, "_RESIDENCY", None)
-    m = host.monitor()
+    m = state.monitor()
     m.assume_vram = 8 * 2**30
-    control = host.residency()
+    control = state.residency()  # its card budget is the monitor's (wired in state, not a monitor object)
     with caplog.at_level(logging.WARNING, logger="headroom"):
-        assert control.budget(m) is None and control.budget(m) is None
+        assert control.budget() is None and control.budget() is None
     assert caplog.text.count("reserves 64.00 GiB for inference") == 1  # said once, not every prompt
     mm.minimum_inference_memory = lambda: 2**30  # type: ignore[attr-defined]
-    budget = control.budget(m)
+    budget = control.budget()
     assert budget is not None and 0 < budget.vram < 8 * 2**30 and budget.reserve == 2**30

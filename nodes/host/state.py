@@ -1,0 +1,68 @@
+"""Process state: the process-wide monitor, residency controller and executor event source, made on first
+use, and the wiring between them. Tests reach (and reset) process state here and nowhere else: set
+``_MONITOR``, ``_RESIDENCY`` or ``_EVENTS`` to None and the next call makes a new one.
+
+The monitor and the controller never call each other. They meet here: both subscribe to the event
+source (the monitor first, so a node's telemetry opens before the controller moves models for it and
+closes before the controller's bookkeeping), the controller's budget is the monitor's card budget, and
+the controller's moves are recorded in the monitor's telemetry.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ...memory.planning.costmodel import Budget
+from ...memory.telemetry.runs import ResidencyEvent
+from .events import EventSource
+from .monitor import Monitor
+from .residency import Residency
+
+_MONITOR: Monitor | None = None
+_RESIDENCY: Residency | None = None
+_EVENTS: EventSource | None = None
+_LOCK = threading.RLock()  # reentrant: the event source's factory makes the other two
+
+
+def _process_wide(name: str, factory: Callable[[], Any]) -> Any:
+    """This module's global ``name``, made by ``factory`` on first use (tests reset it to None)."""
+    with _LOCK:
+        if globals()[name] is None:
+            globals()[name] = factory()
+        return globals()[name]
+
+
+def monitor() -> Monitor:
+    """The process-wide monitor, created on first use."""
+    return _process_wide("_MONITOR", Monitor)
+
+
+def residency() -> Residency:
+    """The process-wide residency controller, created on first use."""
+    return _process_wide("_RESIDENCY", lambda: Residency(card_budget, on_move=_record_move))
+
+
+def events() -> EventSource:
+    """The process-wide executor event source, with the monitor and the controller subscribed."""
+    return _process_wide("_EVENTS", lambda: EventSource([monitor(), residency()]))
+
+
+def card_budget() -> Budget | None:
+    """The card the controller plans for: the monitor's (the assumed VRAM, else the device's)."""
+    return monitor().budget()
+
+
+def _record_move(move: ResidencyEvent) -> None:
+    monitor().telemetry.record_event(move)
+
+
+def configure_monitor(rate_hz: float | None = None, assume_vram: int | None | str = "keep") -> None:
+    """Change the sampling rate (Hz, 0 = off) and/or the VRAM preflight assumes (bytes; None = the device)."""
+    monitor().configure(rate_hz, assume_vram)
+
+
+def configure_residency(budget: Budget | None) -> None:
+    """Plan with this budget instead of the device's (tests, benchmarks, a --reserve-vram stand-in)."""
+    residency().budget_override = budget

@@ -1,0 +1,413 @@
+"""The architectures of the catalog: ComfyUI's own classes, built on the meta device (no weights).
+
+Each ``ARCHS`` entry takes the host's folder and returns the module ComfyUI builds for that released
+file, with the configs comfy/model_detection.py derives for it. ``comfy`` is imported inside the
+builders, once scripts/build_model_catalog.py has put the host on ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+
+def diffusion(unet_config: dict) -> torch.nn.Module:
+    """Build a diffusion model the way ComfyUI does after detecting ``unet_config`` from a file."""
+    import comfy.model_detection
+
+    model_config = comfy.model_detection.model_config_from_unet_config(dict(unet_config))
+    if model_config is None:
+        raise ValueError(f"the host matches no model to {unet_config}")
+    return model_config.get_model({}, device="meta").diffusion_model
+
+
+FLUX = {
+    "image_model": "flux",
+    "in_channels": 16,
+    "patch_size": 2,
+    "out_channels": 16,
+    "vec_in_dim": 768,
+    "context_in_dim": 4096,
+    "hidden_size": 3072,
+    "mlp_ratio": 4.0,
+    "num_heads": 24,
+    "depth": 19,
+    "depth_single_blocks": 38,
+    "axes_dim": [16, 56, 56],
+    "theta": 10000,
+    "qkv_bias": True,
+    "guidance_embed": True,
+}
+CHROMA = {
+    **{k: v for k, v in FLUX.items() if k not in ("guidance_embed", "vec_in_dim")},
+    "image_model": "chroma",
+    "in_channels": 64,
+    "out_channels": 64,
+    "in_dim": 64,
+    "out_dim": 3072,
+    "hidden_dim": 5120,
+    "n_layers": 5,
+}
+
+
+def wan(
+    dim: int, ffn: int, layers: int, in_dim: int = 16, out_dim: int = 16, model_type: str = "t2v", **extra
+) -> dict:
+    return {
+        "image_model": "wan2.1",
+        "dim": dim,
+        "out_dim": out_dim,
+        "num_heads": dim // 128,
+        "ffn_dim": ffn,
+        "num_layers": layers,
+        "patch_size": (1, 2, 2),
+        "freq_dim": 256,
+        "window_size": (-1, -1),
+        "qk_norm": True,
+        "cross_attn_norm": True,
+        "eps": 1e-6,
+        "in_dim": in_dim,
+        "model_type": model_type,
+        **extra,
+    }
+
+
+WAN_1_3B, WAN_14B, WAN_5B = (1536, 8960, 30), (5120, 13824, 40), (3072, 14336, 30)
+HUNYUAN_VIDEO = {
+    "image_model": "hunyuan_video",
+    "in_channels": 16,
+    "patch_size": [1, 2, 2],
+    "out_channels": 16,
+    "vec_in_dim": 768,
+    "axes_dim": [16, 56, 56],
+    "meanflow": False,
+    "context_in_dim": 4096,
+    "hidden_size": 3072,
+    "mlp_ratio": 4.0,
+    "num_heads": 24,
+    "depth": 20,
+    "depth_single_blocks": 40,
+    "theta": 256,
+    "qkv_bias": True,
+    "byt5": False,
+    "guidance_embed": True,
+}
+SD35_LARGE = {
+    "in_channels": 16,
+    "patch_size": 2,
+    "out_channels": 16,
+    "depth": 38,
+    "input_size": None,
+    "adm_in_channels": 2048,
+    "context_embedder_config": {
+        "target": "torch.nn.Linear",
+        "params": {"in_features": 4096, "out_features": 2432},
+    },
+    "num_patches": 36864,
+    "pos_embed_max_size": 192,
+    "qk_norm": "rms",
+    "pos_embed_scaling_factor": None,
+    "x_block_self_attn_layers": [],
+}
+HIDREAM = {
+    "image_model": "hidream",
+    "attention_head_dim": 128,
+    "axes_dims_rope": [64, 32, 32],
+    "caption_channels": [4096, 4096],
+    "max_resolution": [128, 128],
+    "in_channels": 16,
+    "llama_layers": list(range(32)) + [31] * 16,
+    "num_attention_heads": 20,
+    "num_routed_experts": 4,
+    "num_activated_experts": 2,
+    "num_layers": 16,
+    "num_single_layers": 32,
+    "out_channels": 16,
+    "patch_size": 2,
+    "text_emb_dim": 2048,
+}
+LTXV_2B = {"image_model": "ltxv", "num_layers": 28, "attention_head_dim": 64, "cross_attention_dim": 2048}
+LUMINA2 = {
+    "image_model": "lumina2",
+    "patch_size": 2,
+    "in_channels": 16,
+    "dim": 2304,
+    "cap_feat_dim": 2304,
+    "n_layers": 26,
+    "n_heads": 24,
+    "n_kv_heads": 8,
+    "qk_norm": True,
+    "axes_dims": [32, 32, 32],
+    "axes_lens": [300, 512, 512],
+}
+OMNIGEN2 = {
+    "image_model": "omnigen2",
+    "axes_dim_rope": [40, 40, 40],
+    "axes_lens": [1024, 1664, 1664],
+    "ffn_dim_multiplier": None,
+    "hidden_size": 2520,
+    "in_channels": 16,
+    "multiple_of": 256,
+    "norm_eps": 1e-05,
+    "num_attention_heads": 21,
+    "num_kv_heads": 7,
+    "num_layers": 32,
+    "num_refiner_layers": 2,
+    "out_channels": None,
+    "patch_size": 2,
+    "text_feat_dim": 2048,
+    "timestep_scale": 1000.0,
+}
+_UNET_BASE = {
+    "use_checkpoint": False,
+    "image_size": 32,
+    "out_channels": 4,
+    "use_spatial_transformer": True,
+    "legacy": False,
+}
+SD15 = {
+    **_UNET_BASE,
+    "adm_in_channels": None,
+    "in_channels": 4,
+    "model_channels": 320,
+    "num_res_blocks": [2, 2, 2, 2],
+    "transformer_depth": [1, 1, 1, 1, 1, 1, 0, 0],
+    "channel_mult": [1, 2, 4, 4],
+    "transformer_depth_middle": 1,
+    "use_linear_in_transformer": False,
+    "context_dim": 768,
+    "num_heads": 8,
+    "transformer_depth_output": [1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0],
+    "use_temporal_attention": False,
+    "use_temporal_resblock": False,
+}
+SDXL = {
+    **_UNET_BASE,
+    "num_classes": "sequential",
+    "adm_in_channels": 2816,
+    "in_channels": 4,
+    "model_channels": 320,
+    "num_res_blocks": [2, 2, 2],
+    "transformer_depth": [0, 0, 2, 2, 10, 10],
+    "channel_mult": [1, 2, 4],
+    "transformer_depth_middle": 10,
+    "use_linear_in_transformer": True,
+    "context_dim": 2048,
+    "num_head_channels": 64,
+    "transformer_depth_output": [0, 0, 0, 2, 2, 2, 10, 10, 10],
+    "use_temporal_attention": False,
+    "use_temporal_resblock": False,
+}
+SDXL_REFINER = {
+    **_UNET_BASE,
+    "num_classes": "sequential",
+    "adm_in_channels": 2560,
+    "in_channels": 4,
+    "model_channels": 384,
+    "num_res_blocks": [2, 2, 2, 2],
+    "transformer_depth": [0, 0, 4, 4, 4, 4, 0, 0],
+    "channel_mult": [1, 2, 4, 4],
+    "transformer_depth_middle": 4,
+    "use_linear_in_transformer": True,
+    "context_dim": 1280,
+    "num_head_channels": 64,
+    "transformer_depth_output": [0, 0, 0, 4, 4, 4, 4, 4, 4, 0, 0, 0],
+    "use_temporal_attention": False,
+    "use_temporal_resblock": False,
+}
+
+
+def _config(host: Path, name: str) -> dict:
+    for folder in ("comfy", "comfy/text_encoders"):
+        path = host / folder / name
+        if path.is_file():
+            return json.loads(path.read_text())
+    raise FileNotFoundError(name)
+
+
+def _ops():
+    import comfy.ops
+
+    return comfy.ops.manual_cast
+
+
+def t5(config_name: str) -> Callable[[Path], torch.nn.Module]:
+    def build(host: Path) -> torch.nn.Module:
+        from comfy.text_encoders.t5 import T5
+
+        return T5(_config(host, config_name), torch.float16, "meta", _ops())
+
+    return build
+
+
+def clip_text(config_name: str, **override) -> Callable[[Path], torch.nn.Module]:
+    def build(host: Path) -> torch.nn.Module:
+        from comfy.clip_model import CLIPTextModel
+
+        return CLIPTextModel({**_config(host, config_name), **override}, torch.float16, "meta", _ops())
+
+    return build
+
+
+def clip_vision(config_name: str) -> Callable[[Path], torch.nn.Module]:
+    def build(host: Path) -> torch.nn.Module:
+        from comfy.clip_model import CLIPVisionModelProjection
+
+        return CLIPVisionModelProjection(_config(host, config_name), torch.float16, "meta", _ops())
+
+    return build
+
+
+def llm(class_name: str, **config) -> Callable[[Path], torch.nn.Module]:
+    def build(host: Path) -> torch.nn.Module:
+        import comfy.text_encoders.llama as llama
+
+        return getattr(llama, class_name)(config, dtype=torch.float16, device="meta", operations=_ops())
+
+    return build
+
+
+def vae(name: str) -> Callable[[Path], torch.nn.Module]:
+    """The first_stage_model comfy/sd.py VAE.__init__ builds for each VAE layout."""
+
+    def build(host: Path) -> torch.nn.Module:
+        from comfy.ldm.models.autoencoder import AutoencoderKL, AutoencodingEngine
+
+        sd_cfg = {
+            "double_z": True,
+            "z_channels": 4,
+            "resolution": 256,
+            "in_channels": 3,
+            "out_ch": 3,
+            "ch": 128,
+            "ch_mult": [1, 2, 4, 4],
+            "num_res_blocks": 2,
+            "attn_resolutions": [],
+            "dropout": 0.0,
+        }
+        with torch.device("meta"):
+            if name == "sd":
+                return AutoencoderKL(ddconfig=sd_cfg, embed_dim=4)
+            if name == "flux":
+                cfg = {**sd_cfg, "z_channels": 16}
+                reg = {"target": "comfy.ldm.models.autoencoder.DiagonalGaussianRegularizer"}
+                enc = {"target": "comfy.ldm.modules.diffusionmodules.model.Encoder", "params": cfg}
+                dec = {"target": "comfy.ldm.modules.diffusionmodules.model.Decoder", "params": cfg}
+                return AutoencodingEngine(regularizer_config=reg, encoder_config=enc, decoder_config=dec)
+            if name == "hunyuan_video":
+                cfg = {**sd_cfg, "z_channels": 16, "conv3d": True, "time_compress": 4}
+                return AutoencoderKL(ddconfig=cfg, embed_dim=16)
+            if name in ("wan21", "wan22"):
+                import comfy.ldm.wan.vae
+                import comfy.ldm.wan.vae2_2
+
+                common = {"dim_mult": [1, 2, 4, 4], "num_res_blocks": 2, "attn_scales": [], "dropout": 0.0}
+                common["temperal_downsample"] = [False, True, True]
+                if name == "wan21":
+                    return comfy.ldm.wan.vae.WanVAE(dim=96, z_dim=16, **common)
+                return comfy.ldm.wan.vae2_2.WanVAE(dim=160, z_dim=48, **common)
+            if name.startswith("ltxv"):
+                from comfy.ldm.lightricks.vae.causal_video_autoencoder import VideoVAE
+
+                return VideoVAE(version=int(name[-1]))
+        raise ValueError(name)
+
+    return build
+
+
+def esrgan(host: Path) -> torch.nn.Module:
+    import importlib
+
+    # spandrel is what ComfyUI's upscale loader uses; its RRDB module sits in a private package
+    rrdb = importlib.import_module("spandrel.architectures.ESRGAN.__arch.RRDB")
+    with torch.device("meta"):
+        return rrdb.RRDBNet(in_nc=3, out_nc=3, num_filters=64, num_blocks=23, scale=4)
+
+
+def dit(config: dict) -> Callable[[Path], torch.nn.Module]:
+    return lambda host: diffusion(config)
+
+
+def qwen25_vl_3b(host: Path) -> torch.nn.Module:
+    """Qwen2.5-VL-3B as released (OmniGen2's encoder): the host's 3B LM plus its Qwen2-VL vision tower."""
+    from comfy.text_encoders import qwen_vl
+
+    module = llm("Qwen25_3B")(host)
+    module.visual = qwen_vl.Qwen2VLVisionTransformer(
+        hidden_size=1280, output_hidden_size=2048, device="meta", dtype=torch.float16, ops=_ops()
+    )
+    return module
+
+
+ARCHS: dict[str, Callable[[Path], torch.nn.Module]] = {
+    "flux_dev": dit(FLUX),
+    "flux_schnell": dit({**FLUX, "guidance_embed": False}),
+    "flux_fill": dit({**FLUX, "in_channels": 96}),
+    "flux_canny": dit({**FLUX, "in_channels": 32}),
+    "chroma": dit(CHROMA),
+    "wan21_t2v_1.3b": dit(wan(*WAN_1_3B)),
+    "wan21_t2v_14b": dit(wan(*WAN_14B)),
+    "wan21_i2v_14b": dit(wan(*WAN_14B, in_dim=36, model_type="i2v")),
+    "wan21_flf2v_14b": dit(wan(*WAN_14B, in_dim=36, model_type="i2v", flf_pos_embed_token_number=514)),
+    "wan21_vace_14b": dit(wan(*WAN_14B, model_type="vace", vace_layers=8, vace_in_dim=96)),
+    "wan21_vace_1.3b": dit(wan(*WAN_1_3B, model_type="vace", vace_layers=15, vace_in_dim=96)),
+    "wan21_fun_control_1.3b": dit(wan(*WAN_1_3B, in_dim=48, model_type="i2v")),
+    "wan21_fun_inp_1.3b": dit(wan(*WAN_1_3B, in_dim=36, model_type="i2v")),
+    "wan22_i2v_14b": dit(wan(*WAN_14B, in_dim=36)),
+    "wan22_ti2v_5b": dit(wan(*WAN_5B, in_dim=48, out_dim=48)),
+    # Fun 5B: noise + condition latents + mask; in_dim only sizes the patch embedding (<0.1% of the bytes)
+    "wan22_fun_5b": dit(wan(*WAN_5B, in_dim=100, out_dim=48)),
+    "wan21_camera_14b": dit(wan(*WAN_14B, in_dim=32, model_type="camera")),
+    "wan21_camera_1.3b": dit(wan(*WAN_1_3B, in_dim=32, model_type="camera")),
+    "qwen_image": dit({"image_model": "qwen_image", "in_channels": 64, "num_layers": 60}),
+    "hunyuan_video_t2v": dit(HUNYUAN_VIDEO),
+    "hunyuan_video_i2v": dit({**HUNYUAN_VIDEO, "in_channels": 33}),
+    "sd35_large": dit(SD35_LARGE),
+    "hidream_i1": dit(HIDREAM),
+    "ltxv_2b": dit(LTXV_2B),
+    "lumina2": dit(LUMINA2),
+    "omnigen2": dit(OMNIGEN2),
+    "sd15_unet": dit(SD15),
+    "sdxl_unet": dit(SDXL),
+    "sdxl_refiner_unet": dit(SDXL_REFINER),
+    "t5xxl": t5("t5_config_xxl.json"),
+    "umt5xxl": t5("umt5_config_xxl.json"),
+    "t5_base": t5("t5_config_base.json"),
+    "byt5_small_glyph": t5("byt5_config_small_glyph.json"),
+    "clip_l": clip_text("sd1_clip_config.json"),
+    "clip_l_long": clip_text("sd1_clip_config.json", max_position_embeddings=248),
+    "clip_g": clip_text("clip_config_bigg.json"),
+    "clip_g_long": clip_text("clip_config_bigg.json", max_position_embeddings=218),
+    "qwen25_vl_7b": llm("Qwen25_7BVLI"),
+    "qwen25_vl_3b": qwen25_vl_3b,
+    "llama3_8b": llm("Llama2", vocab_size=128256),
+    "llava_llama3_8b": llm("Llama2"),
+    "gemma2_2b": llm("Gemma2_2B"),
+    "vae_sd": vae("sd"),
+    "vae_flux": vae("flux"),
+    "vae_hunyuan_video": vae("hunyuan_video"),
+    "vae_wan21": vae("wan21"),
+    "vae_wan22": vae("wan22"),
+    "vae_ltxv0": vae("ltxv0"),
+    "vae_ltxv2": vae("ltxv2"),
+    "clip_vision_h": clip_vision("clip_vision_config_h.json"),
+    "clip_vision_g": clip_vision("clip_vision_config_g.json"),
+    "clip_vision_l": clip_vision("clip_vision_config_vitl.json"),
+    "siglip_384": clip_vision("clip_vision_siglip_384.json"),
+    "esrgan_x4": esrgan,
+}
+
+
+# Tensors the released files hold beyond ComfyUI's module, which ComfyUI ignores when it loads them
+# (still bytes on disk and in the header): the untied lm_head of LLMs whose configs say
+# tie_word_embeddings=false (left in the base dtype by ComfyUI's fp8 conversion), and T5's
+# encoder.embed_tokens, a saved copy of `shared` in the standalone flux_text_encoders releases.
+EXTRAS: dict[str, dict[str, tuple[int, ...]]] = {
+    "t5xxl+embed_tokens": {"encoder.embed_tokens.weight": (32128, 4096)},
+    "llama3_8b+lm_head": {"lm_head.weight": (128256, 4096)},
+    "llava_llama3_8b+lm_head": {"lm_head.weight": (128320, 4096)},
+    "qwen25_vl_7b+lm_head": {"lm_head.weight": (152064, 3584)},
+}

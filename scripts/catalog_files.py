@@ -1,0 +1,241 @@
+"""The files of the catalog: each released file's name, ComfyUI models/ folder and the parts it holds.
+
+A part is (key prefix inside the file, architecture in catalog_archs.ARCHS, dtype recipe). A checkpoint
+lists its sections under the prefixes ComfyUI's CheckpointSave writes (supported_models*.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# --- dtype recipes ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Recipe:
+    base: str  # safetensors dtype code of everything not quantised
+    fp8: bool = False  # Linear weights in F8_E4M3
+    scaled: bool = False  # ComfyUI scaled fp8: + scale_weight per Linear, + scaled_fp8 marker
+
+
+FP32, FP16, BF16 = Recipe("F32"), Recipe("F16"), Recipe("BF16")
+FP8, FP8_SCALED = Recipe("BF16", fp8=True), Recipe("BF16", fp8=True, scaled=True)
+FP8_FP16_SCALED = Recipe("F16", fp8=True, scaled=True)
+
+# --- the files -------------------------------------------------------------------------------------
+# (file name, ComfyUI models/ folder, [(key prefix inside the file, architecture, recipe)]). A checkpoint
+# lists its sections under the prefixes ComfyUI's CheckpointSave writes (supported_models*.py).
+
+Part = tuple[str, str, Recipe]
+DM, TE, CK = "diffusion_models", "text_encoders", "checkpoints"
+
+
+def single(arch: str, recipe: Recipe) -> list[Part]:
+    return [("", arch, recipe)]
+
+
+def flux_checkpoint(arch: str) -> list[Part]:
+    return [
+        ("model.diffusion_model.", arch, FP8),
+        ("text_encoders.clip_l.transformer.", "clip_l", FP16),
+        ("text_encoders.t5xxl.transformer.", "t5xxl", FP8),
+        ("vae.", "vae_flux", BF16),
+    ]
+
+
+def sdxl_checkpoint(recipe: Recipe, vae_recipe: Recipe) -> list[Part]:
+    return [
+        ("model.diffusion_model.", "sdxl_unet", recipe),
+        ("conditioner.embedders.0.transformer.", "clip_l", recipe),
+        ("conditioner.embedders.1.model.", "clip_g", recipe),
+        ("first_stage_model.", "vae_sd", vae_recipe),
+    ]
+
+
+def sd15_checkpoint(recipe: Recipe) -> list[Part]:
+    return [
+        ("model.diffusion_model.", "sd15_unet", recipe),
+        ("cond_stage_model.transformer.", "clip_l", recipe),
+        ("first_stage_model.", "vae_sd", recipe),
+    ]
+
+
+FILES: list[tuple[str, str, list[Part]]] = [
+    # Flux family (Black Forest Labs releases and Comfy-Org repackages)
+    ("flux1-dev.safetensors", DM, single("flux_dev", BF16)),
+    ("flux1-dev-fp8.safetensors", DM, single("flux_dev", Recipe("BF16", fp8=True))),
+    ("flux1-dev-fp8.safetensors", CK, flux_checkpoint("flux_dev")),
+    ("flux1-schnell.safetensors", DM, single("flux_schnell", BF16)),
+    ("flux1-schnell-fp8.safetensors", DM, single("flux_schnell", FP8)),
+    ("flux1-schnell-fp8.safetensors", CK, flux_checkpoint("flux_schnell")),
+    ("flux1-kontext-dev.safetensors", DM, single("flux_dev", BF16)),
+    ("flux1-dev-kontext_fp8_scaled.safetensors", DM, single("flux_dev", FP8_SCALED)),
+    ("flux1-krea-dev.safetensors", DM, single("flux_dev", BF16)),
+    ("flux1-krea-dev_fp8_scaled.safetensors", DM, single("flux_dev", FP8_SCALED)),
+    ("flux1-fill-dev.safetensors", DM, single("flux_fill", BF16)),
+    ("flux1-canny-dev.safetensors", DM, single("flux_canny", BF16)),
+    ("flux1-depth-dev.safetensors", DM, single("flux_canny", BF16)),
+    ("Chroma1-HD.safetensors", DM, single("chroma", BF16)),
+    ("Chroma1-Base.safetensors", DM, single("chroma", BF16)),
+    # Wan 2.1 / 2.2 (Comfy-Org/Wan_2.1_ComfyUI_repackaged, Wan_2.2_ComfyUI_Repackaged)
+    ("wan2.1_t2v_1.3B_fp16.safetensors", DM, single("wan21_t2v_1.3b", FP16)),
+    ("wan2.1_t2v_1.3B_bf16.safetensors", DM, single("wan21_t2v_1.3b", BF16)),
+    ("wan2.1_t2v_14B_fp16.safetensors", DM, single("wan21_t2v_14b", FP16)),
+    ("wan2.1_t2v_14B_bf16.safetensors", DM, single("wan21_t2v_14b", BF16)),
+    ("wan2.1_t2v_14B_fp8_e4m3fn.safetensors", DM, single("wan21_t2v_14b", FP8)),
+    ("wan2.1_t2v_14B_fp8_scaled.safetensors", DM, single("wan21_t2v_14b", FP8_SCALED)),
+    *[
+        (f"wan2.1_i2v_{res}_14B_{dt}.safetensors", DM, single("wan21_i2v_14b", recipe))
+        for res in ("480p", "720p")
+        for dt, recipe in (("fp16", FP16), ("bf16", BF16), ("fp8_e4m3fn", FP8), ("fp8_scaled", FP8_SCALED))
+    ],
+    ("wan2.1_flf2v_720p_14B_fp16.safetensors", DM, single("wan21_flf2v_14b", FP16)),
+    # ChronoEdit-14B: a fine-tune of Wan2.1-I2V-14B-720P, same layers (nvidia/ChronoEdit-14B-Diffusers)
+    ("chrono_edit_14B_fp16.safetensors", DM, single("wan21_i2v_14b", FP16)),
+    ("wan2.1_flf2v_720p_14B_fp8_e4m3fn.safetensors", DM, single("wan21_flf2v_14b", FP8)),
+    ("wan2.1_vace_14B_fp16.safetensors", DM, single("wan21_vace_14b", FP16)),
+    ("wan2.1_vace_1.3B_fp16.safetensors", DM, single("wan21_vace_1.3b", FP16)),
+    ("wan2.1_fun_control_1.3B_bf16.safetensors", DM, single("wan21_fun_control_1.3b", BF16)),
+    ("wan2.1_fun_inp_1.3B_bf16.safetensors", DM, single("wan21_fun_inp_1.3b", BF16)),
+    ("wan2.2_ti2v_5B_fp16.safetensors", DM, single("wan22_ti2v_5b", FP16)),
+    ("wan2.2_fun_control_5B_bf16.safetensors", DM, single("wan22_fun_5b", BF16)),
+    ("wan2.2_fun_inpaint_5B_bf16.safetensors", DM, single("wan22_fun_5b", BF16)),
+    ("wan2.1_fun_camera_v1.1_14B_bf16.safetensors", DM, single("wan21_camera_14b", BF16)),
+    ("wan2.1_fun_camera_v1.1_1.3B_bf16.safetensors", DM, single("wan21_camera_1.3b", BF16)),
+    *[
+        (f"wan2.2_{task}_{noise}_noise_14B_{dt}.safetensors", DM, single(arch, recipe))
+        for task, arch in (("t2v", "wan21_t2v_14b"), ("i2v", "wan22_i2v_14b"))
+        for noise in ("high", "low")
+        for dt, recipe in (("fp16", FP16), ("fp8_scaled", FP8_SCALED))
+    ],
+    *[
+        (
+            f"wan2.2_fun_inpaint_{noise}_noise_14B_fp8_scaled.safetensors",
+            DM,
+            single("wan22_i2v_14b", FP8_SCALED),
+        )
+        for noise in ("high", "low")
+    ],
+    # Qwen-Image (Comfy-Org/Qwen-Image_ComfyUI): the edit releases share the 20B architecture
+    *[
+        (f"{name}_{dt}.safetensors", DM, single("qwen_image", recipe))
+        for name in (
+            "qwen_image",
+            "qwen_image_edit",
+            "qwen_image_edit_2509",
+            "qwen_image_2512",
+            "qwen_image_edit_2511",
+        )
+        for dt, recipe in (("fp8_e4m3fn", FP8), ("bf16", BF16))
+    ],
+    # HunyuanVideo, HiDream, LTXV, Lumina 2, OmniGen2, SD3.5, SDXL, SD1.5
+    ("hunyuan_video_t2v_720p_bf16.safetensors", DM, single("hunyuan_video_t2v", BF16)),
+    ("hunyuan_video_image_to_video_720p_bf16.safetensors", DM, single("hunyuan_video_i2v", BF16)),
+    ("hidream_i1_full_fp16.safetensors", DM, single("hidream_i1", FP16)),
+    ("hidream_i1_full_fp8.safetensors", DM, single("hidream_i1", FP8)),
+    ("hidream_i1_dev_fp8.safetensors", DM, single("hidream_i1", FP8)),
+    ("hidream_i1_fast_fp8.safetensors", DM, single("hidream_i1", FP8)),
+    ("hidream_i1_dev_bf16.safetensors", DM, single("hidream_i1", BF16)),
+    ("hidream_i1_fast_bf16.safetensors", DM, single("hidream_i1", BF16)),
+    ("hidream_e1_full_bf16.safetensors", DM, single("hidream_i1", BF16)),
+    ("hidream_e1_1_bf16.safetensors", DM, single("hidream_i1", BF16)),
+    (
+        "ltx-video-2b-v0.9.safetensors",
+        CK,
+        [("model.diffusion_model.", "ltxv_2b", FP32), ("vae.", "vae_ltxv0", FP32)],  # released in fp32
+    ),
+    (
+        "ltx-video-2b-v0.9.5.safetensors",
+        CK,
+        [("model.diffusion_model.", "ltxv_2b", BF16), ("vae.", "vae_ltxv2", BF16)],
+    ),
+    ("lumina_2_model_bf16.safetensors", DM, single("lumina2", BF16)),
+    (
+        "lumina_2.safetensors",
+        CK,
+        [
+            ("model.diffusion_model.", "lumina2", BF16),
+            ("text_encoders.gemma2_2b.transformer.", "gemma2_2b", BF16),
+            ("vae.", "vae_flux", BF16),
+        ],
+    ),
+    (
+        "NetaYumev35_pretrained_all_in_one.safetensors",
+        CK,
+        [
+            ("model.diffusion_model.", "lumina2", BF16),
+            ("text_encoders.gemma2_2b.transformer.", "gemma2_2b", BF16),
+            ("vae.", "vae_flux", BF16),
+        ],
+    ),
+    ("omnigen2_fp16.safetensors", DM, single("omnigen2", FP16)),
+    ("sd3.5_large.safetensors", CK, [("model.diffusion_model.", "sd35_large", BF16)]),
+    (
+        "sd3.5_large_fp8_scaled.safetensors",
+        CK,
+        [
+            ("model.diffusion_model.", "sd35_large", FP8_FP16_SCALED),
+            ("text_encoders.clip_l.transformer.", "clip_l", FP16),
+            ("text_encoders.clip_g.transformer.", "clip_g", FP16),
+            ("text_encoders.t5xxl.transformer.", "t5xxl", FP8_FP16_SCALED),
+            ("first_stage_model.", "vae_flux", FP16),
+        ],
+    ),
+    ("sd_xl_base_1.0.safetensors", CK, sdxl_checkpoint(FP16, FP16)),
+    ("sd_xl_turbo_1.0_fp16.safetensors", CK, sdxl_checkpoint(FP16, FP16)),
+    (
+        "sd_xl_refiner_1.0.safetensors",
+        CK,
+        [
+            ("model.diffusion_model.", "sdxl_refiner_unet", FP16),
+            ("conditioner.embedders.0.model.", "clip_g", FP16),
+            ("first_stage_model.", "vae_sd", FP16),
+        ],
+    ),
+    ("v1-5-pruned-emaonly.safetensors", CK, sd15_checkpoint(FP32)),
+    ("v1-5-pruned-emaonly-fp16.safetensors", CK, sd15_checkpoint(FP16)),
+    # text encoders (comfyanonymous/flux_text_encoders, Comfy-Org repackages)
+    ("clip_l.safetensors", TE, single("clip_l", FP16)),
+    ("clip_g.safetensors", TE, single("clip_g", FP16)),
+    ("clip_l_hidream.safetensors", TE, single("clip_l_long", FP16)),
+    ("clip_g_hidream.safetensors", TE, single("clip_g_long", FP16)),
+    ("t5xxl_fp16.safetensors", TE, single("t5xxl+embed_tokens", FP16)),
+    ("t5xxl_fp8_e4m3fn.safetensors", TE, single("t5xxl+embed_tokens", Recipe("F16", fp8=True))),
+    ("t5xxl_fp8_e4m3fn_scaled.safetensors", TE, single("t5xxl+embed_tokens", FP8_FP16_SCALED)),
+    ("umt5_xxl_fp16.safetensors", TE, single("umt5xxl", FP16)),
+    ("umt5_xxl_fp8_e4m3fn_scaled.safetensors", TE, single("umt5xxl", FP8_FP16_SCALED)),
+    ("t5-base.safetensors", TE, single("t5_base", FP16)),
+    ("byt5_small_glyphxl_fp16.safetensors", TE, single("byt5_small_glyph", FP16)),
+    ("qwen_2.5_vl_7b.safetensors", TE, single("qwen25_vl_7b+lm_head", BF16)),
+    ("qwen_2.5_vl_7b_fp8_scaled.safetensors", TE, single("qwen25_vl_7b+lm_head", FP8_SCALED)),
+    ("qwen_2.5_vl_fp16.safetensors", TE, single("qwen25_vl_3b", FP16)),
+    ("llava_llama3_fp16.safetensors", TE, single("llava_llama3_8b+lm_head", FP16)),
+    ("llava_llama3_fp8_scaled.safetensors", TE, single("llava_llama3_8b+lm_head", FP8_FP16_SCALED)),
+    ("llama_3.1_8b_instruct_fp8_scaled.safetensors", TE, single("llama3_8b+lm_head", FP8_SCALED)),
+    ("gemma_2_2b_fp16.safetensors", TE, single("gemma2_2b", FP16)),
+    # VAEs
+    ("ae.safetensors", "vae", single("vae_flux", FP32)),
+    ("wan_2.1_vae.safetensors", "vae", single("vae_wan21", BF16)),
+    ("Wan2_1_VAE_bf16.safetensors", "vae", single("vae_wan21", BF16)),
+    ("wan2.2_vae.safetensors", "vae", single("vae_wan22", FP16)),
+    ("qwen_image_vae.safetensors", "vae", single("vae_wan21", BF16)),
+    ("hunyuan_video_vae_bf16.safetensors", "vae", single("vae_hunyuan_video", BF16)),
+    ("vae-ft-mse-840000-ema-pruned.safetensors", "vae", single("vae_sd", FP32)),
+    ("sdxl_vae.safetensors", "vae", single("vae_sd", FP32)),
+    # vision encoders, upscalers
+    ("clip_vision_h.safetensors", "clip_vision", single("clip_vision_h", FP16)),
+    ("clip_vision_g.safetensors", "clip_vision", single("clip_vision_g", FP16)),
+    ("clip_vision_l.safetensors", "clip_vision", single("clip_vision_l", FP16)),
+    ("sigclip_vision_patch14_384.safetensors", "clip_vision", single("siglip_384", FP16)),
+    ("RealESRGAN_x4plus.safetensors", "upscale_models", single("esrgan_x4", FP32)),
+    ("RealESRGAN_x4plus.pth", "upscale_models", single("esrgan_x4", FP32)),
+    ("4x-UltraSharp.pth", "upscale_models", single("esrgan_x4", FP32)),
+]
+
+# LoRAs whose rank is in their name: (file, base architecture, rank, recipe)
+LORAS: list[tuple[str, str, int, Recipe]] = [
+    ("lightx2v_I2V_14B_480p_cfg_step_distill_rank64_bf16.safetensors", "wan21_i2v_14b", 64, BF16),
+    ("lightx2v_T2V_14B_cfg_step_distill_v2_lora_rank64_bf16.safetensors", "wan21_t2v_14b", 64, BF16),
+    ("Wan21_CausVid_14B_T2V_lora_rank32.safetensors", "wan21_t2v_14b", 32, BF16),
+    ("Wan21_CausVid_bidirect2_T2V_1_3B_lora_rank32.safetensors", "wan21_t2v_1.3b", 32, BF16),
+]

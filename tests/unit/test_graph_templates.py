@@ -1,0 +1,197 @@
+"""memory/workflow/graph.py on the official workflow templates, and the node-type table it reads."""
+
+from __future__ import annotations
+
+import functools
+import json
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+
+from comfyui_headroom.memory.workflow.graph import Link, Node, WorkflowError, parse_workflow
+from comfyui_headroom.memory.workflow.node_types import host_version, known_types, lookup
+from comfyui_headroom.memory.workflow.order import predict_order
+
+# ------------------------------------------------------------------------------------ templates
+
+
+def _templates() -> list[Path]:
+    try:
+        import comfyui_workflow_templates_json as package
+    except ImportError:
+        return []
+    folder = Path(package.__file__).parent / "templates"
+    return sorted(p for p in folder.glob("*.json") if not p.name.startswith("index"))
+
+
+TEMPLATES = _templates()
+needs_templates = pytest.mark.skipif(
+    not TEMPLATES, reason="pip install comfyui-workflow-templates-json (the official workflow templates)"
+)
+
+
+@functools.cache
+def _template_workflows() -> list[tuple[Path, dict]]:
+    found = []
+    for path in TEMPLATES:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and isinstance(data.get("nodes"), list):
+            found.append((path, data))
+    return found
+
+
+@needs_templates
+def test_every_template_parses_or_names_what_it_cannot_handle() -> None:
+    workflows = _template_workflows()
+    assert len(workflows) > 500
+    failures = []
+    for path, data in workflows:
+        try:
+            graph = parse_workflow(data)
+        except WorkflowError as exc:
+            assert "node " in str(exc), f"{path.name}: {exc}"
+            failures.append(f"{path.name}: {exc}")
+            continue
+        assert graph.nodes, path.name
+        predict_order(graph)  # every template also orders
+    rate = 1 - len(failures) / len(workflows)
+    print(f"template parse rate {rate:.1%} of {len(workflows)}")
+    assert rate >= 0.99, failures
+
+
+@needs_templates
+def test_template_subgraph_ids_and_round_trip() -> None:
+    nested = 0
+    for path, data in _template_workflows():
+        graph = parse_workflow(data)
+        again = parse_workflow(graph.to_prompt())
+        assert [(n.id, n.class_type, n.inputs) for n in graph.nodes.values()] == [
+            (n.id, n.class_type, n.inputs) for n in again.nodes.values()
+        ], path.name
+        nested += any(node_id.count(":") >= 2 for node_id in graph.nodes)
+    assert nested >= 3  # templates with subgraphs inside subgraphs
+
+
+def _named_values(data: dict) -> list[tuple[dict, dict]]:
+    """(node, widgets_values_named) pairs: the template build's own mapping of widget values to names."""
+    nodes = list(data["nodes"])
+    for definition in (data.get("definitions") or {}).get("subgraphs") or []:
+        nodes += definition["nodes"]
+    return [(n, n["widgets_values_named"]) for n in nodes if isinstance(n.get("widgets_values_named"), dict)]
+
+
+@needs_templates
+def test_widget_mapping_agrees_with_the_templates_own_names() -> None:
+    """The templates carry `widgets_values_named`; for classes we know, our mapping must agree.
+
+    A few templates' names are stale (their values were edited later), so a small disagreement rate is
+    allowed; a systematic error (control values, upload buttons, widget order) would exceed it.
+    """
+    from comfyui_headroom.memory.workflow.workflow_ui import _Scope, _UiParser
+
+    checked = agreed = 0
+    for _, data in _template_workflows():
+        parser = _UiParser(data)
+        root = _Scope(parser, data["nodes"], data["links"])
+        for node, named in _named_values(data):
+            known = lookup(node["type"])
+            if known is None:
+                continue
+            mapped = parser.widget_values(root, node)
+            expected = {k: v for k, v in named.items() if k in {s.name for s in known.widgets}}
+            checked += 1
+            agreed += all(mapped.get(k) == v for k, v in expected.items())
+    assert checked > 1000
+    assert agreed / checked >= 0.97, (agreed, checked)
+
+
+@needs_templates
+def test_promoted_subgraph_values_agree_with_the_templates_own_names() -> None:
+    from comfyui_headroom.memory.workflow.workflow_ui import _Scope, _UiParser
+
+    checked = 0
+    for _, data in _template_workflows():
+        parser = _UiParser(data)
+        root = _Scope(parser, data["nodes"], data["links"])
+        for node in data["nodes"]:
+            if (
+                node["type"] in parser.subgraphs
+                and node.get("widgets_values")
+                and node.get("widgets_values_named")
+            ):
+                promoted = {k: v.value for k, v in root.child(node).promoted.items()}
+                assert promoted == node["widgets_values_named"], node["id"]
+                checked += 1
+    assert checked >= 50
+
+
+@needs_templates
+def test_parsing_and_ordering_a_template_takes_milliseconds() -> None:
+    workflows = _template_workflows()
+    parse_workflow(workflows[0][1])  # loads the node-type table once
+    times = []
+    for _, data in workflows:
+        start = time.perf_counter()
+        predict_order(parse_workflow(data))
+        times.append(time.perf_counter() - start)
+    # Measured ~1 ms median, ~20 ms for the largest (193 nodes) on a 2-core CI box: 10x headroom.
+    assert statistics.median(times) < 0.010
+    assert max(times) < 0.250
+
+
+def test_node_type_table_is_the_current_host() -> None:
+    types = known_types()
+    assert host_version().startswith("ComfyUI 0.3.")
+    assert len(types) > 300
+    sampler = lookup("KSampler")
+    assert sampler is not None and not sampler.output_node
+    assert [s.name for s in sampler.widgets] == [
+        "seed",
+        "steps",
+        "cfg",
+        "sampler_name",
+        "scheduler",
+        "denoise",
+    ]
+    assert sampler.input("seed").control and not sampler.input("steps").control
+    assert lookup("SaveImage").output_node and lookup("PreviewImage").output_node
+    assert lookup("LoadImage").input("image").upload
+    assert lookup("GetImageSize").unique_signature
+    assert lookup("NoSuchNode") is None
+
+
+def test_node_dataclasses() -> None:
+    node = Node("1", "X", {"a": Link("2", 0)})
+    assert node.title is None and node.output_node is None
+    with pytest.raises(AttributeError):
+        Link("1", 0).node = "2"  # type: ignore[misc]
+
+
+def test_newer_hosts_value_nodes_are_in_the_table() -> None:
+    # Hand-written from the 2026 host's nodes_logic.py / nodes_math.py (memory/data/newer_nodes.json).
+    switch = lookup("ComfySwitchNode")
+    assert switch is not None and switch.lazy_inputs == {"on_false", "on_true"}
+    assert [s.name for s in switch.widgets] == ["switch"]
+    math = lookup("ComfyMathExpression")
+    assert math is not None and math.outputs == ("FLOAT", "INT", "BOOLEAN")
+    # The table dumped from 0.3.64 wins where it knows a class.
+    assert lookup("PrimitiveInt").input("value").control
+
+
+def test_a_math_expression_node_gets_its_expression_and_its_autogrow_links() -> None:
+    data = {
+        "nodes": [
+            {"id": 1, "type": "PrimitiveFloat", "mode": 0, "inputs": [], "widgets_values": [5],
+             "outputs": [{"name": "FLOAT", "type": "FLOAT", "links": [1]}]},
+            {"id": 2, "type": "ComfyMathExpression", "mode": 0, "widgets_values": ["floor(a * 16) + 1"],
+             "inputs": [{"name": "values.a", "type": "FLOAT,INT,BOOLEAN", "link": 1},
+                        {"name": "values.b", "type": "FLOAT,INT,BOOLEAN", "link": None}],
+             "outputs": [{"name": "INT", "type": "INT", "links": []}]},
+        ],
+        "links": [[1, 1, 0, 2, 0, "FLOAT"]],
+    }  # fmt: skip
+    graph = parse_workflow(data)
+    assert graph.nodes["2"].inputs == {"expression": "floor(a * 16) + 1", "values.a": Link("1", 0)}
+    assert graph.warnings == []
