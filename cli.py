@@ -93,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("--models-dir", type=Path, default=None, help="a models folder to read sizes from")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.add_argument(
+        "--why",
+        action="store_true",
+        help="under each node, say in one line why every model component is where the plan puts it "
+        "(the JSON always carries each placement's reason)",
+    )
     plan.add_argument("--png", type=Path, default=None, help="also draw a residency timeline to this PNG")
     plan.add_argument("--pcie", type=int, choices=(3, 4, 5), default=4, help="PCIe generation (default 4)")
     plan.add_argument("--h2d-pinned", type=_rate, default=None, help="measured pinned upload GB/s (override)")
@@ -167,7 +173,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps(plan_json(result, workload, baselines), indent=2))
     else:
         print(f"{args.workflow}: {len(order)} nodes will run, {len(workload.components)} model components")
-        print(plan_text(result, workload, baselines))
+        print(plan_text(result, workload, baselines, why=args.why))
     if args.png:
         if not result.feasible:
             print(f"note: no timeline drawn to {args.png}: the workflow does not fit", file=sys.stderr)

@@ -113,7 +113,7 @@ export class TimelinePanel {
         el("td", { textContent: r.state }),
         el("td", {}, bars, el("div", { textContent: `${formatBytes(r.actual)} / ${formatBytes(r.planned)}` })),
         el("td", { textContent: formatBytes(r.rss) }),
-        el("td", { textContent: r.placements || "–" }), el("td", { textContent: r.events || "–" })));
+        el("td", { textContent: r.placements || "–", title: r.reasons }), el("td", { textContent: r.events || "–" })));
     }
     this.box.replaceChildren(header, rows.length ? table : el("div", { textContent: "Run a workflow to see what was planned and what happened." }));
     this.box.dataset.rows = String(rows.length);

@@ -33,6 +33,10 @@ export function timelineRows(report) {
     placements: Object.entries(r.planned_placements ?? {})
       .map(([component, tier]) => `${component.replace(/\.safetensors/g, "")}: ${tier}`)
       .join(", "),
+    // the plan's one-line reason per placement, one per line (the placements cell's tooltip)
+    reasons: Object.entries(r.planned_reasons ?? {})
+      .map(([component, why]) => `${component.replace(/\.safetensors/g, "")}: ${why}`)
+      .join("\n"),
     events: (r.residency_events ?? []).map((e) => `${e.component}: ${e.tier_from} → ${e.tier_to}`).join(", "),
   }));
 }

@@ -18,7 +18,7 @@ handful of components a workflow has. ``tests/unit/test_planner.py`` checks it a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -36,6 +36,7 @@ from .costmodel import (
     transition_seconds,
     upload_source,
 )
+from .reasons import placement_reasons
 from .workload import Component, Step, Workload
 
 INF = math.inf
@@ -56,6 +57,7 @@ class Placement:
     streamed_bytes: int = 0
     pinned_bytes: int = 0
     pageable_bytes: int = 0
+    reason: str = ""  # why it is there, in one line from the plan's figures (``reasons.py``)
 
     @property
     def label(self) -> str:
@@ -357,6 +359,9 @@ def plan(workload: Workload, budget: Budget, hw: Hardware) -> Plan:
     cost, depth, problem, states = best
     steps = _describe(problem, states)
     _schedule_prefetch(problem, steps)
+    # after the prefetches, so the peaks a reason quotes are the ones the plan reports
+    for sp, reasons in zip(steps, placement_reasons(workload, budget, hw, depth, steps), strict=True):
+        sp.placements = {cid: replace(p, reason=reasons[cid]) for cid, p in sp.placements.items()}
     return Plan(True, steps, cost, sum(s.wall_s for s in steps), min_vram, bottleneck, budget, hw, depth)
 
 

@@ -125,6 +125,7 @@ def planned_run(workload: Workload, result: Plan, preflight: Preflight) -> Plann
                 + (f" {p.resident_blocks}/{p.total_blocks}" if p.total_blocks else "")
                 for cid, p in sp.placements.items()
             },
+            reasons={workload.component(cid).label: p.reason for cid, p in sp.placements.items()},
         )
         for n, sp in enumerate(result.steps, 1)
     )

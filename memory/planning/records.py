@@ -19,6 +19,7 @@ class PlannedNode:
     vram_peak: int
     wall_s: float
     placements: dict[str, str]  # component label -> tier label (with resident/total blocks when streamed)
+    reasons: dict[str, str] = field(default_factory=dict)  # component label -> why it is there (one line)
 
 
 @dataclass(frozen=True)

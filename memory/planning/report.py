@@ -10,11 +10,14 @@ from typing import Any
 from ..units import GiB, format_bytes
 from .baselines import Outcome
 from .planner import Action, Placement, Plan, Prefetch
+from .reasons import step_reasons
 from .workload import Workload
 
 
-def plan_table(plan: Plan, workload: Workload) -> str:
-    """One row per node of the predicted order: where every live component is, VRAM, transfer."""
+def plan_table(plan: Plan, workload: Workload, why: bool = False) -> str:
+    """One row per node of the predicted order: where every live component is, VRAM, transfer; with
+    ``why``, a line per component saying why it is where it is at that node."""
+    reasons = step_reasons(workload, plan) if why else []
     header = f"{'step':>4}  {'node':<28} {'components (tier)':<52} {'VRAM GiB':>8} {'transfer s':>10}"
     rows = [header, "-" * len(header)]
     for n, sp in enumerate(plan.steps, 1):
@@ -26,6 +29,8 @@ def plan_table(plan: Plan, workload: Workload) -> str:
             rows.append(f"{'':>6}- {action_text(action, workload)}")
         for item in sp.prefetched:
             rows.append(f"{'':>6}- {prefetch_text(item, workload)}")
+        for cid, reason in reasons[n - 1].items() if why else ():
+            rows.append(f"{'':>6}why {workload.component(cid).label}: {reason}")
     return "\n".join(rows)
 
 
@@ -114,9 +119,10 @@ def summary(plan: Plan, baselines: dict[str, Outcome]) -> str:
     return "\n".join(lines)
 
 
-def plan_text(plan: Plan, workload: Workload, baselines: dict[str, Outcome]) -> str:
-    """What ``plan`` prints without --json: the table (when it fits), the summary and the notes."""
-    parts = [plan_table(plan, workload)] if plan.feasible else []
+def plan_text(plan: Plan, workload: Workload, baselines: dict[str, Outcome], why: bool = False) -> str:
+    """What ``plan`` prints without --json: the table (when it fits; with ``why``, a reason per component
+    per node), the summary and the notes."""
+    parts = [plan_table(plan, workload, why)] if plan.feasible else []
     parts.append(summary(plan, baselines))
     parts += [f"note: {note}" for note in workload.notes]
     return "\n".join(parts)
@@ -183,6 +189,7 @@ def plan_json(plan: Plan, workload: Workload, baselines: dict[str, Outcome]) -> 
                         "streamed_bytes": p.streamed_bytes,
                         "pinned_bytes": p.pinned_bytes,
                         "pageable_bytes": p.pageable_bytes,
+                        "reason": p.reason,
                     }
                     for cid, p in sp.placements.items()
                 },

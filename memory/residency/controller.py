@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from ..planning.costmodel import CHOICE_HOST, Budget, Hardware, Tier
 from ..planning.pipeline import plan_workflow
 from ..planning.planner import Plan, StepPlan, plan
+from ..planning.reasons import step_reasons
 from ..planning.workload import Workload
 from ..workflow.graph import Graph, Link
 from ..workflow.order import output_signatures, predict_cached
@@ -64,7 +65,7 @@ class Event:
     component: str = ""
     label: str = ""
     nbytes: int = 0
-    detail: str = ""
+    detail: str = ""  # a planned move: the plan's reason for where the component is at that node
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -359,7 +360,8 @@ class Controller:
             on = {cid: run.workload.initial_tier(cid).gpu != "" for cid in managed}
         else:
             on = {cid: self.ops.on_gpu(self.managed[cid].handle) > 0 for cid in managed}
-        for sp in run.plan.steps[start:]:
+        reasons = step_reasons(run.workload, run.plan) if managed else []  # each planned move says why
+        for s, sp in enumerate(run.plan.steps[start:], start):
             for cid in managed:
                 gpu = _target(sp, cid).gpu
                 action = (
@@ -369,11 +371,11 @@ class Controller:
                 )  # fmt: skip
                 on[cid] = bool(gpu)
                 if action:
-                    self._planned(run, sp, cid, action)
+                    self._planned(run, sp, cid, action, reasons[s][cid])
             for cid in sp.prefetch_ids:
                 if cid in on and not on[cid]:
                     on[cid] = True
-                    self._planned(run, sp, cid, "prefetch")
+                    self._planned(run, sp, cid, "prefetch", reasons[s][cid])
 
     def _supersede(self, run: Run, start: int) -> None:
         """Mark the planned actions of steps ``start``.. as replaced (a re-plan or new registrations)."""
@@ -383,9 +385,9 @@ class Controller:
             for e in run.events
         ]
 
-    def _planned(self, run: Run, sp: StepPlan, cid: str, action: str) -> None:
+    def _planned(self, run: Run, sp: StepPlan, cid: str, action: str, why: str) -> None:
         c = run.workload.component(cid)
-        self._event(run, sp.step.node_id, "planned", action, cid, c.label, c.bytes)
+        self._event(run, sp.step.node_id, "planned", action, cid, c.label, c.bytes, why)
 
     # -- applying a step
     def _apply(self, run: Run, s: int) -> None:

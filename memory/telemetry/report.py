@@ -18,7 +18,7 @@ class PeakSource(Protocol):
 REPORT_COLUMNS = (
     "order", "node", "class_type", "status", "planned_order", "duration_s", "planned_wall_s",
     "vram_peak", "planned_vram_peak", "vram_delta", "rss_peak", "ram_peak", "planned_placements",
-    "residency_events",
+    "planned_reasons", "residency_events",
 )  # fmt: skip
 
 
@@ -48,6 +48,7 @@ def plan_vs_actual(run: RunRecord) -> list[dict[str, Any]]:
                 "rss_peak": record.peak.get("rss"),
                 "ram_peak": record.peak.get("ram_used"),
                 "planned_placements": dict(p.placements) if p else {},
+                "planned_reasons": dict(p.reasons) if p else {},
                 "residency_events": [e.as_dict() for e in record.events],
             }
         )
@@ -64,6 +65,7 @@ def plan_vs_actual(run: RunRecord) -> list[dict[str, Any]]:
                     "planned_wall_s": p.wall_s,
                     "planned_vram_peak": p.vram_peak,
                     "planned_placements": dict(p.placements),
+                    "planned_reasons": dict(p.reasons),
                     "residency_events": [],
                 }
             )
@@ -97,6 +99,8 @@ def report_csv(run: RunRecord) -> str:
     for row in plan_vs_actual(run):
         cells = dict(row)
         cells["planned_placements"] = "; ".join(f"{k}={v}" for k, v in row["planned_placements"].items())
+        # a reason holds "; " itself: reasons are set apart by " | "
+        cells["planned_reasons"] = " | ".join(f"{k}: {v}" for k, v in row["planned_reasons"].items())
         cells["residency_events"] = "; ".join(
             f"{e['component']}:{e['tier_from']}->{e['tier_to']}" for e in row["residency_events"]
         )

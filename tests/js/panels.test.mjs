@@ -39,7 +39,8 @@ const REPORT = {
   plan: { fits: true, budget_vram: 8 * 2 ** 30, min_vram: 2 ** 30 },
   nodes: [
     { node: "1", class_type: "A", status: "done", planned_order: 1, vram_peak: 100 * MiB, planned_vram_peak: 200 * MiB,
-      duration_s: 0.1, planned_placements: { "flux.safetensors [dit]": "gpu" }, residency_events: [] },
+      duration_s: 0.1, planned_placements: { "flux.safetensors [dit]": "gpu" },
+      planned_reasons: { "flux.safetensors [dit]": "on GPU: used here, fits (0.20 GiB of 8.00 GiB)" }, residency_events: [] },
     { node: "2", class_type: "B", status: "done", planned_order: 2, vram_peak: 400 * MiB, planned_vram_peak: 200 * MiB,
       residency_events: [{ component: "vae", tier_from: "ram", tier_to: "gpu" }] },
     { node: "3", class_type: "C", status: "done", planned_order: null, vram_peak: null },
@@ -55,6 +56,8 @@ test("timeline rows compare plan and reality", () => {
   assert.equal(rows[0].plannedFrac, 0.5);
   assert.equal(rows[0].placements, "flux [dit]: gpu");
   assert.equal(rows[1].events, "vae: ram → gpu");
+  assert.equal(rows[0].reasons, "flux [dit]: on GPU: used here, fits (0.20 GiB of 8.00 GiB)");
+  assert.equal(rows[1].reasons, ""); // no reasons: no tooltip text
   assert.equal(rows[2].actual, null);
   assert.deepEqual(timelineRows(null), []);
   assert.equal(rowState({ status: "done", planned_order: 1, vram_peak: 205 * MiB, planned_vram_peak: 200 * MiB }), "ok");

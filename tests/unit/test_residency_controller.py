@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from comfyui_headroom.memory.planning.costmodel import Budget, Hardware
+from comfyui_headroom.memory.planning.reasons import gib, step_reasons
 from comfyui_headroom.memory.residency import Controller
 from comfyui_headroom.memory.units import GB
 from headroom_testing.prompts import offload_t2i
@@ -128,6 +129,26 @@ def test_the_controller_applies_exactly_what_it_planned_within_budget(card_gb: f
     assert summary["applied"] == summary["planned"]
     assert summary["over_budget"] == 0 and 0 < summary["ledger_peak"] <= budget.vram
     assert summary["replans"] == 0
+
+
+def test_every_planned_move_carries_the_plans_reason() -> None:
+    controller, _, budget = first_run(12)
+    run = controller.runs["p1"]
+    reasons = step_reasons(run.workload, run.plan)
+    steps = [sp.step.node_id for sp in run.plan.steps]
+    planned = [e for e in controller.log("p1") if e.kind == "planned"]
+    assert planned and {e.action for e in planned} >= {"load", "stream", "evict"}
+    for e in planned:
+        assert e.detail == reasons[steps.index(e.node_id)][e.component], e
+        assert e.detail.startswith(
+            {"load": "on GPU", "prefetch": "on disk until prefetched", "stream": "streamed from"}.get(
+                e.action, ("dropped", "in ", "on disk")
+            )
+        ), e
+    # the route serves the summary: the reasons are in it
+    assert any(e["kind"] == "planned" and e["detail"] for e in controller.summary("p1")["events"])
+    streamed = next(e for e in planned if e.action == "stream")
+    assert f"does not fit the {gib(budget.vram)} budget" in streamed.detail
 
 
 def test_a_small_card_evicts_the_text_encoder_before_the_sampler_and_streams_the_model() -> None:

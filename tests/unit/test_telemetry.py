@@ -305,7 +305,15 @@ def planned() -> PlannedRun:
         fits=True,
         nodes=(
             PlannedNode("1", "EmptyImage", 1, 0, 0.0, {}),
-            PlannedNode("3", "VAEDecode", 2, 300 * MiB, 0.5, {"ae [vae]": "gpu"}),
+            PlannedNode(
+                "3",
+                "VAEDecode",
+                2,
+                300 * MiB,
+                0.5,
+                {"ae [vae]": "gpu"},
+                {"ae [vae]": "on GPU: used here, fits (0.29 GiB of 7.00 GiB)"},
+            ),
         ),
         budget_vram=7 * 2**30,
         min_vram=300 * MiB,
@@ -333,6 +341,8 @@ def test_plan_vs_actual_rows() -> None:
     ]
     assert rows[0]["vram_delta"] == rows[0]["vram_peak"] - 0
     assert rows[2]["planned_placements"] == {"ae [vae]": "gpu"}
+    assert rows[2]["planned_reasons"] == {"ae [vae]": "on GPU: used here, fits (0.29 GiB of 7.00 GiB)"}
+    assert rows[0]["planned_reasons"] == {} and rows[1]["planned_reasons"] == {}
 
 
 def test_report_json_and_csv_agree() -> None:
@@ -345,6 +355,7 @@ def test_report_json_and_csv_agree() -> None:
     assert [row["node"] for row in table] == [r["node"] for r in report["nodes"]]
     assert table[0]["duration_s"] == "0.1250" and table[0]["vram_peak"] == ""  # no GPU: empty, not "None"
     assert table[2]["planned_placements"] == "ae [vae]=gpu"
+    assert table[2]["planned_reasons"] == "ae [vae]: on GPU: used here, fits (0.29 GiB of 7.00 GiB)"
 
 
 def test_text_report_names_memory_and_nodes() -> None:

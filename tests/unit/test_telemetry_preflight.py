@@ -32,6 +32,10 @@ def test_a_workflow_that_fits_gets_no_warning() -> None:
     assert [n.class_type for n in planned.nodes][-3:] == ["KSampler", "VAEDecode", "SaveImage"]
     sampler = next(n for n in planned.nodes if n.class_type == "KSampler")
     assert sampler.vram_peak > 0 and any("diffusion_model" in label for label in sampler.placements)
+    # the timeline's reasons are the plan's, by the same labels as the placements
+    step = next(s for s in planned.plan["steps"] if s["node"] == sampler.node_id)
+    assert sorted(sampler.reasons.values()) == sorted(p["reason"] for p in step["placements"].values())
+    assert set(sampler.reasons) == set(sampler.placements) and all(sampler.reasons.values())
 
 
 def test_a_workflow_that_cannot_fit_names_the_failing_node_and_the_fix() -> None:
