@@ -8,6 +8,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+# Planning inside the host (a queued prompt's preflight, the controller at a prompt's start) stops after
+# this long and the prompt runs as ComfyUI would run it: planning takes about 0.3 ms per node on a 2-core
+# CPU (a 2 MB prompt of 15k nodes: 4.5 s; bench/results/planner_scaling.md).
+HOST_PLAN_LIMIT_S = 20.0
+
 _DEADLINE: ContextVar[tuple[float, float] | None] = ContextVar("headroom_plan_deadline", default=None)
 
 

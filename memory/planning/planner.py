@@ -379,6 +379,7 @@ def _describe(problem: _Problem, states: list[tuple[int, ...]]) -> list[StepPlan
     plans: list[StepPlan] = []
     previous = {i: w.initial_tier(c.id) for i, c in enumerate(w.components) if c.id in w.initial}
     for s, step in enumerate(w.steps):
+        check_time()
         tiers = tiers_of(problem, s, states[s])
         vram = step.activation_min + sum(
             w.components[i].bytes if t.gpu == "G" else w.components[i].rest for i, t in tiers.items() if t.gpu

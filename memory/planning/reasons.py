@@ -17,6 +17,7 @@ import bisect
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from ..deadline import check_time
 from ..names import OFFLOAD_RESIDENCY_INPUTS
 from ..units import GiB
 from .costmodel import Budget, Hardware, Tier, pinned_tiers, stream_seconds, transition_seconds
@@ -327,7 +328,11 @@ def placement_reasons(
 ) -> list[dict[str, str]]:
     """Per step, component id -> the reason for its placement (live components only)."""
     ex = _Explainer(w, budget, hw, depth, steps)
-    return [{cid: ex.reason(s, cid) for cid in sp.placements} for s, sp in enumerate(steps)]
+    out = []
+    for s, sp in enumerate(steps):
+        check_time()
+        out.append({cid: ex.reason(s, cid) for cid in sp.placements})
+    return out
 
 
 def step_reasons(w: Workload, plan: _PlanLike) -> list[dict[str, str]]:

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..deadline import PlanTimeout, time_limit
 from ..planning.costmodel import CHOICE_HOST, Budget, Hardware, Tier
 from ..planning.pipeline import plan_workflow
 from ..planning.planner import Plan, StepPlan, plan
@@ -131,8 +132,10 @@ def _target(sp: StepPlan, component_id: str) -> Tier:
 class Controller:
     """One per process; runs are kept by prompt id (the last ``keep`` of them)."""
 
-    def __init__(self, ops: HostOps, keep: int = 16) -> None:
+    def __init__(self, ops: HostOps, keep: int = 16, time_limit_s: float | None = None) -> None:
         self.ops = ops
+        # planning at a prompt's start runs on the host's executor thread: past this, the host loads alone
+        self.time_limit_s = time_limit_s
         self.managed: dict[str, Managed] = {}
         self.unreachable: set[tuple[str, str]] = set()  # (component, host tier) that could not be set
         self.runs: OrderedDict[str, Run] = OrderedDict()
@@ -172,6 +175,7 @@ class Controller:
     ) -> Run | None:
         """Plan the prompt around the nodes the host serves from its cache; None if it cannot be planned.
         ``lazy_inputs(class_type)``: the inputs of that node class the host evaluates only on request."""
+        deadline = None if self.time_limit_s is None else time.monotonic() + self.time_limit_s
         try:  # no budget: the plan starts from where the components are, read under the lock below
             planned = plan_workflow(
                 prompt,
@@ -180,14 +184,21 @@ class Controller:
                 models_dir=models_dir,
                 outputs=outputs,
                 cached=lambda graph: predict_cached(graph, self.held),
+                time_limit_s=self.time_limit_s,
             )
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, PlanTimeout) as exc:
             _log.info("Headroom: prompt %s is not planned (%s); the host manages its models", prompt_id, exc)
             return None
         graph, cached, workload = planned.graph, planned.cached, planned.workload
         with self.lock:
             workload = replace(workload, initial=self._actual_tiers(workload))
-            result, note = self._plan(workload, budget, hardware)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                with time_limit(left):
+                    result, note = self._plan(workload, budget, hardware)
+            except PlanTimeout as exc:
+                _log.info("Headroom: prompt %s not planned (%s); the host loads its models", prompt_id, exc)
+                return None
             run = Run(prompt_id, workload, result, time.monotonic(), graph)
             if lazy_inputs is not None:
                 run.lazy = {n: lazy_inputs(node.class_type) for n, node in graph.nodes.items()}
@@ -285,7 +296,7 @@ class Controller:
         node needs, and say whether it may run once more (once per node; never outside a plan)."""
         with self.lock:
             run = self.runs.get(prompt_id)
-            if run is None or not run.plan.feasible:
+            if run is None or run.closed or not run.plan.feasible:  # a finished prompt's plan is not ours
                 return False
             node_id = run.current or run.failed  # hosts differ in whether a failed node "finishes"
             if node_id is None or node_id in run.retried:

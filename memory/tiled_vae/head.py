@@ -39,6 +39,13 @@ def sliceable(block: nn.Module) -> bool:
     return getattr(getattr(block, "optimized_attention", None), "__name__", "") == "normal_attention"
 
 
+def holds_no_scores(block: nn.Module) -> bool:
+    """Whether ``block`` attends with the host's SDPA or xformers function: fused kernels that never hold
+    the (pixels x pixels) score matrix (the host falls back to its split attention only on an OOM)."""
+    name = getattr(getattr(block, "optimized_attention", None), "__name__", "")
+    return name in ("pytorch_attention", "xformers_attention")
+
+
 def _pow2_floor(n: int) -> int:
     return 1 << (max(1, n).bit_length() - 1)
 

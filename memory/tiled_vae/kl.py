@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from .groupnorm import GroupStats, StatsMerger, apply_group_norm, kernel_stats
-from .head import SCORE_COPIES, slice_count, slice_rows, sliceable, sliced_attention
+from .head import SCORE_COPIES, holds_no_scores, slice_count, slice_rows, sliceable, sliced_attention
 from .layout import Layout, StageGeometry, run_with_oom_retry
 from .parks import ParkAllocator, live_bytes
 from .runtime import DecodeOptions, DecodeReport, Progress
@@ -383,14 +383,22 @@ class KLTiledDecoder:
         return None if cap is None else cap // latent_shape[0]
 
     def _head_estimate(self, latent_shape: tuple[int, ...], dtype_bytes: int, smallest: bool = False) -> int:
-        """The head on the whole batch, its attention scores within the budget (the least slice for
-        ``smallest``)."""
+        """The head on the whole batch: its attention scores in the slices the decode will run (the least
+        slice for ``smallest``), none for fused kernels (SDPA, xformers), else as the host slices them."""
         frames = latent_shape[2] if len(latent_shape) == 5 else 1
         hw = (latent_shape[-2], latent_shape[-1])
+        batch, pixels = latent_shape[0], hw[0] * hw[1] * frames
         channels = self.decoder.mid.block_1.in_channels
+        block = self.decoder.mid.attn_1
+        linear = batch * int(HEAD_FACTOR * channels * pixels * dtype_bytes)
+        if sliceable(block):
+            least = slice_rows(pixels, batch, dtype_bytes, 0)
+            rows = least if smallest else self._head_rows(latent_shape, dtype_bytes)[0]
+            return linear + SCORE_COPIES * batch * rows * pixels * dtype_bytes
+        if holds_no_scores(block):
+            return linear
         cap = self._head_score_cap(latent_shape, smallest)
-        sliced = sliceable(self.decoder.mid.attn_1)
-        return latent_shape[0] * estimate_head(hw, channels, dtype_bytes, frames, cap, sliced)
+        return batch * estimate_head(hw, channels, dtype_bytes, frames, cap, sliced=False)
 
     def head_bytes(self, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
         """The least the head needs: it runs on the whole latent (its attention in the smallest slices)."""

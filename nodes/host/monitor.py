@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from ...memory.deadline import HOST_PLAN_LIMIT_S
 from ...memory.names import EVENTS
 from ...memory.planning.costmodel import Budget
 from ...memory.planning.preflight import PlanCache, Preflight, plan_prompt
@@ -32,9 +33,6 @@ _log = logging.getLogger("headroom")
 RATE_ENV, ASSUME_VRAM_ENV, DISABLE_ENV = "HEADROOM_MONITOR_HZ", "HEADROOM_ASSUME_VRAM", "HEADROOM_MONITOR"
 DEFAULT_RATE_HZ = 1.0
 DEMAND_S = 15.0  # after the last /headroom/status read or node boundary, keep sampling this long
-# A queued prompt's plan stops after this long and the prompt runs unplanned: planning takes about 0.3 ms
-# per node on a 2-core CPU (a 2 MB prompt of 15k nodes: 4.5 s; bench/results/planner_scaling.md).
-PREFLIGHT_S = 20.0
 
 
 def _env_rate() -> float:
@@ -87,6 +85,7 @@ class Monitor(Subscriber):
         self.validating = 0  # host validations under way (see events._hook_validation)
         self.validated = threading.Event()  # set while none is
         self.validated.set()
+        self.local = threading.local()  # per thread: the deadline of the preflight it runs
 
     # -- sampling and events
     def clients(self) -> int:
@@ -132,9 +131,10 @@ class Monitor(Subscriber):
                 f"no CUDA device to plan for (set {ASSUME_VRAM_ENV}=8GB to check a workflow against a card)"
             )
             return None, Preflight(None, "skipped", reason)
-        return plan_prompt(
-            prompt, budget, models_dir=models_dir(), outputs=output_nodes(prompt), time_limit_s=PREFLIGHT_S
-        )
+        deadline = getattr(self.local, "deadline", None)  # set by a preflight on this thread
+        left = HOST_PLAN_LIMIT_S if deadline is None else max(1.0, deadline - time.monotonic())
+        outputs = output_nodes(prompt)
+        return plan_prompt(prompt, budget, models_dir=models_dir(), outputs=outputs, time_limit_s=left)
 
     def plan_for(self, prompt: dict[str, Any]) -> tuple[PlannedRun | None, Preflight]:
         """The plan under today's budget (a changed assumed VRAM is another plan), cached."""
@@ -143,8 +143,14 @@ class Monitor(Subscriber):
     def preflight(
         self, prompt: dict[str, Any], prompt_id: str | None, client_id: str | None
     ) -> dict[str, Any]:
-        self.validated.wait(PREFLIGHT_S)  # the host's validation first: both would hold the GIL by turns
-        planned, verdict = self.plan_for(prompt)
+        # One limit for waiting and planning together: the host's validation first (both would hold the
+        # GIL by turns), then planning with what is left of HOST_PLAN_LIMIT_S (at least a second).
+        self.local.deadline = time.monotonic() + HOST_PLAN_LIMIT_S
+        try:
+            self.validated.wait(HOST_PLAN_LIMIT_S)
+            planned, verdict = self.plan_for(prompt)
+        finally:
+            self.local.deadline = None
         payload = {"prompt_id": prompt_id, **verdict.as_dict()}
         self.push(EVENTS["preflight"], payload, client_id if isinstance(client_id, str) else None)
         return payload

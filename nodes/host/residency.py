@@ -18,6 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
 
+from ...memory.deadline import HOST_PLAN_LIMIT_S
 from ...memory.planning.costmodel import CHOICE_HOST, Budget, Hardware
 from ...memory.residency import Controller, MappedFile, bind, footprint, pin, to_pageable
 from ...memory.telemetry.runs import ResidencyEvent
@@ -175,7 +176,7 @@ class Residency(Subscriber):
         card_budget: Callable[[], Budget | None],
         on_move: Callable[[ResidencyEvent], None] | None = None,
     ) -> None:
-        self.controller = Controller(_HostOps())
+        self.controller = Controller(_HostOps(), time_limit_s=HOST_PLAN_LIMIT_S)
         self.controller.listeners.append(self._moved)
         self.card_budget = card_budget
         self.moves: list[Callable[[ResidencyEvent], None]] = [on_move] if on_move is not None else []

@@ -3,6 +3,7 @@ ledger under the budget, re-plans around cached and skipped nodes, and recovers 
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -227,6 +228,32 @@ def test_an_unplannable_prompt_leaves_the_host_in_charge() -> None:
     assert controller.prompt_started("p1", {"a": 1}, budget, HW) is None
     controller.node_started("p1", "4")  # no run: nothing happens, nothing raises
     assert host.calls == []
+
+
+def test_planning_past_the_time_limit_leaves_the_host_in_charge(caplog: pytest.LogCaptureFixture) -> None:
+    """At a prompt's start the controller plans on the host's executor thread: bounded like the preflight."""
+    host = FakeHost()
+    controller = Controller(host, time_limit_s=0)
+    budget = Budget.from_card(24 * GB, 64 * GB)
+    with caplog.at_level(logging.INFO, logger="headroom"):
+        assert controller.prompt_started("p1", prompt(), budget, HW) is None
+    assert "took longer than its limit of 0 s" in caplog.text and not controller.runs
+    assert Controller(host, time_limit_s=600).prompt_started("p1", prompt(), budget, HW) is not None
+
+
+def test_an_oom_after_the_prompt_finished_is_not_recovered_with_its_plan() -> None:
+    """A prompt the controller does not manage must not be "recovered" with the previous prompt's plan."""
+    controller, host, budget = setup(24)
+    run = controller.prompt_started("p1", prompt(), budget, HW)
+    register(controller, run.workload)
+    controller.runs.clear()
+    run = controller.prompt_started("p1", prompt(), budget, HW)
+    node = run.plan.steps[0].step.node_id
+    controller.node_started("p1", node)
+    controller.node_finished("p1", node, ok=False)
+    controller.prompt_finished("p1")
+    calls = list(host.calls)
+    assert controller.recover("p1") is False and host.calls == calls
 
 
 def test_components_registered_while_the_prompt_runs_join_the_plan() -> None:

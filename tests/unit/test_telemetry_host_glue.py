@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from comfyui_headroom.memory.deadline import HOST_PLAN_LIMIT_S
 from comfyui_headroom.memory.planning.costmodel import Budget
 from comfyui_headroom.memory.planning.preflight import Preflight
 from comfyui_headroom.nodes import host
-from comfyui_headroom.nodes.host import events, monitor, routes, state
+from comfyui_headroom.nodes.host import events, routes, state
 
 
 @pytest.fixture
@@ -151,7 +152,7 @@ def test_the_hosts_validation_is_marked_so_the_preflight_waits_for_it(
     monkeypatch.setattr(m.validated, "wait", lambda timeout: waits.append(timeout) or True)
     monkeypatch.setattr(m, "plan_for", lambda prompt: (None, Preflight(None, "skipped", "test")))
     m.preflight({}, "p", None)
-    assert waits == [monitor.PREFLIGHT_S]
+    assert waits == [HOST_PLAN_LIMIT_S]
 
 
 def test_the_preflight_is_submitted_after_the_handler_returns_on_the_event_loop(fresh: None) -> None:

@@ -130,3 +130,28 @@ def test_the_refusal_names_the_resolution_the_head_and_the_fix() -> None:
     assert "decode at most 870x870 (6960x6960 px) latents" in text and "6.00 GB more" in text
     text = too_large_message("Node", (1, 4, 8, 8), 3 * gib, gib, -gib, "input vram_budget '0.2'", None, None)
     assert "mid block" not in text and "leaves 0.00 GB" in text and "no size of this shape fits" in text
+
+
+def test_the_head_estimate_follows_the_attention_the_host_picked() -> None:
+    """Split attention: the slices the decode runs for the whole batch (not batch x one latent's rows);
+    SDPA/xformers: no score matrix, so a big decode on a GPU is not refused for scores it never holds."""
+    from comfyui_headroom.memory.tiled_vae.kl import HEAD_FACTOR, KLTiledDecoder
+
+    def engine(attention: object, budget: int | None) -> KLTiledDecoder:
+        head = KLTiledDecoder.__new__(KLTiledDecoder)  # only the head's sizing is exercised here
+        mid = nn.Module()
+        mid.block_1, mid.attn_1 = nn.Conv2d(512, 512, 1), AttnBlock(512, attention)
+        head.decoder = nn.Module()
+        head.decoder.mid = mid
+        head.options = type("Options", (), {"budget_bytes": budget})()
+        return head
+
+    shape, pixels = (4, 4, 256, 256), 256 * 256
+    linear = 4 * int(HEAD_FACTOR * 512 * pixels * 2)
+    split = engine(normal_attention, None)
+    rows, slices = split._head_rows(shape, 2)
+    assert split._head_estimate(shape, 2) == linear + SCORE_COPIES * 4 * rows * pixels * 2
+    assert rows * slices >= pixels and 4 * rows * pixels <= head_mod.SLICE_SCORES
+    assert split._head_estimate(shape, 2, smallest=True) == linear + SCORE_COPIES * 4 * MIN_ROWS * pixels * 2
+    fused = engine(pytorch_attention, 1 << 30)
+    assert fused._head_estimate(shape, 2) == fused._head_estimate(shape, 2, smallest=True) == linear
