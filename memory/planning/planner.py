@@ -326,6 +326,30 @@ def _optimise(problem: _Problem) -> tuple[float, list[tuple[int, ...]]]:
     return best, states
 
 
+# The optimiser's state at a step is the joint tier of every live component: its arrays have the product
+# of their tier counts as size, 6 per component that computes. Past this many states (8 MiB per float64
+# array, tens of arrays alive) planning is refused with the reason instead of exhausting RAM: a workflow
+# with 11 models live at once (one 2026 template) would need 2.7 GiB per array.
+MAX_JOINT_STATES = 1 << 20
+
+
+class PlanTooLarge(ValueError):
+    """More components are live at once than the exact optimiser can hold in memory."""
+
+
+def _check_size(problem: _Problem) -> None:
+    w = problem.w
+    for s, step in enumerate(w.steps):
+        states = math.prod(len(problem.allowed(s, i)) for i in problem.alive(s))
+        if states > MAX_JOINT_STATES:
+            live = len(problem.alive(s))
+            raise PlanTooLarge(
+                f"{live} model components are loaded and needed again at node {step.node_id} ({step.label}): "
+                f"{states:,} joint placements, more than the exact planner holds ({MAX_JOINT_STATES:,}); "
+                "not planned (the host manages the models)"
+            )
+
+
 PREFETCH_DEPTHS = (1, 2, 3)
 # Without prefetch (d = 0) one slot streams synchronously, as the host's per-op casting does: the last
 # resort when no ring of two blocks fits. Its uploads do not overlap compute (see _schedule_prefetch).
@@ -351,6 +375,7 @@ def plan(workload: Workload, budget: Budget, hw: Hardware) -> Plan:
     if min_vram <= budget.vram:
         for depth in depths:
             problem = _Problem(workload, budget, hw, depth)
+            _check_size(problem)
             cost, states = _optimise(problem)
             if states and (best is None or cost <= best[0] + 1e-12):
                 best = (cost, depth, problem, states)

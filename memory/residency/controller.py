@@ -196,7 +196,7 @@ class Controller:
             try:
                 with time_limit(left):
                     result, note = self._plan(workload, budget, hardware)
-            except PlanTimeout as exc:
+            except (PlanTimeout, ValueError) as exc:  # past the time limit, or too many models live at once
                 _log.info("Headroom: prompt %s not planned (%s); the host loads its models", prompt_id, exc)
                 return None
             run = Run(prompt_id, workload, result, time.monotonic(), graph)
