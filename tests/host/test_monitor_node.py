@@ -4,8 +4,6 @@ time, reports memory and plan-vs-actual, and the executor hooks record every nod
 from __future__ import annotations
 
 import copy
-import sys
-from types import ModuleType
 
 import pytest
 import torch
@@ -13,12 +11,6 @@ import torch
 from headroom_testing.harness import Host
 
 pytestmark = pytest.mark.host
-
-
-def pack_module(host: Host, name: str) -> ModuleType:
-    """A module of the pack as the host loaded it (under the custom_nodes folder's name)."""
-    suffix = f"{host.pack_dir.name}.{name}"
-    return next(m for n, m in sys.modules.items() if n.endswith(suffix))
 
 
 PROMPT = {
@@ -50,7 +42,7 @@ def test_monitor_runs_every_time_and_nodes_are_recorded(host: Host) -> None:
     again = host.run(copy.deepcopy(PROMPT))
     assert "1" not in again.executed  # the stock node is cached...
     assert {"2", "4"} <= set(again.executed)  # ...the monitors run again (IS_CHANGED is NaN)
-    report = pack_module(host, "nodes.host.state").monitor().telemetry.report(again.prompt_id)
+    report = host.pack_module("nodes.host.state").monitor().telemetry.report(again.prompt_id)
     ran = [row["node"] for row in report["nodes"] if row["status"] == "done"]
     assert sorted(ran) == sorted(set(again.executed))
     assert all(row["duration_s"] >= 0 for row in report["nodes"] if row["status"] == "done")
@@ -69,7 +61,7 @@ def test_monitor_draws_the_chart_when_it_is_used(host: Host) -> None:
 
 
 def test_plan_vs_actual_with_an_assumed_card(host: Host) -> None:
-    state = pack_module(host, "nodes.host.state")
+    state = host.pack_module("nodes.host.state")
     state.configure_monitor(assume_vram=8 * 2**30)
     try:
         result = host.run(copy.deepcopy(PROMPT))
@@ -84,6 +76,6 @@ def test_plan_vs_actual_with_an_assumed_card(host: Host) -> None:
 
 
 def test_the_hooks_are_on_for_this_host(host: Host) -> None:
-    hooks = pack_module(host, "nodes.host").install_monitor()
+    hooks = host.pack_module("nodes.host").install_monitor()
     assert hooks["nodes"] == "on" and hooks["oom_retry"] == "on" and hooks["validation"] == "on", hooks
     assert hooks["server"].startswith("off: no PromptServer") or hooks["server"] == "on"

@@ -42,15 +42,9 @@ def tiny(host: Host) -> Host:
     return host
 
 
-def pack_module(host: Host, name: str) -> ModuleType:
-    """A module of the pack as the host imported it (its module name differs between hosts)."""
-    suffix = f"{host.pack_dir.name}.{name}"
-    return next(m for n, m in sys.modules.items() if n.endswith(suffix))
-
-
 def state(host: Host) -> ModuleType:
     """The pack's process state (its residency controller) as the host imported it."""
-    return pack_module(host, "nodes.host.state")
+    return host.pack_module("nodes.host.state")
 
 
 def workflow(model: list, clip: list, vae: list, seed: int = 5) -> dict[str, Any]:
@@ -128,7 +122,7 @@ def test_disk_residency_serves_the_weights_from_the_file(tiny: Host) -> None:
     assert torch.equal(image(ours), stock)
     handles = state(tiny).residency().controller.managed
     model = handles["11:checkpoint:diffusion_model"].handle
-    fp = pack_module(tiny, "memory.residency").footprint(model.module, model.files or ())
+    fp = tiny.pack_module("memory.residency").footprint(model.module, model.files or ())
     assert fp.mapped > 0.9 * (fp.mapped + fp.ram), fp  # weights view the file; no private copy
 
 
@@ -170,8 +164,8 @@ def test_a_bad_file_fails_clearly_and_leaves_nothing_loaded(
     prompt = with_offload(**files)
     if make == "missing":
         prompt["11"]["inputs"]["vae"] = "gone.safetensors"
-        with pytest.raises(pack_module(tiny, "nodes.input_checks").OffloadError, match=problem):
-            pack_module(tiny, "nodes.host.loading").offload_load("11", prompt["11"]["inputs"])
+        with pytest.raises(tiny.pack_module("nodes.input_checks").OffloadError, match=problem):
+            tiny.pack_module("nodes.host.loading").offload_load("11", prompt["11"]["inputs"])
         return
     with pytest.raises(PromptFailed, match=problem) as info:
         tiny.run(prompt)
@@ -192,7 +186,7 @@ def controlled(tiny: Host) -> Any:
         "unet": (tiny.models_dir / "diffusion_models" / UNET).stat().st_size,
     }
     budget_vram = sizes["clip"] + sizes["unet"] + 96 * 2**20  # room for activations, not for the VAE too
-    Budget = pack_module(tiny, "memory.planning.costmodel").Budget
+    Budget = tiny.pack_module("memory.planning.costmodel").Budget
     host_module.configure_residency(Budget(vram=budget_vram, ram=64 * 2**30, pinned=2**30))
     tiny.free()
     yield host_module, budget_vram
@@ -410,7 +404,7 @@ def test_a_partial_run_is_planned_for_the_outputs_it_runs(
     prompt["13"] = {"class_type": "PreviewImage", "inputs": {"images": ["12", 0]}}
     queue = SimpleNamespace(currently_running={0: (0, "residency-partial", prompt, {}, ["13"])})
     server = SimpleNamespace(prompt_queue=queue)
-    monkeypatch.setattr(pack_module(tiny, "nodes.host.lookups"), "prompt_server", lambda: server)
+    monkeypatch.setattr(tiny.pack_module("nodes.host.lookups"), "prompt_server", lambda: server)
     result = tiny.run(prompt, prompt_id="residency-partial", targets=["13"])
     assert "5" not in result.executed and "12" in result.executed
     run = host_module.residency().controller.runs["residency-partial"]

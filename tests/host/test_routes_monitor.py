@@ -14,7 +14,6 @@ import copy
 import csv
 import io
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -57,12 +56,6 @@ class Served:
         return json.loads(text)
 
 
-def _pack_module(host: Host, name: str) -> ModuleType:
-    """A module of the pack as the host imported it (under the custom_nodes folder's name)."""
-    suffix = f"{host.pack_dir.name}.{name}"
-    return next(m for n, m in sys.modules.items() if n.endswith(suffix))
-
-
 @pytest.fixture(scope="module")
 def served(host: Host, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     from aiohttp.test_utils import TestClient, TestServer
@@ -81,8 +74,8 @@ def served(host: Host, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ser
     server = server_module.PromptServer(loop)
     if server.prompt_queue is None:  # 2024 hosts: main.py attaches the queue (the websocket reports it)
         server.prompt_queue = host.execution.PromptQueue(server)
-    state = _pack_module(host, "nodes.host.state")  # the process state: the monitor
-    hooks = _pack_module(host, "nodes.host").install_monitor(server)  # what ComfyUI's import of the pack does
+    state = host.pack_module("nodes.host.state")  # the process state: the monitor
+    hooks = host.pack_module("nodes.host").install_monitor(server)  # what ComfyUI's import of the pack does
     assert hooks["server"] == "on", hooks
     server.add_routes()
 

@@ -176,12 +176,6 @@ def test_a_latent_the_model_cannot_take_is_refused_before_sampling(
     assert str(info.value).startswith(f"{SAMPLER_NAME}: input latent_image: the latent"), info.value
 
 
-def pack_host_module(host: Host) -> Any:
-    """The pack's ``nodes.host.sampling`` as the host imported it (the module name differs between hosts)."""
-    suffix = f"{host.pack_dir.name}.nodes.host.sampling"
-    return next(m for name, m in sys.modules.items() if name.endswith(suffix))
-
-
 # --- cond and uncond split into separate model calls -----------------------------------------------
 SPLIT_STEPS = 3
 
@@ -211,7 +205,7 @@ def split_runs(tiny: Host) -> dict[str, Any]:
             (stock,) = tiny.nodes.common_ksampler(model, *args[:8], denoise=1.0)
             stock_calls = list(calls)
             calls.clear()
-            streamed, run = pack_host_module(tiny).streaming_ksample(
+            streamed, run = tiny.pack_module("nodes.host.sampling").streaming_ksample(
                 model, args, budget=int(0.075 * 2**30), prefetch=None, resident_blocks=None, pin=True
             )
     finally:
@@ -248,7 +242,7 @@ def test_a_split_cfg_batch_uploads_each_block_once_per_step(tiny: Host, split_ru
 
 @torch.inference_mode()  # as the host's executor runs nodes
 def test_an_interrupt_mid_sampling_leaves_nothing_behind(tiny: Host) -> None:
-    host_module = pack_host_module(tiny)
+    host_module = tiny.pack_module("nodes.host.sampling")
     interrupted = tiny.model_management.InterruptProcessingException
     model, clip, _ = tiny.node_class("CheckpointLoaderSimple")().load_checkpoint(CKPT)
     (positive,) = tiny.node_class("CLIPTextEncode")().encode(clip, "interrupted")

@@ -5,7 +5,6 @@ host's interrupt and still give exactly the host's decode."""
 from __future__ import annotations
 
 import re
-import sys
 from typing import Any
 
 import pytest
@@ -26,14 +25,6 @@ def no_grad() -> Any:
         yield
 
 
-def pack_module(host: Host, suffix: str) -> Any:
-    """The pack's module ``suffix`` as the host imported it (under a name of the host's choosing)."""
-    for name, module in list(sys.modules.items()):
-        if name.endswith(suffix) and str(host.pack_dir) in str(getattr(module, "__file__", "")):
-            return module
-    raise LookupError(suffix)
-
-
 @pytest.fixture(scope="module")
 def sd_vae(host: Host) -> Any:
     """The host's full-size SD VAE architecture (512 mid channels), random weights, on the split
@@ -41,14 +32,14 @@ def sd_vae(host: Host) -> Any:
     build_tiny_vae(host.models_dir, name="head_sd_vae.safetensors", dtype=torch.float32)
     host.register_models_dir(host.models_dir)
     vae = host.node_class("VAELoader")().load_vae("head_sd_vae.safetensors")[0]
-    assert pack_module(host, ".memory.tiled_vae.head").sliceable(vae.first_stage_model.decoder.mid.attn_1)
+    assert host.pack_module("memory.tiled_vae.head").sliceable(vae.first_stage_model.decoder.mid.attn_1)
     return vae
 
 
 @pytest.fixture
 def no_decode(host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
     """Refusals must come before any work: the engine's decode fails the test if it starts."""
-    kl = pack_module(host, ".memory.tiled_vae.kl")
+    kl = host.pack_module("memory.tiled_vae.kl")
 
     def started(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the decode started")
@@ -64,7 +55,7 @@ def test_auto_refuses_a_head_larger_than_the_ram_with_the_size_that_fits(
     host: Host, sd_vae: Any, no_decode: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The reported hang: a 1024x1024 latent (8192x8192 px) with "auto" on a CPU with 16 GB free."""
-    monkeypatch.setattr(pack_module(host, ".nodes.host.vae"), "device_free_bytes", lambda device: 16 * GiB)
+    monkeypatch.setattr(host.pack_module("nodes.host.vae"), "device_free_bytes", lambda device: 16 * GiB)
     with pytest.raises(ValueError) as info:
         decode(host, sd_vae, torch.zeros(1, 4, 1024, 1024))
     text = str(info.value)
@@ -90,7 +81,7 @@ def test_the_head_attention_stops_on_the_hosts_interrupt(
 ) -> None:
     import comfy.model_management as mm
 
-    monkeypatch.setattr(pack_module(host, ".memory.tiled_vae.head"), "SLICE_SCORES", 16 * 1024)
+    monkeypatch.setattr(host.pack_module("memory.tiled_vae.head"), "SLICE_SCORES", 16 * 1024)
     seen: list[tuple[int, int]] = []
 
     def progress(done: int, total: int) -> None:
@@ -98,8 +89,8 @@ def test_the_head_attention_stops_on_the_hosts_interrupt(
         if done == 2:
             mm.interrupt_current_processing(True)  # the user presses Cancel during the attention
 
-    tv = pack_module(host, ".memory.tiled_vae")
-    host_layer = pack_module(host, ".nodes.host.vae")
+    tv = host.pack_module("memory.tiled_vae")
+    host_layer = host.pack_module("nodes.host.vae")
     opts = tv.DecodeOptions(
         torch.device("cpu"), torch.float32, progress=progress, check_interrupt=host_layer.check_interrupted
     )
@@ -115,7 +106,7 @@ def test_the_head_attention_stops_on_the_hosts_interrupt(
 def test_many_head_slices_decode_exactly_as_the_host(
     host: Host, sd_vae: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    head = pack_module(host, ".memory.tiled_vae.head")
+    head = host.pack_module("memory.tiled_vae.head")
     monkeypatch.setattr(head, "SLICE_SCORES", 160 * 32)
     z = torch.randn((1, 4, 20, 12), generator=torch.Generator().manual_seed(3))  # 240 px: ragged slices
     assert head.slice_rows(240, 1, 4, None) == 16
