@@ -1,35 +1,16 @@
-// Drives Debian's Chromium through playwright-core against a running ComfyUI with Headroom loaded.
-// Usage: node browser.mjs BASE_URL SCREENSHOT.png PROMPT.json PREFLIGHT_PROMPT.json
+// The core tour: sidebar panel, badges under both node renderers, timeline, a preflight toast.
+// Usage: node browser.mjs BASE_URL ARTIFACTS_DIR PROMPT.json PREFLIGHT_PROMPT.json
 // Prints one JSON line with what it saw; tests/e2e/test_browser.py asserts on it.
 import { readFileSync } from "node:fs";
-import { chromium } from "playwright-core";
+import { openComfy } from "./lib/page.mjs";
 
-const [base, screenshot, promptPath, preflightPath] = process.argv.slice(2);
+const LONG = 180_000;
+const [base, artifacts, promptPath, preflightPath] = process.argv.slice(2);
+const screenshot = `${artifacts}/headroom-monitor.png`;
 const prompt = JSON.parse(readFileSync(promptPath, "utf8"));
 const preflightPrompt = JSON.parse(readFileSync(preflightPath, "utf8"));
-const FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-  "--disable-background-networking", "--disable-component-update", "--disable-sync"];
-const LONG = 180_000;
-
-const result = { errors: [], steps: [] };
-const browser = await chromium.launch({ executablePath: "/usr/bin/chromium", args: FLAGS, headless: true });
-const page = await browser.newPage({ viewport: { width: 1600, height: 1000 } });
+const { page, result, finish } = await openComfy(base, { artifacts });
 try {
-  page.on("console", (msg) => {
-    if (msg.type() === "error" && /headroom/i.test(msg.text())) result.errors.push(msg.text());
-  });
-  page.on("pageerror", (error) => {
-    if (/headroom/i.test(String(error.stack || error))) result.errors.push(String(error));
-  });
-  await page.goto(base, { timeout: LONG });
-  await page.waitForFunction(() => window.app?.graph && window.headroom && window.app.extensionManager, null, { timeout: LONG });
-  result.steps.push("loaded");
-  // A first visit opens the "Get started with a template" dialog: close it as a person would.
-  for (let i = 0; i < 5 && (await page.locator(".p-dialog-mask").count()); i++) {
-    await page.keyboard.press("Escape");
-    await page.locator(".p-dialog-mask").first().waitFor({ state: "detached", timeout: 5000 }).catch(() => {});
-  }
-
   // The sidebar tab, through its own button (what a person clicks).
   await page.locator(".headroom-monitor-tab-button").first().click({ timeout: 60_000 });
   await page.waitForSelector(".headroom-monitor", { timeout: 60_000 });
@@ -84,10 +65,7 @@ try {
   await page.waitForTimeout(500); // let the last toast and chart paint before the picture (not an assertion)
   await page.screenshot({ path: screenshot });
   result.steps.push("screenshot");
+  await finish();
 } catch (error) {
-  result.failure = String(error.stack || error);
-  await page.screenshot({ path: screenshot.replace(/\.png$/, "-failure.png") }).catch(() => {});
-} finally {
-  await browser.close();
+  await finish(error);
 }
-console.log(JSON.stringify(result));

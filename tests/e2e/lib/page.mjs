@@ -1,0 +1,91 @@
+// Shared steps of the browser scripts: launch Debian's Chromium through playwright-core, open ComfyUI
+// with Headroom loaded as a first-time user would, and print one JSON line for the pytest side.
+// A script: `const { page, result, finish } = await openComfy(base)`, do its steps inside try, record
+// what the user sees in `result`, then `await finish(error?)`.
+import { chromium } from "playwright-core";
+
+export const LONG = 180_000;
+const FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+  "--disable-background-networking", "--disable-component-update", "--disable-sync"];
+
+export async function openComfy(base, { viewport = { width: 1600, height: 1000 }, artifacts = "." } = {}) {
+  const result = { errors: [], consoleHeadroom: [], steps: [] };
+  const browser = await chromium.launch({ executablePath: "/usr/bin/chromium", args: FLAGS, headless: true });
+  const page = await browser.newPage({ viewport });
+  page.on("console", (msg) => {
+    const text = msg.text();
+    if (/headroom/i.test(text)) result.consoleHeadroom.push(`${msg.type()}: ${text}`);
+    if (msg.type() === "error" && /headroom/i.test(text)) result.errors.push(text);
+  });
+  page.on("pageerror", (error) => {
+    if (/headroom/i.test(String(error.stack || error))) result.errors.push(String(error));
+  });
+  await gotoComfy(page, base);
+  result.steps.push("loaded");
+  async function finish(error) {
+    if (error) {
+      result.failure = String(error.stack || error);
+      await page.screenshot({ path: `${artifacts}/failure-${Date.now()}.png` }).catch(() => {});
+    }
+    await browser.close();
+    console.log(JSON.stringify(result));
+  }
+  return { browser, page, result, finish };
+}
+
+// Load (or reload) the page and wait for the app and Headroom, closing the first-visit template dialog.
+export async function gotoComfy(page, base) {
+  await page.goto(base, { timeout: LONG });
+  await page.waitForFunction(() => window.app?.graph && window.headroom && window.app.extensionManager, null, { timeout: LONG });
+  await closeDialogs(page);
+}
+
+export async function closeDialogs(page) {
+  for (let i = 0; i < 5 && (await page.locator(".p-dialog-mask").count()); i++) {
+    await page.keyboard.press("Escape");
+    await page.locator(".p-dialog-mask").first().waitFor({ state: "detached", timeout: 5000 }).catch(() => {});
+  }
+}
+
+// Load an API-format prompt into the canvas and queue it as the Run button does; resolves with the
+// prompt id once the run has ended (success, error or interrupt).
+export async function runApiPrompt(page, apiPrompt, filename = "headroom-e2e.json") {
+  return page.evaluate(async ({ apiPrompt, filename }) => {
+    const { api } = window.comfyAPI.api;
+    const ended = new Promise((resolve) => {
+      for (const name of ["execution_success", "execution_error", "execution_interrupted"]) {
+        api.addEventListener(name, ({ detail }) => resolve({ event: name, promptId: detail?.prompt_id }), { once: true });
+      }
+    });
+    await window.app.loadApiJson(apiPrompt, filename);
+    await window.app.queuePrompt(0, 1);
+    return ended;
+  }, { apiPrompt, filename });
+}
+
+// Load a UI-format workflow (what a user opens from a file or a template).
+export async function loadWorkflow(page, workflow, filename = "workflow.json") {
+  await page.evaluate(async ({ workflow, filename }) => {
+    await window.app.loadGraphData(workflow, true, true, filename);
+  }, { workflow, filename });
+}
+
+// Each node's title and its bounding box on screen (canvas coordinates mapped to the page), for
+// overlap checks with the classic renderer.
+export async function nodeBoxes(page) {
+  return page.evaluate(() => {
+    const canvas = window.app.canvas;
+    const rect = canvas.canvas.getBoundingClientRect();
+    const { scale, offset } = canvas.ds;
+    return window.app.graph.nodes.map((n) => {
+      const [x, y] = n.pos;
+      const [w, h] = n.size;
+      const title = window.LiteGraph?.NODE_TITLE_HEIGHT ?? 30;
+      return {
+        id: n.id, type: n.type, title: n.title,
+        x: rect.left + (x + offset[0]) * scale, y: rect.top + (y - title + offset[1]) * scale,
+        w: w * scale, h: (h + title) * scale,
+      };
+    });
+  });
+}

@@ -1,0 +1,146 @@
+"""The browser tier's server: a real ComfyUI started for the test session, and a way to run a
+playwright script against it (the fixture is in tests/e2e/conftest.py).
+
+The server is `python main.py` of a current ComfyUI (COMFYUI_ROOT) on the CPU, serving the PyPI
+frontend, with a copy of this pack in its custom_nodes and a models folder of tiny real-architecture
+models (an SD1.5 checkpoint, a VAE), so workflows run end to end. Each browser script (tests/e2e/*.mjs)
+opens its own page through lib/page.mjs and prints one JSON line with what the user saw; the tests
+assert on it. Everything is skipped, with the reason, when any piece is missing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .harness import stop_server, wait_for_server
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = ROOT / "tests" / "e2e"
+LAUNCHER = ROOT / "tests" / "headroom_testing" / "launch_comfyui.py"
+CHROMIUM = Path("/usr/bin/chromium")
+STARTUP_DEADLINE_S = 300
+SCRIPT_TIMEOUT_S = 900
+TINY_CHECKPOINT = "headroom_tiny_sd15.safetensors"
+
+
+def modern_root() -> Path:
+    """COMFYUI_ROOT when it is a current ComfyUI, with every other piece the tests need; else skip."""
+    env = os.environ.get("COMFYUI_ROOT")
+    if not env:
+        pytest.skip("no modern host: set COMFYUI_ROOT to a ComfyUI checkout (0.3.6x or later)")
+    root = Path(env)
+    if not (root / "comfy_execution").is_dir() or not (root / "main.py").is_file():
+        pytest.skip(f"COMFYUI_ROOT={env} is not a current ComfyUI (no comfy_execution/)")
+    if importlib.util.find_spec("comfyui_frontend_package") is None:
+        pytest.skip("the PyPI frontend is not installed: pip install comfyui-frontend-package")
+    if not CHROMIUM.is_file():
+        pytest.skip("Debian chromium is not installed: apt-get install chromium chromium-driver")
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed")
+    if not (HERE / "node_modules" / "playwright-core").is_dir():
+        pytest.skip("playwright-core is not installed: run `npm ci` in tests/e2e")
+    return root
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def build_tiny_models(root: Path, models: Path) -> None:
+    """A tiny SD1.5 checkpoint of the real classes (random weights, ~465 MB) for workflows that run:
+    CheckpointLoaderSimple, CLIPTextEncode, KSampler (or ours) and VAEDecode all work on it. Built in
+    a child process because the builders import the host's ``comfy`` (set to CPU first)."""
+    code = (
+        "import sys; from pathlib import Path; sys.path[:0] = [sys.argv[1], sys.argv[2]]\n"
+        "import comfy.cli_args; comfy.cli_args.args.cpu = True\n"
+        "from headroom_testing.tiny_stock import build_tiny_sd_checkpoint\n"
+        "build_tiny_sd_checkpoint(Path(sys.argv[3]), sys.argv[4])\n"
+    )
+    tests = ROOT / "tests"
+    subprocess.run(
+        [sys.executable, "-c", code, str(root), str(tests), str(models), TINY_CHECKPOINT], check=True
+    )
+
+
+@dataclass
+class Server:
+    """A running ComfyUI with Headroom, and the browser scripts' runner."""
+
+    base: str
+    home: Path  # the server's base path: custom_nodes, models, input, output, user
+    log_path: Path
+    artifacts: Path  # where screenshots go (HEADROOM_E2E_ARTIFACTS, else a tmp folder)
+    process: subprocess.Popen
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def browser(self, script: str, *args: Any, timeout: float = SCRIPT_TIMEOUT_S) -> dict[str, Any]:
+        """Run tests/e2e/<script> with BASE_URL ARTIFACTS_DIR *args; return the JSON line it printed.
+        A script that reports a ``failure`` fails the test with it and the server log's tail."""
+        command = [shutil.which("node"), str(HERE / script), self.base, str(self.artifacts), *map(str, args)]
+        out = subprocess.run(command, capture_output=True, text=True, cwd=HERE, timeout=timeout)
+        lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+        assert lines, f"{script} printed nothing:\n{out.stderr[-4000:]}"
+        seen = json.loads(lines[-1])
+        if "failure" in seen:
+            pytest.fail(
+                f"{script}: {seen['failure']}\nsteps: {seen.get('steps')}\n"
+                f"--- server log ---\n{self.log()[-4000:]}"
+            )
+        return seen
+
+
+@contextmanager
+def start_server(home: Path) -> Iterator[Server]:
+    """Start ComfyUI with the pack and tiny models under ``home``; stop it on exit."""
+    root = modern_root()
+    ignore = shutil.ignore_patterns(
+        ".venv", ".git", "__pycache__", "*.egg-info", ".*_cache", ".hypothesis", "node_modules"
+    )
+    # HEADROOM_E2E_PACK: another copy of the pack to serve (e.g. `git archive HEAD` of an older
+    # commit), to show that a browser test fails before its fix.
+    pack = Path(os.environ.get("HEADROOM_E2E_PACK", ROOT))
+    shutil.copytree(pack, home / "custom_nodes" / "comfyui-headroom", ignore=ignore)
+    build_tiny_models(root, home / "models")
+    config = home / "extra_model_paths.yaml"
+    folders = "\n".join(f"  {name}: models/{name}" for name in ("checkpoints",))
+    config.write_text(f"headroom_e2e:\n  base_path: {home}\n  custom_nodes: custom_nodes\n{folders}\n")
+    for name in ("output", "input", "temp", "user", "cwd"):
+        (home / name).mkdir()
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    args = ["--cpu", "--listen", "127.0.0.1", "--port", str(port), "--extra-model-paths-config", str(config)]
+    args += ["--output-directory", str(home / "output"), "--input-directory", str(home / "input")]
+    args += ["--temp-directory", str(home / "temp"), "--user-directory", str(home / "user")]
+    args += ["--database-url", "sqlite:///:memory:", "--disable-api-nodes"]
+    # A 1 GB card for preflight (this machine has no GPU), and samples often enough for a short test.
+    env = {**os.environ, "HEADROOM_ASSUME_VRAM": "1GB", "HEADROOM_MONITOR_HZ": "4"}
+    artifacts = Path(os.environ.get("HEADROOM_E2E_ARTIFACTS", home / "artifacts"))
+    artifacts.mkdir(parents=True, exist_ok=True)
+    log_path = home / "comfyui.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [sys.executable, str(LAUNCHER), str(root), *args], stdout=log, stderr=subprocess.STDOUT,
+            cwd=home / "cwd", env=env,
+        )  # fmt: skip
+        try:
+            wait_for_server(f"{base}/headroom/status", process, log_path, STARTUP_DEADLINE_S)
+            yield Server(base, home, log_path, artifacts, process)
+        finally:
+            stop_server(process)
