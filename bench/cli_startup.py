@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE = "workflows/api/flux_dev_t2i.json"
+EXAMPLE = "example_workflows/api/Flux Dev text to image.json"
 COMMANDS: dict[str, list[str] | None] = {
     "plan": ["plan", EXAMPLE, "--vram", "8GB"],
     "--help": ["--help"],

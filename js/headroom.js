@@ -4,8 +4,12 @@
 // node badges): nothing is injected into the host's own menus, so it works with either node renderer.
 import { app } from "../../scripts/app.js";
 import { api } from "../../scripts/api.js";
+import { ComfyWidgets } from "../../scripts/widgets.js";
 import { BadgeStore } from "./lib/badges.js";
+import { freeVram } from "./lib/free.js";
+import { Latest, coalesce, liveReport } from "./lib/live.js";
 import { EVENTS, ROUTES, route } from "./lib/names.js";
+import { TEXT_NODES, addTextWidget, showText } from "./lib/nodetext.js";
 import { preflightToast } from "./lib/preflight.js";
 import { SampleHistory, dueForRedraw } from "./lib/samples.js";
 import { MonitorPanel, TimelinePanel } from "./views.js";
@@ -17,15 +21,18 @@ const TOASTS = "Headroom.Monitor.PreflightToasts";
 // One state for the page; exposed on window for debugging and for the browser test.
 const state = {
   history: new SampleHistory({ maxAge: 600 }),
-  badges: new BadgeStore(),
+  badges: new BadgeStore(() => app.graph?.id ?? ""), // keyed by the workflow on screen (the graph's id)
   monitor: null,
   timeline: null,
   report: null,
   lastDraw: 0,
   info: "",
   toasts: [],
+  running: null, // the prompt the host is executing, while it does
+  reports: new Latest(),
 };
 window.headroom = state;
+state.refresh = () => fetchStatus(); // the sidebar's unload button refreshes the numbers after it
 
 function setting(id, fallback) {
   try {
@@ -62,34 +69,81 @@ async function fetchStatus() {
 
 async function loadReport(promptId) {
   if (!promptId) return;
+  const ticket = state.reports.next();
   try {
     const response = await api.fetchApi(route("report", promptId));
     if (!response.ok) return;
-    state.report = await response.json();
+    const report = await response.json();
+    if (!state.reports.accept(ticket)) return; // a later request was shown already
+    state.report = liveReport(report, state.running);
     state.timeline?.draw(state.report);
   } catch (error) {
     console.warn("Headroom: report failed", error);
   }
 }
 
+// While a prompt runs, its report again after node records and residency moves (at most every 0.5 s).
+const loadLiveReport = coalesce((promptId) => {
+  if (promptId && promptId === state.running) loadReport(promptId);
+}, 500);
+
+// After a reload: the badges of each workflow's last run, and the last run's report in the timeline.
+async function restoreRuns() {
+  try {
+    const response = await api.fetchApi(ROUTES.runs);
+    if (!response.ok) return;
+    const { runs } = await response.json();
+    state.badges.restore(runs);
+    app.graph?.setDirtyCanvas(true, false);
+    redraw(true);
+    if (!state.report && !state.running && runs.length) await loadReport(runs[runs.length - 1].prompt_id);
+  } catch (error) {
+    console.warn("Headroom: restoring the last runs failed", error);
+  }
+}
+
 function badgeFor(node) {
-  const text = setting(BADGES, true) ? state.badges.text(node.id) : "";
+  // Inside a subgraph, ids repeat the root graph's (the server reports "12:5"): no badge rather than a wrong one.
+  const inSubgraph = node.graph && app.graph && node.graph !== app.graph;
+  const text = setting(BADGES, true) && !inSubgraph ? state.badges.text(node.id) : "";
   return new window.LGraphBadge({ text, fgColor: "#fff", bgColor: "#37474f" });
 }
 
-async function freeVram() {
-  const response = await api.fetchApi("/free", {
-    method: "POST",
-    headers: { "Content-Type": "application/json" },
-    body: JSON.stringify({ unload_models: true, free_memory: true }),
+// The socket opens before extensions' setup(): listening from the import on means no message of ours
+// arrives unheard (the frontend warns "Unknown message type" for those).
+function listen() {
+  api.addEventListener(EVENTS.sample, ({ detail }) => {
+    if (refreshSeconds() <= 0) return;
+    state.history.push(detail);
+    redraw();
   });
-  app.extensionManager?.toast?.add({
-    severity: response.ok ? "success" : "error",
-    summary: response.ok ? "Headroom: models unloaded, VRAM freed" : "Headroom: could not free VRAM",
-    life: 3000,
+  api.addEventListener(EVENTS.node, ({ detail }) => {
+    state.badges.add(detail);
+    app.graph?.setDirtyCanvas(true, false);
+    redraw(true);
+    loadLiveReport(detail?.prompt_id);
   });
-  setTimeout(fetchStatus, 500);
+  api.addEventListener(EVENTS.residency, ({ detail }) => loadLiveReport(detail?.prompt_id));
+  api.addEventListener("execution_start", ({ detail }) => {
+    state.running = detail?.prompt_id ?? null;
+    loadLiveReport(state.running);
+  });
+  api.addEventListener(EVENTS.preflight, ({ detail }) => {
+    const toast = preflightToast(detail);
+    if (!toast || !setting(TOASTS, true)) return;
+    state.toasts.push(toast);
+    if (state.toasts.length > 20) state.toasts.shift(); // kept for the browser test and debugging
+    app.extensionManager?.toast?.add(toast);
+  });
+  for (const event of ["execution_success", "execution_error", "execution_interrupted"]) {
+    api.addEventListener(event, ({ detail }) => {
+      if (state.running === detail?.prompt_id) state.running = null;
+      loadReport(detail?.prompt_id);
+    });
+  }
+  api.addEventListener("reconnected", () => fetchStatus()); // the server's sampler restarts on demand
 }
+listen();
 
 app.registerExtension({
   name: "Headroom.Core",
@@ -104,8 +158,9 @@ app.registerExtension({
       type: "slider",
       attrs: { min: 0, max: 5, step: 0.25 },
       defaultValue: 1,
-      tooltip: "How often the memory chart redraws; 0 stops the panel and the server's sampling for it.",
-      onChange: () => fetchStatus(),
+      tooltip: "How often the memory chart redraws; 0 stops the panel (the server samples while any browser is connected).",
+      // called before the store holds the new value: read the value given, after the store is updated
+      onChange: (value) => Number(value) > 0 && setTimeout(fetchStatus, 0),
     },
     {
       id: BADGES,
@@ -124,7 +179,7 @@ app.registerExtension({
     },
   ],
   commands: [
-    { id: "Headroom.FreeVRAM", label: "Free VRAM (unload models)", icon: "pi pi-eraser", function: freeVram },
+    { id: "Headroom.FreeVRAM", label: "Free VRAM (unload models)", icon: "pi pi-eraser", function: () => freeVram({ api, app, after: fetchStatus }) },
   ],
   keybindings: [{ combo: { key: "f", alt: true, shift: true }, commandId: "Headroom.FreeVRAM" }],
   bottomPanelTabs: [
@@ -152,29 +207,22 @@ app.registerExtension({
         fetchStatus();
       },
     });
-    api.addEventListener(EVENTS.sample, ({ detail }) => {
-      if (refreshSeconds() <= 0) return;
-      state.history.push(detail);
-      redraw();
-    });
-    api.addEventListener(EVENTS.node, ({ detail }) => {
-      state.badges.add(detail);
-      app.graph?.setDirtyCanvas(true, false);
-      redraw(true);
-    });
-    api.addEventListener(EVENTS.preflight, ({ detail }) => {
-      const toast = preflightToast(detail);
-      if (!toast || !setting(TOASTS, true)) return;
-      state.toasts.push(toast);
-      app.extensionManager?.toast?.add(toast);
-    });
-    for (const event of ["execution_success", "execution_error", "execution_interrupted"]) {
-      api.addEventListener(event, ({ detail }) => loadReport(detail?.prompt_id));
-    }
-    api.addEventListener("reconnected", () => fetchStatus()); // the server's sampler restarts on demand
     fetchStatus();
+    restoreRuns();
+  },
+  afterConfigureGraph() {
+    redraw(true); // another workflow: the sidebar lists its own last run
+  },
+  beforeRegisterNodeDef(nodeType, nodeData) {
+    if (!TEXT_NODES.has(nodeData?.name)) return;
+    const onExecuted = nodeType.prototype.onExecuted;
+    nodeType.prototype.onExecuted = function (output) {
+      onExecuted?.apply(this, arguments);
+      showText(this, output);
+    };
   },
   nodeCreated(node) {
+    if (TEXT_NODES.has(node.comfyClass)) addTextWidget(node, ComfyWidgets.STRING, app);
     if (!window.LGraphBadge || !Array.isArray(node.badges)) return;
     const badge = () => badgeFor(node);
     badge.headroom = true;

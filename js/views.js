@@ -1,8 +1,11 @@
 // DOM for Headroom's two panels. Everything is drawn inside the element the host hands to a tab's render():
 // no element of the host's own menus or canvas is touched. Logic lives in lib/ (pure, unit-tested).
-import { chartGeometry, chartWindow } from "./lib/samples.js";
+import { chartWindow } from "./lib/samples.js";
+import { chartLayout } from "./lib/chart.js";
 import { formatBytes, formatSeconds } from "./lib/format.js";
-import { planSummary, timelineRows } from "./lib/timeline.js";
+import { freeVram } from "./lib/free.js";
+import { locateNode, nameOf } from "./lib/nodes.js";
+import { planBudget, planSummary, timelineRows } from "./lib/timeline.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 
@@ -23,6 +26,25 @@ function svg(tag, attrs = {}) {
   return node;
 }
 
+/** A node's name (its title) that selects the node and centres the canvas on it when clicked; plain text
+ * when the open workflow has no such node (a report of another workflow). */
+export function nodeLink(id, classType, app = globalThis.app) {
+  const name = nameOf(app, id, classType);
+  if (!name.found) return el("span", { className: "headroom-node-name", textContent: name.text, title: name.tooltip });
+  return el("a", {
+    className: "headroom-node-link",
+    href: "#",
+    textContent: name.text,
+    title: name.tooltip,
+    dataset: { node: String(id) },
+    style: { color: "inherit", textDecoration: "underline dotted", cursor: "pointer" },
+    onclick: (event) => {
+      event.preventDefault();
+      locateNode(globalThis.app, id, classType);
+    },
+  });
+}
+
 const PANEL_STYLE = { padding: "8px", fontSize: "12px", display: "flex", flexDirection: "column", gap: "8px" };
 
 /** The sidebar tab: live numbers, the chart of the last minutes, and the last run's per-node peaks. */
@@ -34,13 +56,30 @@ export class MonitorPanel {
     this.legend = el("div", { className: "headroom-legend", style: { display: "flex", flexWrap: "wrap", gap: "6px" } });
     this.nodes = el("div", { className: "headroom-nodes" });
     this.status = el("div", { className: "headroom-status", style: { opacity: "0.7" } });
+    // the command Alt+Shift+F runs, as a button; what it frees depends on the server (said in the label)
+    this.free = el("button", {
+      className: "headroom-free p-button p-button-sm p-button-secondary",
+      type: "button",
+      textContent: "Unload models (free VRAM)",
+      title: "Unload every model and free the memory the host caches (Alt+Shift+F)",
+      style: { alignSelf: "flex-start", padding: "2px 8px", fontSize: "12px" },
+      onclick: async () => {
+        this.free.disabled = true;
+        try {
+          await freeVram({ after: () => window.headroom?.refresh?.() });
+        } finally {
+          this.free.disabled = false;
+        }
+      },
+    });
     root.replaceChildren(
       el("div", { className: "headroom-monitor", style: PANEL_STYLE },
-        el("strong", { textContent: "Headroom memory" }), this.numbers, this.chart, this.legend, this.status, this.nodes),
+        el("strong", { textContent: "Headroom memory" }), this.numbers, this.free, this.chart, this.legend, this.status, this.nodes),
     );
   }
 
   draw(history, badges, info = "") {
+    if (!this.root.isConnected) return; // the sidebar tab is closed: nothing to draw into
     const latest = history.latest();
     const box = this.root.querySelector(".headroom-monitor");
     box.dataset.samples = String(history.length);
@@ -56,27 +95,55 @@ export class MonitorPanel {
       ...rows.map(([label, value, total]) =>
         el("div", { textContent: `${label}: ${formatBytes(value)}${total ? ` / ${formatBytes(total)}` : ""}` })),
     );
-    if (!Number.isFinite(latest?.device_used)) this.numbers.append(el("div", { textContent: "No GPU telemetry here (CPU only)", style: { opacity: "0.7" } }));
-    const width = Math.max(160, (this.chart.clientWidth || 280) - 4);
-    const height = 140;
-    const geometry = chartGeometry(history.samples, { width, height, window: chartWindow(history.samples) });
-    const chart = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "memory over the last minutes" });
-    chart.append(svg("rect", { x: 0, y: 0, width, height, fill: "none", stroke: "currentColor", "stroke-opacity": 0.2 }));
-    for (const s of geometry.series) chart.append(svg("path", { d: s.d, fill: "none", stroke: s.color, "stroke-width": 1.5 }));
-    const top = svg("text", { x: 4, y: 12, fill: "currentColor", "font-size": 10 });
-    top.textContent = formatBytes(geometry.yMax);
-    chart.append(top);
-    this.chart.replaceChildren(chart);
-    this.legend.replaceChildren(
-      ...geometry.series.map((s) =>
-        el("span", {}, el("span", { textContent: "■ ", style: { color: s.color } }), `${s.label} ${formatBytes(s.last)}`)),
-    );
+    const gpu = Number.isFinite(latest?.device_used);
+    if (!gpu) this.numbers.append(el("div", { textContent: "No GPU telemetry here (CPU only)", style: { opacity: "0.7" } }));
+    this.free.textContent = gpu ? "Unload models (free VRAM)" : "Unload models (free RAM)";
+    this.drawChart(history);
     this.status.textContent = `${history.length} samples${info ? ` · ${info}` : ""}`;
     const records = [...badges.records.values()];
     this.nodes.replaceChildren(
       ...(records.length ? [el("strong", { textContent: "Last run, per node" })] : []),
-      ...records.map((r) => el("div", { className: "headroom-node-row", dataset: { node: String(r.node) },
-        textContent: `#${r.node} ${r.class_type}: ${badges.text(r.node)}` })),
+      ...records.map((r) => el("div", { className: "headroom-node-row", dataset: { node: String(r.node) } },
+        nodeLink(r.node, r.class_type), `: ${badges.text(r.node)}`)),
+    );
+  }
+
+  /** The chart: memory ticks at round binary sizes, seconds before now, one colour per series. */
+  drawChart(history) {
+    const width = Math.max(200, (this.chart.clientWidth || 280) - 4);
+    const height = 150;
+    const left = 48;
+    const bottom = 16;
+    const plotW = width - left - 4;
+    const plotH = height - bottom - 6;
+    const layout = chartLayout(history.samples, { width: plotW, height: plotH, window: chartWindow(history.samples) });
+    const chart = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "memory over the last minutes", class: "headroom-chart-svg" });
+    const plot = svg("g", { transform: `translate(${left} 6)` });
+    plot.append(svg("rect", { x: 0, y: 0, width: plotW, height: plotH, fill: "none", stroke: "currentColor", "stroke-opacity": 0.3 }));
+    for (const tick of layout.yTicks) {
+      plot.append(svg("line", { x1: 0, x2: plotW, y1: tick.y, y2: tick.y, stroke: "currentColor", "stroke-opacity": 0.12 }));
+      const label = svg("text", { x: -4, y: tick.y + 3, fill: "currentColor", "font-size": 9, "text-anchor": "end", class: "headroom-y-tick" });
+      label.textContent = tick.label;
+      plot.append(label);
+    }
+    for (const tick of layout.xTicks) {
+      plot.append(svg("line", { x1: tick.x, x2: tick.x, y1: plotH, y2: plotH + 3, stroke: "currentColor", "stroke-opacity": 0.5 }));
+      const label = svg("text", { x: tick.x, y: plotH + 13, fill: "currentColor", "font-size": 9, "text-anchor": tick.x > plotW - 10 ? "end" : "middle", class: "headroom-x-tick" });
+      label.textContent = tick.label;
+      plot.append(label);
+    }
+    for (const s of layout.series) {
+      plot.append(svg("path", { d: s.d, fill: "none", stroke: s.color, "stroke-width": 1.5, ...(s.dash ? { "stroke-dasharray": s.dash } : {}), "data-field": s.field }));
+    }
+    chart.append(plot);
+    this.chart.replaceChildren(chart);
+    this.legend.replaceChildren(
+      ...layout.series.map((s) => {
+        const swatch = svg("svg", { width: 14, height: 8 });
+        swatch.append(svg("line", { x1: 0, x2: 14, y1: 4, y2: 4, stroke: s.color, "stroke-width": 2, ...(s.dash ? { "stroke-dasharray": "3 2" } : {}) }));
+        return el("span", { className: "headroom-legend-item", dataset: { field: s.field, color: s.color }, style: { display: "inline-flex", alignItems: "center", gap: "3px" } },
+          swatch, `${s.label} ${formatBytes(s.last)}`);
+      }),
     );
   }
 }
@@ -92,8 +159,11 @@ export class TimelinePanel {
   }
 
   draw(report) {
-    const header = el("div", { style: { display: "flex", gap: "12px", alignItems: "baseline" } },
-      el("strong", { textContent: "Residency timeline" }), el("span", { textContent: planSummary(report) }));
+    const { card, budget } = planBudget(report);
+    const header = el("div", { className: "headroom-timeline-header", style: { display: "flex", flexWrap: "wrap", gap: "12px", alignItems: "baseline" } },
+      el("strong", { textContent: "Residency timeline" }), el("span", { className: "headroom-verdict", textContent: planSummary(report) }),
+      card ? el("span", { className: "headroom-card", textContent: card, title: "the card the plan was made for" }) : null,
+      budget ? el("span", { className: "headroom-budget", textContent: budget, style: { opacity: "0.8" } }) : null);
     if (report) {
       header.append(el("a", { href: this.reportUrl(report.prompt_id, "csv"), textContent: "CSV", download: `headroom-${report.prompt_id}.csv` }));
     }
@@ -108,7 +178,7 @@ export class TimelinePanel {
         el("div", { title: `planned ${formatBytes(r.planned)}`, style: { position: "absolute", top: "0", height: "6px", width: `${(r.plannedFrac * 100).toFixed(1)}%`, background: "#7e57c2" } }),
         el("div", { title: `actual ${formatBytes(r.actual)}`, style: { position: "absolute", top: "7px", height: "6px", width: `${(r.actualFrac * 100).toFixed(1)}%`, background: colour[r.state] } }));
       table.append(el("tr", { className: `headroom-row headroom-${r.state}`, dataset: { node: r.node } },
-        el("td", { textContent: r.node }), el("td", { textContent: r.classType }),
+        el("td", {}, nodeLink(r.node, r.classType)), el("td", { textContent: r.classType }),
         el("td", { textContent: `${formatSeconds(r.duration)}${r.plannedWall ? ` (plan ${formatSeconds(r.plannedWall)})` : ""}` }),
         el("td", { textContent: r.state }),
         el("td", {}, bars, el("div", { textContent: `${formatBytes(r.actual)} / ${formatBytes(r.planned)}` })),

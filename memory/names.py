@@ -32,4 +32,5 @@ ROUTES: dict[str, str] = {
     "plan": "/headroom/plan/{prompt_id}",
     "report": "/headroom/report/{prompt_id}",
     "residency": "/headroom/residency/{prompt_id}",
+    "runs": "/headroom/runs",
 }

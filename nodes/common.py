@@ -29,8 +29,47 @@ ANY = AnyType("*")
 def vram_budget_input() -> tuple[str, dict]:
     return (
         "STRING",
-        {"default": "auto", "tooltip": f"VRAM this node may use: {VRAM_BUDGET_FORMS} (a bare number is GB)"},
+        {
+            "default": "auto",
+            "tooltip": f"The most VRAM this node may use: {VRAM_BUDGET_FORMS} (a bare number is GB). "
+            "auto (default): what the GPU has free. Checked when you queue the prompt",
+        },
     )
+
+
+def streaming_inputs() -> dict[str, tuple[str, dict]]:
+    """The optional inputs of every node that streams a model's blocks (the sampler, Stream Model)."""
+    return {
+        "vram_budget": vram_budget_input(),
+        "prefetch": (
+            "INT",
+            {
+                "default": -1,
+                "min": -1,
+                "max": 16,
+                "tooltip": "Blocks uploaded ahead of the one computing (0-16); each takes one "
+                "block's VRAM. -1 (default): auto, the planner's choice",
+            },
+        ),
+        "resident_blocks": (
+            "INT",
+            {
+                "default": -1,
+                "min": -1,
+                "max": 4096,
+                "tooltip": "Blocks kept in VRAM for the whole run instead of streamed each step "
+                "(0-4096). -1 (default): auto, as many as vram_budget leaves room for",
+            },
+        ),
+        "pin_memory": (
+            "BOOLEAN",
+            {
+                "default": True,
+                "tooltip": "On (default): stream from pinned RAM, about twice as fast; off: from "
+                "ordinary (pageable) RAM, for machines short of RAM",
+            },
+        ),
+    }
 
 
 def vram_budget_error(text: Any, node: str) -> str | None:

@@ -1,4 +1,4 @@
-"""Memory Monitor (Headroom): sits on any wire and reports memory at that point of the graph."""
+"""VRAM Stats (the Memory Monitor): sits on any wire and reports memory at that point of the graph."""
 
 from __future__ import annotations
 
@@ -32,11 +32,11 @@ def output_used(prompt: Any, node_id: Any, index: int) -> bool:
 
 class HeadroomMemoryMonitor:
     NODE_ID = "HeadroomMemoryMonitor"
-    DISPLAY_NAME = "Memory Monitor (Headroom)"
+    DISPLAY_NAME = "VRAM Stats"
     CATEGORY = f"{CATEGORY}/utils"
     DESCRIPTION = (
-        "Passes its input through unchanged and reports current and peak VRAM/RAM at this point of the "
-        "graph, with the plan versus what actually happened so far."
+        "Memory monitor: passes its input through unchanged and reports current and peak VRAM/RAM at "
+        "this point of the graph, with the plan versus what actually happened so far."
     )
     RETURN_TYPES = (ANY, "STRING", "IMAGE")
     RETURN_NAMES = ("value", "report", "chart")
@@ -51,7 +51,13 @@ class HeadroomMemoryMonitor:
     @classmethod
     def INPUT_TYPES(cls) -> dict[str, Any]:
         # "required" must exist even when empty: 2024 hosts index it unconditionally when validating.
-        value = (ANY, {"tooltip": "Any value; passed through unchanged"})
+        value = (
+            ANY,
+            {
+                "tooltip": "Any value (optional), passed through unchanged: where it is wired sets the "
+                "point of the graph where memory is read"
+            },
+        )
         # Hidden inputs are filled by the host and never saved in workflows: they do not change the node's id
         # or its inputs.
         hidden = {"unique_id": "UNIQUE_ID", "prompt": "PROMPT"}

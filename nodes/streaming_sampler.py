@@ -1,4 +1,4 @@
-"""Layer-Streaming DiT Sampler (Headroom): KSampler whose model streams its blocks through VRAM."""
+"""Streaming KSampler (VRAM offload): KSampler whose model streams its blocks through VRAM."""
 
 from __future__ import annotations
 
@@ -6,41 +6,29 @@ from typing import Any
 
 from ..memory.streaming import BudgetExceeded
 from ..memory.units import format_bytes
-from .common import CATEGORY, parse_vram_budget, validate_vram_budget, vram_budget_input
+from .common import CATEGORY, parse_vram_budget, streaming_inputs, validate_vram_budget
 from .host import lookups, sampling
 from .input_checks import latent_error, latent_problem
 
 
 class HeadroomStreamingSampler:
     NODE_ID = "HeadroomStreamingSampler"
-    DISPLAY_NAME = "Layer-Streaming DiT Sampler (Headroom)"
+    DISPLAY_NAME = "Streaming KSampler (VRAM offload)"
     CATEGORY = f"{CATEGORY}/sampling"
     DESCRIPTION = (
-        "The stock KSampler, same seed and same result, for diffusion models bigger than your VRAM: "
-        "the blocks that do not fit are streamed from pinned RAM while the previous ones compute."
+        "The stock KSampler, same seed and same result, for diffusion models (DiT or UNet) bigger than "
+        "your VRAM: the blocks that do not fit are offloaded to pinned RAM and streamed in while the "
+        "previous ones compute."
     )
     RETURN_TYPES = ("LATENT",)
+    OUTPUT_TOOLTIPS = ("The denoised latent, as the stock KSampler returns it: connect it to a VAE decode",)
     FUNCTION = "sample"
 
     @classmethod
     def INPUT_TYPES(cls) -> dict[str, Any]:
         return {
             "required": lookups.ksampler_required_inputs(),
-            "optional": {
-                "vram_budget": vram_budget_input(),
-                "prefetch": (
-                    "INT",
-                    {"default": -1, "min": -1, "max": 16, "tooltip": "Blocks uploaded ahead; -1 = auto"},
-                ),
-                "resident_blocks": (
-                    "INT",
-                    {"default": -1, "min": -1, "max": 4096, "tooltip": "Blocks kept in VRAM; -1 = auto"},
-                ),
-                "pin_memory": (
-                    "BOOLEAN",
-                    {"default": True, "tooltip": "Stream from pinned RAM (fast); off = pageable RAM"},
-                ),
-            },
+            "optional": streaming_inputs(),
         }
 
     @classmethod

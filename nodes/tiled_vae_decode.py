@@ -1,4 +1,4 @@
-"""Tiled VAE Decode (Headroom): bounded-VRAM decode, identical to a full decode."""
+"""Tiled VAE Decode (exact, low VRAM): bounded-VRAM decode, identical to a full decode."""
 
 from __future__ import annotations
 
@@ -26,24 +26,37 @@ log = logging.getLogger("headroom")
 
 class HeadroomTiledVAEDecode:
     NODE_ID = "HeadroomTiledVAEDecode"
-    DISPLAY_NAME = "Tiled VAE Decode (Headroom)"
+    DISPLAY_NAME = "Tiled VAE Decode (exact, low VRAM)"
     CATEGORY = f"{CATEGORY}/latent"
     DESCRIPTION = (
         "Decodes images and videos of any size in tiles that fit your VRAM, with the same pixels as a "
         "full decode: no seams, no colour shift, no flicker between video chunks."
     )
     RETURN_TYPES = ("IMAGE",)
+    OUTPUT_TOOLTIPS = (
+        "The decoded images (video frames one after another), as the stock VAE Decode returns them",
+    )
     FUNCTION = "decode"
 
     @classmethod
     def INPUT_TYPES(cls) -> dict[str, Any]:
         return {
-            "required": {"samples": ("LATENT",), "vae": ("VAE",)},
+            "required": {
+                "samples": (
+                    "LATENT",
+                    {"tooltip": "The latent to decode: an image or video latent of any size"},
+                ),
+                "vae": ("VAE", {"tooltip": "The VAE of the model that made the latent"}),
+            },
             "optional": {
                 "vram_budget": vram_budget_input(),
                 "mode": (
                     ["exact", "fast"],
-                    {"default": "exact", "tooltip": "exact = identical to a full decode; fast = approximate"},
+                    {
+                        "default": "exact",
+                        "tooltip": "exact (default): the same pixels as a full decode; fast: quicker and "
+                        "approximate, close to a full decode but not identical",
+                    },
                 ),
             },
             "hidden": {"unique_id": "UNIQUE_ID"},

@@ -8,33 +8,66 @@ export function badgeText(record) {
   const time = formatSeconds(record.duration_s);
   if (Number.isFinite(record.vram_peak)) return `VRAM ${formatBytes(record.vram_peak)} · ${time}`;
   if (Number.isFinite(record.rss_peak)) return `RSS ${formatBytes(record.rss_peak)} · ${time}`;
-  return time;
+  return record.duration_s === null || record.duration_s === undefined ? "" : time;
 }
 
-/** Node id -> the latest headroom.node record of the current prompt; a new prompt clears the old ones. */
+const MAX_WORKFLOWS = 32;
+
+/**
+ * headroom.node records by workflow, then node id: node ids repeat across workflows, so a run's badges
+ * belong to the workflow it was queued from (the frontend's graph id, sent back by the server as
+ * workflow_id). A new prompt of a workflow replaces that workflow's records; the host's cached nodes come
+ * again as "cached" records with the figures of the run that computed them. `current()` names the
+ * workflow on screen: the default for reads, and for records that carry no workflow (a script's prompt).
+ */
 export class BadgeStore {
-  constructor() {
-    this.promptId = null;
-    this.records = new Map();
+  constructor(current = () => "") {
+    this.current = current;
+    this.workflows = new Map(); // workflow id -> {promptId, records: Map(node id -> record)}
   }
 
   /** Record a headroom.node event; returns true when the badges of a previous prompt were dropped. */
-  add(record) {
+  add(record, workflowId = record.workflow_id ?? this.current()) {
+    const key = String(workflowId ?? "");
+    let entry = this.workflows.get(key);
     let cleared = false;
-    if (record.prompt_id && record.prompt_id !== this.promptId) {
-      cleared = this.records.size > 0;
-      this.records.clear();
-      this.promptId = record.prompt_id;
+    if (!entry || (record.prompt_id && record.prompt_id !== entry.promptId)) {
+      cleared = (entry?.records.size ?? 0) > 0;
+      entry = { promptId: record.prompt_id ?? null, records: new Map() };
+      this.workflows.delete(key); // re-inserted last: the oldest workflow is dropped first
+      this.workflows.set(key, entry);
+      for (const old of this.workflows.keys()) {
+        if (this.workflows.size <= MAX_WORKFLOWS) break;
+        this.workflows.delete(old);
+      }
     }
-    this.records.set(String(record.node), record);
+    entry.records.set(String(record.node), record);
     return cleared;
   }
 
-  get(nodeId) {
-    return this.records.get(String(nodeId)) ?? null;
+  /** The server's kept runs (GET /headroom/runs, oldest first): each workflow's last run again. Runs
+   * queued without a workflow (scripts) are left out: nothing says which workflow they belong to. */
+  restore(runs) {
+    for (const run of runs ?? []) {
+      if (!run.workflow_id) continue;
+      for (const node of run.nodes ?? []) this.add({ ...node, prompt_id: run.prompt_id, workflow_id: run.workflow_id });
+    }
   }
 
-  text(nodeId) {
-    return badgeText(this.get(nodeId));
+  recordsOf(workflowId = this.current()) {
+    return this.workflows.get(String(workflowId ?? ""))?.records ?? new Map();
+  }
+
+  /** The records of the workflow on screen (the sidebar's per-node list). */
+  get records() {
+    return this.recordsOf();
+  }
+
+  get(nodeId, workflowId = this.current()) {
+    return this.recordsOf(workflowId).get(String(nodeId)) ?? null;
+  }
+
+  text(nodeId, workflowId = this.current()) {
+    return badgeText(this.get(nodeId, workflowId));
   }
 }

@@ -11,6 +11,7 @@ export const ROUTES = {
   plan: "/headroom/plan/{prompt_id}",
   report: "/headroom/report/{prompt_id}",
   residency: "/headroom/residency/{prompt_id}",
+  runs: "/headroom/runs",
 };
 
 // A route with its {prompt_id} filled in (URL-encoded).

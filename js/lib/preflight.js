@@ -1,13 +1,31 @@
-// Preflight warnings (the headroom.preflight event) as toasts. Pure (unit-tested under Node).
+// Preflight warnings (the headroom.preflight event) as toasts. Pure (unit-tested under Node): node names
+// come from `app` when given (the open workflow's titles), else from the server's message.
+import { nameOf, renameNodes } from "./nodes.js";
 
-/** A toast for app.extensionManager.toast.add, or null when the prompt fits or was not checked. */
-export function preflightToast(event) {
+/** A toast for app.extensionManager.toast.add, or null when the prompt fits or was not checked.
+ * It carries `nodes` ([{id, classType, text}]): the failing node and the one that sets its latent, which
+ * the page turns into buttons that find them (js/locate.js). */
+export function preflightToast(event, app = globalThis.app) {
   if (!event || event.fits !== false) return null;
-  const where = event.node ? `node ${event.node}${event.class_type ? ` (${event.class_type})` : ""}` : "this workflow";
+  const label = (id, classType) => {
+    const name = nameOf(app, id, classType);
+    return name.found ? `${name.text} (#${id})` : null;
+  };
+  const failing = event.node ? nameOf(app, event.node, event.class_type) : null;
+  const where = failing ? (failing.found ? failing.text : `${event.class_type ?? "node"} (node ${event.node})`) : "this workflow";
+  const nodes = [];
+  if (event.node) nodes.push({ id: String(event.node), classType: event.class_type ?? "", text: where });
+  const driver = event.driver;
+  if (driver?.node) {
+    const name = nameOf(app, driver.node, driver.class_type);
+    nodes.push({ id: String(driver.node), classType: driver.class_type, text: name.found ? name.text : `${driver.class_type} #${driver.node}` });
+  }
+  const error = event.level === "error";
   return {
-    severity: event.level === "error" ? "error" : "warn",
-    summary: `Headroom: ${where} will run out of VRAM`,
-    detail: event.message,
+    severity: error ? "error" : "warn",
+    summary: `Headroom: ${where} will run out of VRAM${error ? ", even with Headroom" : ""}`,
+    detail: renameNodes(event.message, label),
     life: 12000,
+    nodes,
   };
 }

@@ -4,6 +4,7 @@
 /** Status of a row for styling: what happened compared with what was planned. */
 export function rowState(row) {
   if (row.status === "not run") return "skipped";
+  if (row.status === "cached" || row.status === "pending") return row.status; // served from the host's cache; not yet run
   if (row.status !== "done") return "error";
   if (row.planned_order === null || row.planned_order === undefined) return "unplanned";
   if (Number.isFinite(row.vram_peak) && Number.isFinite(row.planned_vram_peak) && row.vram_peak > row.planned_vram_peak * 1.1 + 64 * 2 ** 20) {
@@ -41,11 +42,37 @@ export function timelineRows(report) {
   }));
 }
 
-/** One line on top of the table: whether the plan fitted and what the budget was. */
+const GIB = 2 ** 30;
+const gib = (n) => `${(n / GIB).toFixed(2)} GiB`; // as the server's messages print them
+
+/** The verdict on top of the table: whether the plan fitted. */
 export function planSummary(report) {
   if (!report) return "No run yet.";
   const plan = report.plan;
   if (!plan) return `No plan: ${report.plan_note || "not planned"}`;
   const fits = plan.fits === true ? "fits" : plan.fits === false ? "does not fit" : "not checked";
   return `Plan ${fits}`;
+}
+
+/**
+ * What the plan was made for, from the report: the card (its name, its VRAM) and the budget, e.g.
+ * {card: "NVIDIA RTX 4060 · 8.00 GiB", budget: "budget 7.50 GiB usable (0.50 GiB reserved) · needs 2.91 GiB"}.
+ * Empty strings where the report does not say.
+ */
+export function planBudget(report) {
+  const plan = report?.plan;
+  if (!plan) return { card: "", budget: "" };
+  const pre = report.preflight ?? {};
+  const usable = Number.isFinite(plan.budget_vram) ? plan.budget_vram : pre.budget_vram;
+  const total = Number.isFinite(pre.card_vram) ? pre.card_vram : null;
+  const name = pre.card || "card";
+  const card = total !== null ? `${name} · ${gib(total)}` : pre.card || "";
+  const parts = [];
+  if (Number.isFinite(usable)) {
+    parts.push(`budget ${gib(usable)} usable${Number.isFinite(pre.reserve) && pre.reserve > 0 ? ` (${gib(pre.reserve)} reserved)` : ""}`);
+  }
+  // a workflow without models peaks at 0: nothing to say
+  if (pre.headroom_peak > 0) parts.push(`plan peak ${gib(pre.headroom_peak)}`);
+  if (plan.min_vram > 0) parts.push(`needs at least ${gib(plan.min_vram)}`);
+  return { card, budget: parts.join(" · ") };
 }

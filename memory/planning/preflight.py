@@ -3,7 +3,12 @@
 Two predictions are compared under the device's budget: ComfyUI's own reactive loading (the ``comfyui``
 baseline) and Headroom's plan. When ComfyUI's would run out of VRAM, the warning names the first node that
 fails and the Headroom node that avoids it; when even Headroom's plan cannot fit, it names the node that
-sets the minimum and what would make it fit (report.fit_advice).
+sets the minimum and what would make it fit.
+
+Every figure in a message is one quantity: VRAM held at a node's peak, weights + activations, compared
+with the *usable* VRAM (the card's total minus the reserve for the driver and host). A card size appears
+only as usable + reserve, and says so. Where activations drive the peak, the message names the latent
+(its size and the node that sets it), since a smaller latent is then the cheapest fix.
 """
 
 from __future__ import annotations
@@ -12,33 +17,44 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..deadline import PlanTimeout
-from ..units import format_bytes
-from ..workflow.graph import WorkflowError
+from ..units import GiB
+from ..workflow.graph import Graph, Link, WorkflowError
+from ..workflow.values import Evaluator
 from .baselines import comfyui_reactive
 from .costmodel import Budget, Hardware
 from .pipeline import plan_workflow
 from .planner import Plan, minimum_vram
 from .records import PlannedNode, PlannedRun, prompt_key
-from .report import fit_advice, plan_json
+from .report import plan_json
 from .workload import Step, Workload
 
 # Which Headroom node takes over the work of a component kind that does not fit.
 FIX_BY_KIND = {
-    "diffusion_model": "Layer-Streaming DiT Sampler (Headroom) in place of the sampler",
-    "vae": "Tiled VAE Decode (Headroom) in place of the VAE decode",
-    "text_encoder": "Offload Loader (Headroom) with text_encoder_residency set to auto",
+    "diffusion_model": "Streaming KSampler (VRAM offload) in place of the sampler",
+    "vae": "Tiled VAE Decode (exact, low VRAM) in place of the VAE decode",
+    "text_encoder": "Offload Loader (low VRAM) with text_encoder_residency set to auto",
 }
-DEFAULT_FIX = "Offload Loader (Headroom) with residency set to auto"
+DEFAULT_FIX = "Offload Loader (low VRAM) with residency set to auto"
+SIZE_NAMES = ("width", "height")
+
+
+def gib(n: int | float) -> str:
+    """Every figure in GiB, two decimals, so that figures in one message compare at a glance."""
+    return f"{n / GiB:.2f} GiB"
 
 
 @dataclass(frozen=True)
 class Preflight:
-    """The verdict on one prompt under one budget; ``fits`` None means it could not be checked."""
+    """The verdict on one prompt under one budget; ``fits`` None means it could not be checked.
+
+    Byte figures are VRAM at a peak, comparable with ``budget_vram`` (usable); ``card_vram`` is the
+    card's total (usable + ``reserve``).
+    """
 
     fits: bool | None
     level: str  # ok, warn, error (even Headroom cannot fit), skipped
@@ -46,9 +62,19 @@ class Preflight:
     node: str | None = None  # the node that will fail
     class_type: str | None = None
     fix: str | None = None
-    predicted_peak: int | None = None  # ComfyUI's own loading: weights + activations at the failing node
-    min_vram: int | None = None  # the least any Headroom plan needs
-    budget_vram: int | None = None
+    predicted_peak: int | None = None  # at the failing node: weights + activations (the loading it names)
+    min_vram: int | None = None  # the least any Headroom plan needs (usable VRAM)
+    budget_vram: int | None = None  # usable VRAM
+    title: str | None = None  # the failing node's title, when the workflow gives it one
+    weights: int | None = None  # predicted_peak's split at the failing node
+    activations: int | None = None
+    # the latent the message names (node, class_type, title, width, height, frames, batch): the one at
+    # the failing node, else at the node that sets the workflow's minimum
+    driver: dict[str, Any] | None = None
+    card_vram: int | None = None
+    reserve: int | None = None
+    headroom_peak: int | None = None  # Headroom's plan's VRAM peak, when it fits
+    card: str | None = None  # the card's name ("NVIDIA GeForce RTX 4060", "assumed: HEADROOM_ASSUME_VRAM")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -64,50 +90,226 @@ def _fix_for(workload: Workload, step: Step) -> str:
     return FIX_BY_KIND.get(kinds[0].kind, DEFAULT_FIX) if kinds else DEFAULT_FIX
 
 
-def check(workload: Workload, result: Plan) -> Preflight:
-    """Preflight from a workload and its Headroom plan (both under the same budget)."""
+def _title(graph: Graph | None, node_id: str) -> str | None:
+    node = graph.nodes.get(node_id) if graph is not None else None
+    return node.title if node is not None and node.title and node.title != node.class_type else None
+
+
+def node_name(node_id: str, class_type: str, title: str | None = None) -> str:
+    """'KSampler (node 3)', or '"Upscaled" (KSampler, node 3)' when the node has its own title."""
+    return f'"{title}" ({class_type}, node {node_id})' if title else f"{class_type} (node {node_id})"
+
+
+# The inputs that carry a latent or an image: the walk follows only these, so the size of a conditioning
+# (CLIPTextEncodeSDXL's width/height) is never taken for the latent's.
+LATENT_INPUTS = frozenset(
+    {
+        "latent_image",
+        "latent",
+        "samples",
+        "image",
+        "images",
+        "pixels",
+        "start_image",
+        "end_image",
+        "init_image",
+    }
+)
+
+
+def latent_driver(graph: Graph | None, node_id: str) -> dict[str, Any] | None:
+    """The nearest node upstream of ``node_id``, along latent and image links (breadth first), whose
+    width and height are known numbers: the latent (or image) size that sets the node's activations.
+    None if there is none (a text encoder's activations come from its text, not from a latent)."""
+    if graph is None or node_id not in graph.nodes:
+        return None
+    values, seen, frontier = Evaluator(graph), {node_id}, [node_id]
+    while frontier:
+        nxt: list[str] = []
+        for nid in frontier:
+            inputs = values.live_inputs(nid)
+            if nid != node_id:  # the node itself is what needs the memory, not what sets the size
+                got = {n: values.input(nid, n) for n in (*SIZE_NAMES, "length", "batch_size") if n in inputs}
+                size = {n: v.value for n, v in got.items() if v is not None and v.exact}
+                if all(isinstance(size.get(n), (int, float)) for n in SIZE_NAMES):
+                    node = graph.nodes[nid]
+                    return {
+                        "node": nid,
+                        "class_type": node.class_type,
+                        "title": _title(graph, nid),
+                        "width": int(size["width"]),
+                        "height": int(size["height"]),
+                        "frames": int(size.get("length", 1) or 1),
+                        "batch": int(size.get("batch_size", 1) or 1),
+                    }
+            for name, v in inputs.items():
+                if (
+                    isinstance(v, Link)
+                    and name in LATENT_INPUTS
+                    and v.node in graph.nodes
+                    and v.node not in seen
+                ):
+                    seen.add(v.node)
+                    nxt.append(v.node)
+        frontier = nxt
+    return None
+
+
+def latent_size(driver: dict[str, Any]) -> str:
+    """'2048×2048', with frames and batch when more than 1."""
+    size = f"{driver['width']}×{driver['height']}"
+    if driver.get("frames", 1) > 1:
+        size += f"×{driver['frames']} frames"
+    if driver.get("batch", 1) > 1:
+        size += f", batch {driver['batch']}"
+    return size
+
+
+def describe_latent(driver: dict[str, Any]) -> str:
+    """'the 2048×2048 latent set by EmptySD3LatentImage (node 27)'."""
+    where = node_name(driver["node"], driver["class_type"], driver.get("title"))
+    return f"the {latent_size(driver)} latent set by {where}"
+
+
+def _split(weights: int, activations: int, driver: dict[str, Any] | None) -> str:
+    """'22.17 GiB of weights + 2.16 GiB of activations for the 2048×2048 latent set by ...'."""
+    acts = f"{gib(activations)} of activations"
+    if driver is not None and activations > 0:
+        acts += f" for {describe_latent(driver)}"
+    return f"{gib(weights)} of weights + {acts}"
+
+
+def _card(budget: Budget) -> str:
+    """'a 4.00 GiB card leaves 3.50 GiB usable (0.50 GiB is kept for the driver and host)'."""
+    card = budget.vram + budget.reserve
+    if not budget.reserve:
+        return f"{gib(budget.vram)} of VRAM is usable"
+    return (
+        f"a {gib(card)} card leaves {gib(budget.vram)} usable "
+        f"({gib(budget.reserve)} is kept for the driver and host)"
+    )
+
+
+def _advice(result: Plan, activations: int, weights: int, driver: dict[str, Any] | None) -> str:
+    """What would make an infeasible plan fit, cheapest first: a smaller latent when activations drive
+    the peak, then a card (sized as usable + reserve, so it compares with the card the user has)."""
+    budget = result.budget
+    card = f"a card with at least {gib(result.min_vram + budget.reserve)} of VRAM"
+    if budget.reserve:
+        card += f" ({gib(result.min_vram)} usable + the {gib(budget.reserve)} reserve)"
+    smaller = (
+        f"a smaller latent at {node_name(driver['node'], driver['class_type'], driver.get('title'))} "
+        f"(now {latent_size(driver)})"
+        if driver is not None
+        else "a smaller resolution, fewer frames or a smaller batch at that node"
+    )
+    advice = [smaller, card] if activations > weights else [card]
+    if driver is not None and activations <= weights:
+        advice.append(smaller)
+    if "streaming" not in result.bottleneck:
+        advice.append("fp8 weights for the models that node uses")
+    short = max(0, result.min_vram - budget.vram)
+    if 0 < short <= budget.reserve:
+        advice.append(f"--reserve below {gib(budget.reserve - short)} if nothing else uses the GPU")
+    return "; or ".join(advice)
+
+
+def check(workload: Workload, result: Plan, graph: Graph | None = None) -> Preflight:
+    """Preflight from a workload and its Headroom plan (both under the same budget); ``graph`` (the
+    parsed prompt) lets the messages give node titles and the latent that sizes the activations."""
     budget = result.budget
     stock = comfyui_reactive(workload, budget, result.hardware)
-    base = {"min_vram": result.min_vram, "budget_vram": budget.vram}
+    base: dict[str, Any] = {
+        "min_vram": result.min_vram,
+        "budget_vram": budget.vram,
+        "card_vram": budget.vram + budget.reserve,
+        "reserve": budget.reserve,
+    }
     if not result.feasible:
         depth = result.prefetch_depth
-        step = next((s for s in workload.steps if _step_need(workload, s, depth) > budget.vram), None)
-        where = f"node {step.node_id} ({step.label})" if step else result.bottleneck
-        need = _step_need(workload, step, depth) if step else result.min_vram
+        needs = {s.node_id: _step_need(workload, s, depth) for s in workload.steps}
+        step = next((s for s in workload.steps if needs[s.node_id] > budget.vram), None)
+        if step is None:  # the minimum's own step, by its description; a fallback only
+            return Preflight(
+                False,
+                "error",
+                f"this workflow will run out of VRAM even with Headroom: it needs at least "
+                f"{gib(result.min_vram)} at {result.bottleneck}; {_card(budget)}.",
+                fix=_advice(result, 0, result.min_vram, None),
+                **base,
+            )
+        need, title = needs[step.node_id], _title(graph, step.node_id)
+        acts = min(step.activation_min or 0, need)
+        driver = latent_driver(graph, step.node_id) if acts else None
+        where = node_name(step.node_id, step.label, title)
+        # the advice is about the step that sets the workflow's minimum, which may come later
+        worst = max(workload.steps, key=lambda s: needs[s.node_id])
+        whole, named = "", driver
+        if worst is step:
+            fix = _advice(result, acts, need - acts, driver)
+        else:
+            w_acts = min(worst.activation_min or 0, needs[worst.node_id])
+            w_driver = latent_driver(graph, worst.node_id) if w_acts else None
+            fix = _advice(result, w_acts, needs[worst.node_id] - w_acts, w_driver)
+            named = driver or w_driver  # the latent the advice names
+            other = node_name(worst.node_id, worst.label, _title(graph, worst.node_id))
+            whole = (
+                f" The whole workflow needs {gib(result.min_vram)}, at {other}: "
+                f"{_split(needs[worst.node_id] - w_acts, w_acts, w_driver)}."
+            )
         return Preflight(
             False,
             "error",
-            f"{where} will run out of VRAM even with Headroom: it needs at least {format_bytes(need)} and "
-            f"{format_bytes(budget.vram)} is usable; the workflow needs {format_bytes(result.min_vram)} "
-            f"(set by {result.bottleneck}). To fit: {fit_advice(result)}",
-            node=step.node_id if step else None,
-            class_type=step.label if step else None,
-            fix=fit_advice(result),
+            f"{where} will run out of VRAM even with Headroom: at its least it holds {gib(need)} "
+            f"({_split(need - acts, acts, driver)}), and {_card(budget)}.{whole} To fit: {fix}",
+            node=step.node_id,
+            class_type=step.label,
+            fix=fix,
             predicted_peak=need,
+            title=title,
+            weights=need - acts,
+            activations=acts,
+            driver=named,
             **base,
         )
+    headroom_peak = max((s.vram_peak for s in result.steps), default=0)
     if stock.fits:
-        peak = max((s.vram_peak for s in result.steps), default=0)
         return Preflight(
-            True, "ok", f"fits: predicted VRAM peak {format_bytes(peak)}", predicted_peak=peak, **base
+            True,
+            "ok",
+            f"fits: Headroom's plan peaks at {gib(headroom_peak)}; {_card(budget)}",
+            predicted_peak=headroom_peak,
+            headroom_peak=headroom_peak,
+            **base,
         )
     step = next((s for s in workload.steps if stock.oom_step == f"node {s.node_id} ({s.label})"), None)
     if step is None:  # the baseline names steps this way; guard against a wording change all the same
         return Preflight(
-            False, "warn", f"{stock.oom_step} will run out of VRAM with ComfyUI's own loading", **base
+            False,
+            "warn",
+            f"{stock.oom_step} will run out of VRAM with ComfyUI's own loading",
+            headroom_peak=headroom_peak,
+            **base,
         )
-    peak = sum(workload.component(c).bytes for c in step.uses) + step.activation
+    weights = sum(workload.component(c).bytes for c in step.uses)
+    peak, title = weights + step.activation, _title(graph, step.node_id)
+    driver = latent_driver(graph, step.node_id) if step.activation else None
     fix = _fix_for(workload, step)
     return Preflight(
         False,
         "warn",
-        f"node {step.node_id} ({step.label}) will run out of VRAM with ComfyUI's own loading: it needs "
-        f"{format_bytes(peak)} and {format_bytes(budget.vram)} is usable. Fix: use {fix}; Headroom's plan "
-        f"fits in {format_bytes(max(s.vram_peak for s in result.steps))}.",
+        f"{node_name(step.node_id, step.label, title)} will run out of VRAM with ComfyUI's own loading: "
+        f"it would hold {gib(peak)} at once ({_split(weights, step.activation, driver)}), and "
+        f"{_card(budget)}. Fix: use {fix}; Headroom's plan then peaks at {gib(headroom_peak)}.",
         node=step.node_id,
         class_type=step.label,
         fix=fix,
         predicted_peak=peak,
+        title=title,
+        weights=weights,
+        activations=step.activation,
+        driver=driver,
+        headroom_peak=headroom_peak,
         **base,
     )
 
@@ -153,12 +355,14 @@ def plan_prompt(
     models_dir: Path | Sequence[Path] | None = None,
     outputs: list[str] | None = None,
     time_limit_s: float | None = None,
+    card: str | None = None,
 ) -> tuple[PlannedRun | None, Preflight]:
     """Parse, order, extract and plan an API prompt (what POST /prompt carries); never raises on bad input.
 
     ``outputs``: the output node ids the host will execute, when it knows them (it knows every node
     class's OUTPUT_NODE; the node-type table only knows the classes it lists). ``time_limit_s``: past
-    it, planning stops and the preflight says so (the prompt runs unplanned).
+    it, planning stops and the preflight says so (the prompt runs unplanned). ``card``: the card's name,
+    passed on in the verdict for the timeline's header.
     """
     try:
         planned = plan_workflow(
@@ -171,7 +375,7 @@ def plan_prompt(
         return None, Preflight(None, "skipped", message, budget_vram=budget.vram)
     workload, result = planned.workload, planned.plan
     assert result is not None  # planned under a budget
-    verdict = check(workload, result)
+    verdict = replace(check(workload, result, planned.graph), card=card)
     return planned_run(workload, result, verdict), verdict
 
 

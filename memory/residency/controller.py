@@ -36,6 +36,7 @@ from ..planning.reasons import step_reasons
 from ..planning.workload import Workload
 from ..workflow.graph import Graph, Link
 from ..workflow.order import output_signatures, predict_cached
+from .ram_guard import RamGuard
 
 _log = logging.getLogger("headroom")
 HOST_ACTIONS = ("pin", "unpin", "map", "warm")  # host-side moves: logged, not part of the GPU plan
@@ -61,7 +62,7 @@ class HostOps(Protocol):
 class Event:
     t: float  # seconds since the prompt started
     node_id: str
-    kind: str  # planned, applied, replan, oom, failed, ledger, note
+    kind: str  # planned, applied, replan, oom, failed, ledger, ram (RAM per node), note
     action: str = ""  # load, prefetch, evict, stream, pin, unpin, map, warm
     component: str = ""
     label: str = ""
@@ -142,6 +143,7 @@ class Controller:
         self.keep = keep
         self.held: set[Hashable] = set()  # cache signatures of the outputs the host holds
         self.listeners: list[Callable[[str, Event], None]] = []
+        self.ram_guard: RamGuard | None = None  # the host's: RssAnon + pinned within the RAM budget
         self.lock = threading.RLock()
 
     # -- registration (the loader node)
@@ -268,10 +270,20 @@ class Controller:
                 if not run.plan.feasible:
                     return
             elif {m.component_id for m in self._managed(run)} != run.managed_ids:
-                # a loader of this prompt registered its components: their moves join the log from here
-                self._supersede(run, s)
-                self._log_planned(run, s)
+                # A loader of this prompt registered its components. The plan made at the prompt's start
+                # has them off the GPU until their first use, but the host may have loaded one already
+                # (a text encoder goes to the GPU when it fits): that plan would evict it here and load
+                # it straight back (#16), so plan the rest again from where they are.
+                if self._loaded_unplanned(run, s):
+                    self._replan(run, run.plan.steps[s:], "a loader put components on the GPU")
+                    s = 0
+                    if not run.plan.feasible:
+                        return
+                else:  # their moves join the log from here
+                    self._supersede(run, s)
+                    self._log_planned(run, s)
             self._apply(run, s)
+            self._ram(run, s, "start", node_id)
             run.position = s + 1
             self._ledger(run, node_id)
 
@@ -290,6 +302,7 @@ class Controller:
                 off = [m.label for m in self._managed(run) if not self.ops.on_gpu(m.handle)]
                 self._event(run, node_id, "failed", detail=f"the node failed; off the device now: {off}")
             self._ledger(run, node_id)
+            self._ram(run, run.position - 1, "end" if ok else "failed", node_id)
 
     def recover(self, prompt_id: str) -> bool:
         """After an OOM inside the running node: free the device through the host, put back what the
@@ -323,6 +336,18 @@ class Controller:
         ids = {c.id for c in run.workload.components}
         pending = {sp.step.node_id for sp in run.plan.steps[run.position :]}
         return [m for cid, m in self.managed.items() if cid in ids and cid.split(":", 1)[0] not in pending]
+
+    def _loaded_unplanned(self, run: Run, s: int) -> bool:
+        """Whether a newly registered component is on the GPU where the plan, before step ``s``, has it
+        off (it then plans a move out at ``s`` and, if it is used soon, one straight back)."""
+        before = run.plan.steps[s - 1] if s > 0 else None
+        for m in self._managed(run):
+            if m.component_id in run.managed_ids or not self.ops.on_gpu(m.handle):
+                continue
+            planned = _target(before, m.component_id) if before else run.workload.initial_tier(m.component_id)
+            if not planned.gpu:
+                return True
+        return False
 
     def _actual_tiers(self, workload: Workload) -> dict[str, Tier]:
         out = {}
@@ -508,6 +533,18 @@ class Controller:
         detail = "; ".join(n for n in notes or () if n)
         self._event(run, node_id, "applied", action, m.component_id, m.label, nbytes, detail)
         return True
+
+    def _ram(self, run: Run, s: int, phase: str, node_id: str) -> None:
+        """The RAM guard at a planned node's start or end (``ram_guard.RamGuard.boundary``); fails open."""
+        if self.ram_guard is None or not run.plan.feasible:
+            return
+        held = [(m.component_id, m.label, m.handle) for m in self._managed(run)]
+        try:
+            notes = self.ram_guard.boundary(run.prompt_id, run.workload, run.plan, s, phase, held, node_id)
+        except Exception as exc:  # the node runs as it would without the guard
+            notes = [("failed", "", "", "", 0, f"RAM guard: {exc!r}")]
+        for note in notes:
+            self._event(run, node_id, *note)
 
     def _ledger(self, run: Run, node_id: str) -> None:
         used = self.ops.device_bytes()

@@ -46,11 +46,13 @@ class Telemetry:
             except Exception:
                 log.exception("Headroom: a telemetry listener failed on %s", event)
 
-    def start_prompt(self, prompt_id: str, prompt: dict[str, Any] | None = None) -> RunRecord:
+    def start_prompt(
+        self, prompt_id: str, prompt: dict[str, Any] | None = None, workflow_id: str | None = None
+    ) -> RunRecord:
         with self._lock:
             if self.current is not None:
                 self._close_open(self.current)
-            run = RunRecord(str(prompt_id), prompt_key(prompt), self.probe.clock())
+            run = RunRecord(str(prompt_id), prompt_key(prompt), self.probe.clock(), workflow_id=workflow_id)
             for node_id, node in (prompt or {}).items():
                 if isinstance(node, dict):
                     run.class_types[str(node_id)] = str(node.get("class_type", ""))
@@ -108,18 +110,69 @@ class Telemetry:
         with self._lock:
             run = self._run_for(prompt_id)
             record = run.nodes.get(node_id)
-            if record is None or record.status != "running":
-                return None  # a cached node: finished without starting
-            record.finished, record.status = sample.t, "done" if ok else "error"
-            record.after = _fields(sample)
-            samples = [s for s in self.sampler.history(since=record.started) if s.t <= sample.t]
-            record.peak = peaks([*samples, sample])
-            for name, value in record.before.items():
-                record.peak[name] = max(record.peak.get(name, value), value)
-            record.device_peak = device_peak
-            payload = {"prompt_id": run.prompt_id, **_badge(record)}
+            if record is None:  # finished without starting: the host served it from its cache
+                record = self._cached(run, node_id, sample.t)
+            elif record.status != "running":
+                return None  # reported cached already, or finished twice
+            else:
+                record.finished, record.status = sample.t, "done" if ok else "error"
+                record.after = _fields(sample)
+                samples = [s for s in self.sampler.history(since=record.started) if s.t <= sample.t]
+                record.peak = peaks([*samples, sample])
+                for name, value in record.before.items():
+                    record.peak[name] = max(record.peak.get(name, value), value)
+                record.device_peak = device_peak
+            payload = {"prompt_id": run.prompt_id, "workflow_id": run.workflow_id, **_badge(record)}
         self._emit(EVENTS["node"], payload)
         return record
+
+    def nodes_cached(self, prompt_id: str, node_ids: list[str]) -> None:
+        """The host's list of the prompt's nodes it serves from its cache (execution_cached)."""
+        t = self.probe.clock()
+        payloads = []
+        with self._lock:
+            run = self._run_for(prompt_id)
+            for node_id in node_ids:
+                if node_id in run.class_types and node_id not in run.nodes:  # of this prompt, not run yet
+                    record = self._cached(run, node_id, t)
+                    payloads.append(
+                        {"prompt_id": run.prompt_id, "workflow_id": run.workflow_id, **_badge(record)}
+                    )
+        for payload in payloads:
+            self._emit(EVENTS["node"], payload)
+
+    def _cached(self, run: RunRecord, node_id: str, t: float) -> NodeRecord:
+        """A cached node's record, linked to the record of the latest earlier run (of the same workflow,
+        when both are known) that computed it: its badge keeps that run's time and memory."""
+        class_type = run.class_types.get(node_id, "")
+        record = NodeRecord(node_id, class_type, t, finished=t, status="cached")
+        for earlier in reversed(self._runs.values()):
+            if earlier is run or (run.workflow_id and earlier.workflow_id not in (None, run.workflow_id)):
+                continue
+            found = earlier.nodes.get(node_id)
+            if found is not None and found.class_type == class_type:
+                if found.status == "cached" and found.computed is not None:
+                    record.computed, record.cached_from = found.computed, found.cached_from
+                    break
+                if found.status == "done":
+                    record.computed, record.cached_from = found, earlier.prompt_id
+                    break
+        run.nodes[node_id] = record
+        return record
+
+    def recent(self) -> list[dict[str, Any]]:
+        """The kept runs, oldest first, each with its workflow and its nodes' badges (what a reloaded page
+        restores)."""
+        with self._lock:
+            return [
+                {
+                    "prompt_id": run.prompt_id,
+                    "workflow_id": run.workflow_id,
+                    "started": run.started,
+                    "nodes": [_badge(r) for r in run.nodes.values() if r.status != "running"],
+                }
+                for run in self._runs.values()
+            ]
 
     def record_event(self, event: ResidencyEvent) -> None:
         """A residency move from the controller; attached to its node when that node is known."""
@@ -175,13 +228,15 @@ def _fields(sample: Sample) -> dict[str, int]:
 
 
 def _badge(record: NodeRecord) -> dict[str, Any]:
-    """What the frontend shows on a node after it ran."""
-    vram = record.device_peak if record.device_peak is not None else record.peak.get("allocated")
+    """What the frontend shows on a node after it ran; a cached node shows the run that computed it."""
+    source = record.computed or record
+    vram = source.device_peak if source.device_peak is not None else source.peak.get("allocated")
     return {
         "node": record.node_id,
         "class_type": record.class_type,
         "status": record.status,
-        "duration_s": record.duration_s,
+        "duration_s": None if source.status == "cached" else source.duration_s,  # no computing run known
         "vram_peak": vram,
-        "rss_peak": record.peak.get("rss"),
+        "rss_peak": source.peak.get("rss"),
+        "cached_from": record.cached_from,
     }

@@ -18,20 +18,38 @@ class PeakSource(Protocol):
 REPORT_COLUMNS = (
     "order", "node", "class_type", "status", "planned_order", "duration_s", "planned_wall_s",
     "vram_peak", "planned_vram_peak", "vram_delta", "rss_peak", "ram_peak", "planned_placements",
-    "planned_reasons", "residency_events",
+    "planned_reasons", "residency_events", "cached_from",
 )  # fmt: skip
 
 
 def plan_vs_actual(run: RunRecord) -> list[dict[str, Any]]:
     """One row per node that ran or was planned, in the order they ran, then planned nodes that did not run.
 
-    A planned node that did not run was cached or skipped (status "not run"); a node that ran but was not
-    planned is a frontend-only or unknown node the planner left out (planned fields empty).
+    A node the host served from its cache is "cached" (with the prompt that computed it): it used no time
+    or memory in this run, so it has no measured or planned figures. A planned node that did not run (not
+    reached, or cached on a host that does not report it) is "not run"; a node that ran but was not planned
+    is a frontend-only or unknown node the planner left out (planned fields empty).
     """
     planned = run.planned
     rows: list[dict[str, Any]] = []
     for order, record in enumerate(list(run.nodes.values()), 1):
         p = planned.node(record.node_id) if planned else None
+        if record.status == "cached":
+            rows.append(
+                {
+                    **dict.fromkeys(REPORT_COLUMNS),
+                    "order": order,
+                    "node": record.node_id,
+                    "class_type": record.class_type,
+                    "status": "cached",
+                    "planned_order": p.order if p else None,
+                    "planned_placements": dict(p.placements) if p else {},
+                    "planned_reasons": dict(p.reasons) if p else {},
+                    "residency_events": [e.as_dict() for e in record.events],
+                    "cached_from": record.cached_from,
+                }
+            )
+            continue
         vram = record.device_peak if record.device_peak is not None else record.peak.get("allocated")
         rows.append(
             {
@@ -50,6 +68,7 @@ def plan_vs_actual(run: RunRecord) -> list[dict[str, Any]]:
                 "planned_placements": dict(p.placements) if p else {},
                 "planned_reasons": dict(p.reasons) if p else {},
                 "residency_events": [e.as_dict() for e in record.events],
+                "cached_from": None,
             }
         )
     ran = set(run.nodes)
@@ -76,6 +95,7 @@ def report_json(run: RunRecord, telemetry: PeakSource | None = None) -> dict[str
     planned = run.planned
     return {
         "prompt_id": run.prompt_id,
+        "workflow_id": run.workflow_id,
         "started": run.started,
         "plan": None
         if planned is None

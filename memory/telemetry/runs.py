@@ -40,12 +40,16 @@ class NodeRecord:
     class_type: str
     started: float
     finished: float | None = None
-    status: str = "running"  # running, done, error (no finish: failed or interrupted)
+    status: str = "running"  # running, done, error (no finish: failed or interrupted), cached
     before: dict[str, int] = field(default_factory=dict)
     after: dict[str, int] = field(default_factory=dict)
     peak: dict[str, int] = field(default_factory=dict)  # per sample field, over the node's samples
     device_peak: int | None = None  # torch.cuda.max_memory_allocated over the node (exact, not sampled)
     events: list[ResidencyEvent] = field(default_factory=list)
+    # status "cached": the host served the node's output from its cache; the record of the earlier run that
+    # computed it (None when that run is gone), and that run's prompt id
+    computed: NodeRecord | None = None
+    cached_from: str | None = None
 
     @property
     def duration_s(self) -> float | None:
@@ -63,6 +67,7 @@ class NodeRecord:
             "before": self.before,
             "after": self.after,
             "events": [e.as_dict() for e in self.events],
+            "cached_from": self.cached_from,
         }
 
 
@@ -78,6 +83,7 @@ class RunRecord:
     events: list[ResidencyEvent] = field(default_factory=list)
     planned: PlannedRun | None = None
     plan_note: str = ""  # why there is no plan, when there is none
+    workflow_id: str | None = None  # the frontend's graph id (extra_pnginfo.workflow.id), when it sent one
 
 
 @dataclass

@@ -173,7 +173,8 @@ class _UiParser:
         self.warnings: list[str] = []
         definitions = data.get("definitions") or {}
         self.subgraphs: dict[str, dict[str, Any]] = {}
-        for definition in (definitions.get("subgraphs") if isinstance(definitions, dict) else None) or []:
+        subgraphs = definitions.get("subgraphs") if isinstance(definitions, dict) else None
+        for definition in subgraphs if isinstance(subgraphs, list) else []:
             if isinstance(definition, dict) and isinstance(definition.get("id"), str):
                 self.subgraphs[definition["id"]] = definition
         extra = data.get("extra") if isinstance(data.get("extra"), dict) else {}

@@ -17,7 +17,7 @@ One module per concern; each imports only those above it in this list:
 - ``state``: the process-wide monitor, controller and event source, and the wiring between them;
 - ``routes``: the /headroom/ routes and the preflight of POSTed prompts;
 - ``loading``: the Offload Loader's loading, checks and placement;
-- ``sampling``: the streamed ``common_ksampler``;
+- ``sampling``: streaming as a patch of the MODEL (``stream_model``), and the streamed KSampler;
 - ``vae``: the tiled VAE decode's host calls.
 
 The node modules import the module they need (``from .host import lookups``); this package's own name

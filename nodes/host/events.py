@@ -8,7 +8,10 @@ order (each step feature-detected, failing open with a state string the status r
    ``reset_progress_state``; on the 2024 host wrappers of ``recursive_execute`` and of
    ``get_output_data`` (the node's own work, timed from a stack of the nodes being executed);
 2. the OOM retry: a second wrapper of ``get_output_data``, around whatever step 1 left there;
-3. the validation mark: a wrapper of ``validate_prompt``.
+3. the validation mark: a wrapper of ``validate_prompt``;
+4. the cache report: a wrapper of ``PromptExecutor.add_message`` that reads the host's own
+   ``execution_cached`` message (which nodes it serves from its cache: the executor never visits a cached
+   node that only feeds others, so no node boundary reports it).
 
 Two steps replace ``execution.get_output_data``, and the order is what makes a retried node right on the
 2024 host: the retry wraps the node-boundary wrapper, so the attempt that ran out of memory is reported
@@ -59,6 +62,9 @@ class Subscriber:
     def validation_finished(self) -> None:
         pass
 
+    def nodes_cached(self, prompt_id: str, node_ids: list[str]) -> None:
+        """The nodes of the prompt the host serves from its cache (after prompt_started)."""
+
     def out_of_memory(self) -> bool:
         """A node of the running prompt ran out of memory: True if it was made room for and may run once
         more (it is run again once at most)."""
@@ -72,6 +78,7 @@ class EventSource:
         self.subscribers = list(subscribers)
         self.current: str | None = None  # the prompt that started last
         self.hooks: dict[str, str] = {}  # patch -> "on", or why it is off
+        self._early_cached: tuple[str, list[str]] | None = None  # reported before its prompt started
 
     def _publish(self, event: str, *args: Any) -> list[Any]:
         results = []
@@ -92,6 +99,18 @@ class EventSource:
         if previous is not None:
             self._publish("prompt_finished", previous)
         self._publish("prompt_started", self.current, prompt if isinstance(prompt, dict) else None)
+        early, self._early_cached = self._early_cached, None
+        if early is not None and early[0] == self.current:
+            self._publish("nodes_cached", *early)
+
+    def nodes_cached(self, prompt_id: Any, node_ids: Iterable[Any]) -> None:
+        """The host's execution_cached report; the 2024 host sends it before the prompt's first node (which
+        is when this source learns that the prompt started): held until then."""
+        cached = (str(prompt_id), [str(n) for n in node_ids])
+        if cached[0] == self.current:
+            self._publish("nodes_cached", *cached)
+        else:
+            self._early_cached = cached
 
     def node_started(self, prompt_id: Any, node_id: Any) -> None:
         self._publish("node_started", None if prompt_id is None else str(prompt_id), str(node_id))
@@ -126,7 +145,8 @@ class EventSource:
         except Exception as exc:
             state = f"off: {exc!r}"
         self.hooks["nodes"] = state
-        for name, hook in (("oom_retry", _hook_oom_retry), ("validation", _hook_validation)):
+        steps = (("oom_retry", _hook_oom_retry), ("validation", _hook_validation), ("cached", _hook_cached))
+        for name, hook in steps:
             try:
                 self.hooks[name] = hook(self, execution)
             except Exception as exc:
@@ -282,4 +302,28 @@ def _hook_validation(source: EventSource, execution: ModuleType) -> str:
 
     validate_prompt.__headroom__ = True  # type: ignore[attr-defined]
     execution.validate_prompt = validate_prompt
+    return "on"
+
+
+def _hook_cached(source: EventSource, execution: ModuleType) -> str:
+    """Read the host's execution_cached message as the executor sends it (both hosts send it through
+    PromptExecutor.add_message, once per prompt, before its first node runs)."""
+    executor = getattr(execution, "PromptExecutor", None)
+    original = getattr(executor, "add_message", None)
+    if original is None:
+        return "off: no PromptExecutor.add_message on this host"
+    if getattr(original, "__headroom__", False):
+        return "on"
+
+    @functools.wraps(original)
+    def add_message(self: Any, event: Any, data: Any, *args: Any, **kwargs: Any) -> Any:
+        if event == "execution_cached" and isinstance(data, dict) and data.get("prompt_id") is not None:
+            try:
+                source.nodes_cached(data["prompt_id"], list(data.get("nodes") or ()))
+            except Exception:
+                _log.exception("Headroom: reading the cached nodes failed; the workflow is not affected")
+        return original(self, event, data, *args, **kwargs)
+
+    add_message.__headroom__ = True  # type: ignore[attr-defined]
+    executor.add_message = add_message
     return "on"

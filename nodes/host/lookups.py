@@ -44,9 +44,35 @@ def dynamic_vram_reason() -> str:
 # --- input choices: the host's own lists, so our inputs mirror its nodes on every host
 
 
+# Tooltips for the stock KSampler's inputs where the host gives none (2024 hosts have no tooltips).
+KSAMPLER_TOOLTIPS = {
+    "model": "The diffusion model to sample with; the blocks that do not fit in VRAM are streamed",
+    "seed": "The random seed for the initial noise (same seed, same result as the stock KSampler)",
+    "steps": "The number of denoising steps",
+    "cfg": "Classifier-free guidance scale: higher follows the prompt more closely; too high hurts quality",
+    "sampler_name": "The sampling algorithm",
+    "scheduler": "How the noise level falls over the steps",
+    "positive": "The conditioning to steer towards (what the image should show)",
+    "negative": "The conditioning to steer away from",
+    "latent_image": "The latent to denoise (an empty latent for text to image)",
+    "denoise": "How much of the latent is replaced by noise (0-1); below 1 keeps the input's structure",
+}
+
+
 def ksampler_required_inputs() -> dict[str, Any]:
-    """The stock KSampler's required inputs, so ours mirror them exactly on every host."""
-    return dict(host_module("nodes").KSampler.INPUT_TYPES()["required"])
+    """The stock KSampler's required inputs, so ours mirror them exactly on every host, each with a
+    tooltip that names its default (the host's own wording where it has one)."""
+    inputs = {}
+    for name, spec in host_module("nodes").KSampler.INPUT_TYPES()["required"].items():
+        options = dict(spec[1]) if len(spec) > 1 and isinstance(spec[1], dict) else {}
+        tip = str(options.get("tooltip") or KSAMPLER_TOOLTIPS.get(name, "")).rstrip(".")
+        default = options.get("default", spec[0][0] if isinstance(spec[0], list) and spec[0] else None)
+        if default is not None and "default" not in tip.lower():
+            tip += f". Default: {default}"
+        if tip:
+            options["tooltip"] = tip
+        inputs[name] = (spec[0], options, *spec[2:])
+    return inputs
 
 
 def model_files(kind: str) -> list[str]:

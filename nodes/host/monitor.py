@@ -14,7 +14,7 @@ import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ...memory.deadline import HOST_PLAN_LIMIT_S
@@ -22,10 +22,11 @@ from ...memory.names import EVENTS
 from ...memory.planning.costmodel import Budget
 from ...memory.planning.preflight import PlanCache, Preflight, plan_prompt
 from ...memory.planning.records import PlannedRun
+from ...memory.residency.ram_budget import RAM
 from ...memory.telemetry.hub import Telemetry
 from ...memory.telemetry.probe import MemoryProbe, Sample
 from ...memory.telemetry.sampler import Sampler
-from ...memory.units import GiB, parse_bytes
+from ...memory.units import parse_bytes
 from .events import Subscriber
 from .lookups import models_dir, output_nodes
 
@@ -76,6 +77,7 @@ class Monitor(Subscriber):
         self.telemetry.listeners.append(self.push)
         self.plans = PlanCache(self._plan)
         self.queued: OrderedDict[str, str] = OrderedDict()  # prompt id -> plan key, queued but not run yet
+        self.workflows: OrderedDict[str, str] = OrderedDict()  # prompt id -> the frontend's workflow id
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="headroom-preflight")
         self.assume_vram = _env_vram()
         self.server: Any = None
@@ -119,10 +121,8 @@ class Monitor(Subscriber):
                 vram = None
         if vram is None:
             return None
-        ram = 32 * GiB
-        if self.probe.psutil is not None:
-            ram = int(self.probe.psutil.virtual_memory().total)
-        return Budget.from_card(vram, ram)
+        ram = RAM.resolve()  # the RAM budget: HEADROOM_RAM_BUDGET, the setting, else the machine's
+        return replace(Budget.from_card(vram, max(ram.ram, 1)), pinned=ram.pinned)
 
     def _plan(self, prompt: dict[str, Any]) -> tuple[PlannedRun | None, Preflight]:
         budget = self.budget()
@@ -134,7 +134,18 @@ class Monitor(Subscriber):
         deadline = getattr(self.local, "deadline", None)  # set by a preflight on this thread
         left = HOST_PLAN_LIMIT_S if deadline is None else max(1.0, deadline - time.monotonic())
         outputs = output_nodes(prompt)
-        return plan_prompt(prompt, budget, models_dir=models_dir(), outputs=outputs, time_limit_s=left)
+        return plan_prompt(
+            prompt, budget, models_dir=models_dir(), outputs=outputs, time_limit_s=left, card=self.card_name()
+        )
+
+    def card_name(self) -> str:
+        """What the plan is for, for the timeline's header: the assumed card, else the device's name."""
+        if self.assume_vram is not None:
+            return f"assumed card ({ASSUME_VRAM_ENV})"
+        try:
+            return str(self.probe.cuda.get_device_name(self.probe.device))
+        except Exception:
+            return "CUDA device"
 
     def plan_for(self, prompt: dict[str, Any]) -> tuple[PlannedRun | None, Preflight]:
         """The plan under today's budget (a changed assumed VRAM is another plan), cached."""
@@ -167,10 +178,22 @@ class Monitor(Subscriber):
             if not self.validating:
                 self.validated.set()
 
+    def queued_prompt(self, prompt_id: str, key: str, workflow_id: str | None) -> None:
+        """A prompt POSTed to /prompt: its plan key, and the workflow it came from (its runs are shown on
+        that workflow's nodes only)."""
+        with self.lock:
+            self.queued[prompt_id] = key
+            if workflow_id is not None:
+                self.workflows[prompt_id] = workflow_id
+            for queue in (self.queued, self.workflows):
+                while len(queue) > 1024:  # a long queue (batch count 100) keeps every id; entries are tiny
+                    queue.popitem(last=False)
+
     def prompt_started(self, prompt_id: str, prompt: dict[str, Any] | None) -> None:
-        self.telemetry.start_prompt(prompt_id, prompt)
         with self.lock:
             self.queued.pop(prompt_id, None)
+            workflow_id = self.workflows.pop(prompt_id, None)
+        self.telemetry.start_prompt(prompt_id, prompt, workflow_id)
         if prompt is not None:
             try:
                 planned, verdict = self.plan_for(prompt)
@@ -186,6 +209,9 @@ class Monitor(Subscriber):
 
     def node_finished(self, prompt_id: str | None, node_id: str, ok: bool = True) -> None:
         self.telemetry.node_finished(prompt_id, node_id, ok)
+
+    def nodes_cached(self, prompt_id: str, node_ids: list[str]) -> None:
+        self.telemetry.nodes_cached(prompt_id, node_ids)
 
     # -- the Memory Monitor node
     def configure(self, rate_hz: float | None = None, assume_vram: int | None | str = "keep") -> None:

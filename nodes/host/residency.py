@@ -21,6 +21,8 @@ from typing import Any, Protocol
 from ...memory.deadline import HOST_PLAN_LIMIT_S
 from ...memory.planning.costmodel import CHOICE_HOST, Budget, Hardware
 from ...memory.residency import Controller, MappedFile, bind, footprint, pin, to_pageable
+from ...memory.residency.ram_budget import RAM, RamReading, read_process, release_heap, release_pinned_cache
+from ...memory.residency.ram_guard import RamGuard
 from ...memory.telemetry.runs import ResidencyEvent
 from ...memory.units import format_bytes
 from .events import Subscriber
@@ -55,7 +57,7 @@ def place_host_copy(h: Handle, host: str | None = None) -> str:
     if host == "D":
         binding = bind(h.module, h.mapped(), h.mapped_names)
         h.mapped_names.update(binding.bound)
-        if binding.kept_bytes:
+        if binding.kept_bytes >= 2**20:  # below a MiB: buffers the file does not hold (sigmas, scales)
             sample = next(iter(binding.kept.items()))
             return (
                 f"{binding.kept_bytes / 2**20:.1f} MiB stay in RAM (the loader converted them; e.g. "
@@ -149,6 +151,36 @@ class _HostOps:
         self.mm.soft_empty_cache()
 
 
+class _RamOps:
+    """memory.residency.ram_guard.RamOps on the host: the OS's figures and the disk tier."""
+
+    def __init__(self, host: _HostOps) -> None:
+        self.host = host
+
+    def read(self) -> RamReading:
+        return read_process()
+
+    def host_bytes(self, handle: Handle) -> tuple[int, int]:
+        fp = footprint(handle.module, handle.files or ())
+        return fp.ram, fp.pinned
+
+    def to_disk(self, handle: Handle) -> str:
+        # On a CPU device the loaded model is its RAM copy: unload it through the host first (nothing
+        # moves), so the host's accounting does not count a model that now lives in the file.
+        if self.computes_on_cpu() and self.host.on_gpu(handle):
+            self.host.evict(handle)
+        return place_host_copy(handle, "D")
+
+    def trim(self) -> bool:
+        # glibc keeps freed heap and torch keeps freed pinned blocks: what just moved to disk must leave
+        pinned = release_pinned_cache()
+        return release_heap() or pinned
+
+    def computes_on_cpu(self) -> bool:
+        mm = sys.modules.get("comfy.model_management")  # no host loaded (tests, the CLI): no device yet
+        return mm is not None and getattr(mm.get_torch_device(), "type", "cpu") == "cpu"
+
+
 def _advise_willneed(path: Path) -> None:
     import mmap
 
@@ -178,6 +210,8 @@ class Residency(Subscriber):
     ) -> None:
         self.controller = Controller(_HostOps(), time_limit_s=HOST_PLAN_LIMIT_S)
         self.controller.listeners.append(self._moved)
+        self.ram_guard = RamGuard(_RamOps(self.controller.ops), RAM.resolve)
+        self.controller.ram_guard = self.ram_guard
         self.card_budget = card_budget
         self.moves: list[Callable[[ResidencyEvent], None]] = [on_move] if on_move is not None else []
         self.budget_override: Budget | None = None
@@ -224,6 +258,13 @@ class Residency(Subscriber):
         budget = self.budget()
         if budget is None:
             return
+        try:  # the plan's RAM is what the RAM budget leaves after the process itself (measured now)
+            ram = self.ram_guard.begin(prompt_id, [m.handle for m in self.controller.managed.values()])
+            if self.budget_override is None:
+                pinned = min(budget.pinned, ram.budget.pinned)
+                budget = dataclasses.replace(budget, ram=max(0, ram.budget.ram - ram.baseline), pinned=pinned)
+        except Exception:  # fail open: the plan keeps the card's budget, the guard measures at the first node
+            _log.warning("Headroom: could not measure the RAM budget", exc_info=True)
         self.controller.prompt_started(
             prompt_id,
             prompt,

@@ -56,10 +56,7 @@ def _on_prompt(m: Monitor, json_data: Any) -> Any:
             json_data.setdefault("prompt_id", str(uuid.uuid4()))
         prompt_id = json_data.get("prompt_id")
         if prompt_id is not None:
-            with m.lock:
-                m.queued[str(prompt_id)] = m.plans.key(prompt, m.budget())
-                while len(m.queued) > 64:
-                    m.queued.popitem(last=False)
+            m.queued_prompt(str(prompt_id), m.plans.key(prompt, m.budget()), _workflow_id(json_data))
         job = (_safe, "preflight", m.preflight, prompt, prompt_id, json_data.get("client_id"))
         try:  # after the host's handler: its validation runs on this loop and would share the GIL
             asyncio.get_running_loop().call_soon(lambda: m.pool.submit(*job))
@@ -68,6 +65,15 @@ def _on_prompt(m: Monitor, json_data: Any) -> Any:
     except Exception:
         _log.exception("Headroom: preflight failed; the prompt is queued as usual")
     return json_data
+
+
+def _workflow_id(json_data: dict[str, Any]) -> str | None:
+    """The frontend's id of the workflow a prompt came from (the graph's id in extra_pnginfo), if any."""
+    try:
+        workflow_id = json_data["extra_data"]["extra_pnginfo"]["workflow"]["id"]
+    except (KeyError, TypeError):
+        return None
+    return workflow_id if isinstance(workflow_id, str) and 0 < len(workflow_id) <= 128 else None
 
 
 def _bad(web: Any, message: str) -> Any:
@@ -113,6 +119,12 @@ def _add_routes(web: Any, routes: Any) -> None:
                 "current": current.prompt_id if current else None,
             }
         )
+
+    @routes.get(ROUTES["runs"])
+    async def headroom_runs(request: Any) -> Any:
+        """The kept runs, oldest first, with their workflow and per-node badges: a reloaded page shows
+        the last run's state again."""
+        return web.json_response({"runs": monitor().telemetry.recent()})
 
     @routes.get(ROUTES["residency"])
     async def headroom_residency(request: Any) -> Any:

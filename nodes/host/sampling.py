@@ -1,26 +1,366 @@
-"""Sampling with a streamed diffusion model: the stock ``common_ksampler`` on a patched clone.
+"""Streaming that belongs to the model: ``stream_model`` gives a clone of a MODEL whose diffusion model
+streams its blocks whenever it is sampled, by any sampler that goes through the host's sampling.
 
 The policy lives in ``memory.streaming``: the budget (``budget``), the resident set and ring
 (``choose_streaming``), the streamer, and the record/replay that lets a step's model calls share each
 upload (``shared_uploads``). This module attaches them to the host's model at the right moments.
+
+One sampling is one ``_Session``: the streamer attaches at the model's first call, once the host has
+loaded the model, and detaches (``release``: every byte of the ring and the host buffer returns) when the
+sampling ends, however it ends (interrupt, OOM, error). Where the two moments come from depends on the
+host:
+
+- Current hosts (patcher wrappers, late 2024 on): an ``OUTER_SAMPLE`` wrapper. Every sampler of the host
+  (KSampler, KSamplerAdvanced, SamplerCustom, SamplerCustomAdvanced with any guider) runs
+  ``CFGGuider.sample``, which runs the OUTER_SAMPLE wrappers around loading and sampling
+  (``comfy/samplers.py:1013-1041`` on 0.3.64, ``:1004-1053`` on 0.18.2). The wrapper opens the session,
+  puts the session's model call in that sampling's own copy of the model options (chained with any
+  ``model_function_wrapper`` set before, so a later node's wrapper cannot displace it) and ends the
+  session in a ``finally``. A ``CALC_COND_BATCH`` wrapper lets the step's separate cond/uncond calls
+  share each upload.
+- The 2024 host (no ``comfy.patcher_extension``): the model call goes in the clone's
+  ``model_function_wrapper`` (the only per-call hook; ``samplers.py:221``), chained with one set before.
+  That host signals no end of sampling, so a session ends when the node that sampled finishes: the
+  executor event source (``events``) publishes ``node_finished`` for a node that returned, raised or was
+  interrupted. A caller can also scope a sampling itself (``StreamedModel.sampling``, as the streaming
+  sampler does). Where neither holds (Headroom's executor hooks are off, or a sampling runs outside any
+  node), the model samples without streaming and says why: nothing would detach it. Each model call also
+  uploads the streamed blocks again there (no calc_cond_batch hook to gather a step's calls).
+
+On a CPU device the streamer places the blocks itself; on CUDA it first asks the host to offload what it
+loaded (``partially_unload``, so its accounting stays right) and then places rest, resident blocks and
+ring itself for the duration of the sampling.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...memory.streaming.budget import activation_reserve, streaming_budget
 from ...memory.streaming.shared_uploads import SharedUploads
+from ...memory.units import format_bytes
+from .events import Subscriber
 from .lookups import host_module
+
+_log = logging.getLogger("headroom")
+
+KEY = "headroom.streaming"  # the OUTER_SAMPLE wrapper's key in the host's patcher
+NO_END = (
+    "not streamed: on this host a streamed model detaches when the node that samples it finishes, and "
+    "Headroom's executor hooks are off or this sampling runs outside a node"
+)
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """The Stream Model node's inputs: ``budget`` in bytes (None = auto), None = auto for the others."""
+
+    budget: int | None = None
+    prefetch: int | None = None
+    resident_blocks: int | None = None
+    pin: bool = True
 
 
 @dataclass
 class StreamingRun:
-    """What one streamed sampling did, for the node's UI text."""
+    """What one streamed sampling did, for the node's UI text and the log."""
 
     summary: dict[str, Any] = field(default_factory=dict)
     note: str = ""  # why nothing streamed, when nothing did
+
+
+_ACTIVE: dict[int, _Session] = {}  # id(diffusion module) -> the session streaming it now
+
+
+class _Session:
+    """One sampling of a streamed model: attach at the first model call, ``end`` detaches."""
+
+    def __init__(self, settings: StreamSettings, patcher: Any, previous: Callable | None) -> None:
+        self.settings, self.patcher, self.previous = settings, patcher, previous
+        self.run = StreamingRun()
+        self.streamer: Any = None
+        self._module: Any = None
+        self._tried = False
+        self.ended = False
+        self.shared = SharedUploads(lambda: self.streamer, self._call_model)
+
+    def _call_model(self, apply_model: Any, args: dict[str, Any]) -> Any:
+        if self.previous is not None:
+            return self.previous(apply_model, args)
+        return apply_model(args["input"], args["timestep"], **args["c"])
+
+    def model_call(self, apply_model: Any, args: dict[str, Any]) -> Any:
+        """Every model call of the sampling (the host's ``model_function_wrapper``)."""
+        if not self._tried:
+            self._tried = True
+            base = getattr(apply_model, "__self__", None)  # the BaseModel being sampled
+            self._attach(base if hasattr(base, "diffusion_model") else self.patcher.model, args)
+        return self.shared.model_call(apply_model, args)
+
+    def _attach(self, base_model: Any, args: dict[str, Any]) -> None:
+        import torch
+
+        from ...memory.streaming import BlockStreamer, choose_streaming, discover_blocks
+        from ...memory.streaming.discovery import module_bytes
+
+        diffusion = base_model.diffusion_model
+        if id(diffusion) in _ACTIVE:
+            self.run.note = "not streamed: this diffusion model streams in another sampling already"
+            return
+        patcher, s = self.patcher, self.settings
+        device = torch.device(patcher.load_device)
+        layout = discover_blocks(diffusion)
+        sizes = layout.block_bytes()
+        total = module_bytes(diffusion)
+        on_gpu = device.type == "cuda"
+        estimate = _activation_bytes(base_model, args["input"].shape) if on_gpu else 0  # none on a CPU
+        activation = activation_reserve(estimate, on_gpu=on_gpu)
+        free = None
+        if on_gpu:
+            if not hasattr(patcher, "partially_unload"):
+                self.run.note = "this host has no partial unload; sampling without streaming"
+                return
+            patcher.partially_unload(patcher.offload_device, memory_to_free=patcher.loaded_size())
+            free = host_module("comfy.model_management").get_free_memory(device)
+        choice = choose_streaming(
+            sizes,
+            total - sum(sizes),
+            streaming_budget(s.budget, device_free=free, model_bytes=total, activation=activation),
+            activation,
+            depth=s.prefetch,
+            resident_blocks=s.resident_blocks,
+        )
+        if not choice.streamed_bytes and device.type == "cpu":
+            self.run.note = "everything fits the budget: nothing streamed"
+        streamer = BlockStreamer(diffusion, layout, choice, device, pin=s.pin)
+        streamer.attach()
+        self.streamer, self._module = streamer, diffusion
+        _ACTIVE[id(diffusion)] = self
+
+    def end(self) -> StreamingRun:
+        """Detach (idempotent): the model's tensors back on the host, ring and host buffer released."""
+        self.ended = True
+        streamer, self.streamer = self.streamer, None
+        if streamer is None:
+            return self.run
+        try:  # never let the summary replace the sampling's own exception (an interrupt, an OOM)
+            self.run.summary = {**streamer.summary(), **self.shared.counts()}
+        except Exception:
+            _log.warning("Headroom: the streaming summary failed", exc_info=True)
+        finally:
+            streamer.detach(release=True)
+            if _ACTIVE.get(id(self._module)) is self:
+                del _ACTIVE[id(self._module)]
+        _log.info("Headroom: %s", streamed_line(self.run.summary) or self.run.note)
+        return self.run
+
+
+class StreamedModel:
+    """The streaming a ``stream_model`` clone (and every clone of it) carries: its settings, the session
+    of the sampling under way, and what the last one did (``last_run``)."""
+
+    def __init__(
+        self, settings: StreamSettings, patcher: Any = None, previous: Callable | None = None
+    ) -> None:
+        self.settings = settings
+        self.session: _Session | None = None
+        self.last_run = StreamingRun()
+        self._patcher, self._previous = patcher, previous  # the 2024 host's path only
+        self._scopes = 0
+
+    def __deepcopy__(self, memo: dict) -> StreamedModel:
+        return self  # the 2024 host deep-copies model_options on clone: the clones share one state
+
+    def _begin(self, patcher: Any, previous: Callable | None) -> _Session:
+        self.session = _Session(self.settings, patcher, previous)
+        return self.session
+
+    def _end(self, session: _Session) -> None:
+        if self.session is session:
+            self.session = None
+        if session.ended:
+            return
+        self.last_run = session.end()
+
+    # -- current hosts
+    def outer_sample(self, executor: Any, *args: Any, **kwargs: Any) -> Any:
+        """The OUTER_SAMPLE wrapper: one session around the host's loading and sampling."""
+        guider = getattr(executor, "class_obj", None)
+        options = getattr(guider, "model_options", None)
+        patcher = getattr(guider, "model_patcher", None)
+        if self.session is not None or not isinstance(options, dict) or patcher is None:
+            return executor(*args, **kwargs)  # nested sampling, or a guider we cannot reach into
+        session = self._begin(patcher, options.get("model_function_wrapper"))
+        options["model_function_wrapper"] = session.model_call  # this sampling's copy of the options
+        try:
+            return executor(*args, **kwargs)
+        finally:
+            self._end(session)
+
+    def calc_cond_batch(self, executor: Any, *args: Any, **kwargs: Any) -> Any:
+        """The CALC_COND_BATCH wrapper: a step's calls share each upload (see ``shared_uploads``)."""
+        session = self.session
+        if session is None:
+            return executor(*args, **kwargs)
+        return session.shared.calc_cond_batch(executor, *args, **kwargs)
+
+    # -- the 2024 host
+    def legacy_model_call(self, apply_model: Any, args: dict[str, Any]) -> Any:
+        """The clone's ``model_function_wrapper``: opens a session at the first call of a sampling that
+        something will end (the caller's scope, or the end of the node running it)."""
+        session = self.session
+        if session is None:
+            scopes = node_scopes()
+            owner = scopes.current() if scopes is not None else None
+            if owner is None and not self._scopes:
+                self.last_run = StreamingRun(note=NO_END)
+                return _plain(self._previous, apply_model, args)
+            session = self._begin(self._patcher, self._previous)
+            if not self._scopes and scopes is not None and owner is not None:
+                scopes.at_end(owner, lambda: self._end(session))
+        return session.model_call(apply_model, args)
+
+    @contextlib.contextmanager
+    def sampling(self) -> Iterator[StreamedModel]:
+        """A scope that ends the sampling run inside it (a no-op where OUTER_SAMPLE already did)."""
+        self._scopes += 1
+        try:
+            yield self
+        finally:
+            self._scopes -= 1
+            if self.session is not None and not self._scopes:
+                self._end(self.session)
+
+
+def _plain(previous: Callable | None, apply_model: Any, args: dict[str, Any]) -> Any:
+    if previous is not None:
+        return previous(apply_model, args)
+    return apply_model(args["input"], args["timestep"], **args["c"])
+
+
+class NodeScopes(Subscriber):
+    """The 2024 host's end of a sampling: the node running it finishes (returned, raised or interrupted).
+    Subscribed first, so a streamer is detached before the residency controller moves models."""
+
+    def __init__(self) -> None:
+        self._stack: list[tuple[str | None, str]] = []
+        self._ends: dict[tuple[str | None, str], list[Callable[[], None]]] = {}
+
+    def current(self) -> tuple[str | None, str] | None:
+        return self._stack[-1] if self._stack else None
+
+    def at_end(self, node: tuple[str | None, str], callback: Callable[[], None]) -> None:
+        self._ends.setdefault(node, []).append(callback)
+
+    def node_started(self, prompt_id: str | None, node_id: str) -> None:
+        self._stack.append((prompt_id, node_id))
+
+    def node_finished(self, prompt_id: str | None, node_id: str, ok: bool = True) -> None:
+        key = (prompt_id, node_id)
+        if key in self._stack:
+            del self._stack[len(self._stack) - 1 - self._stack[::-1].index(key)]
+        self._run(self._ends.pop(key, []))
+
+    def prompt_finished(self, prompt_id: str) -> None:
+        self._stack.clear()  # nothing of that prompt is running any more
+        ends, self._ends = self._ends, {}
+        self._run([callback for callbacks in ends.values() for callback in callbacks])
+
+    @staticmethod
+    def _run(callbacks: list[Callable[[], None]]) -> None:
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                _log.exception("Headroom: detaching a streamed model failed; the workflow is not affected")
+
+
+_SCOPES = NodeScopes()
+
+
+def node_scopes() -> NodeScopes | None:
+    """The node-scope subscriber, on the process's event source when its node hooks are on (else None)."""
+    from .state import events
+
+    source = events()
+    if source.hooks.get("nodes") != "on":
+        return None
+    if _SCOPES not in source.subscribers:
+        source.subscribers.insert(0, _SCOPES)
+    return _SCOPES
+
+
+def _wrappers_mp(patcher: Any) -> Any:
+    """The host's ``WrappersMP`` when it has the OUTER_SAMPLE wrapper (current hosts), else None."""
+    try:
+        wrappers_mp = host_module("comfy.patcher_extension").WrappersMP
+    except ImportError:
+        return None
+    if not hasattr(wrappers_mp, "OUTER_SAMPLE") or not hasattr(patcher, "add_wrapper_with_key"):
+        return None
+    return wrappers_mp
+
+
+def stream_model(model: Any, settings: StreamSettings) -> tuple[Any, StreamedModel]:
+    """A clone of ``model`` that streams its diffusion model's blocks whenever it is sampled, and its
+    streaming state. Streaming ``model`` again replaces its settings (one streamer per model).
+    Raises BudgetExceeded now when an explicit budget cannot hold the model even with no activations."""
+    _precheck(model, settings)
+    patched = model.clone()
+    wrappers_mp = _wrappers_mp(patched)
+    if wrappers_mp is not None:
+        stream = StreamedModel(settings)
+        hooks = [("OUTER_SAMPLE", KEY, stream.outer_sample)]
+        if hasattr(wrappers_mp, "CALC_COND_BATCH"):
+            hooks.append(("CALC_COND_BATCH", SharedUploads.KEY, stream.calc_cond_batch))
+        for kind, key, wrapper in hooks:
+            if hasattr(patched, "remove_wrappers_with_key"):
+                patched.remove_wrappers_with_key(getattr(wrappers_mp, kind), key)
+            patched.add_wrapper_with_key(getattr(wrappers_mp, kind), key, wrapper)
+        return patched, stream
+    previous = patched.model_options.get("model_function_wrapper")
+    earlier = getattr(previous, "__self__", None)
+    if isinstance(earlier, StreamedModel):  # streamed twice: the new settings replace the old
+        previous = earlier._previous
+    stream = StreamedModel(settings, patched, previous)
+    patched.set_model_unet_function_wrapper(stream.legacy_model_call)
+    node_scopes()  # subscribed before the sampler node starts
+    return patched, stream
+
+
+def streamed_model_of(model: Any) -> StreamedModel | None:
+    """The streaming a MODEL carries (a ``stream_model`` clone or a clone of one), else None."""
+    found: list[Any] = []
+    wrappers_mp = _wrappers_mp(model)
+    if wrappers_mp is not None and hasattr(model, "get_wrappers"):
+        found = list(model.get_wrappers(wrappers_mp.OUTER_SAMPLE, KEY))
+    else:
+        found = [getattr(model, "model_options", {}).get("model_function_wrapper")]
+    streams = [getattr(w, "__self__", None) for w in found]
+    return next((s for s in streams if isinstance(s, StreamedModel)), None)
+
+
+def _precheck(model: Any, settings: StreamSettings) -> None:
+    """A model with nothing to stream, or an explicit budget that cannot hold the non-block weights and
+    one slot, fails at the node (on a CPU this is the sampling's own choice, exactly)."""
+    from ...memory.streaming import choose_streaming, discover_blocks
+    from ...memory.streaming.discovery import module_bytes
+
+    diffusion = getattr(getattr(model, "model", None), "diffusion_model", None)
+    if diffusion is None:
+        raise ValueError("not a diffusion model (it has no diffusion_model to stream)")
+    if settings.budget is None:
+        return
+    sizes = discover_blocks(diffusion).block_bytes()
+    if sizes:
+        rest = module_bytes(diffusion) - sum(sizes)
+        choose_streaming(
+            sizes, rest, settings.budget, 0, depth=settings.prefetch, resident_blocks=settings.resident_blocks
+        )
 
 
 def streaming_ksample(
@@ -32,103 +372,28 @@ def streaming_ksample(
     resident_blocks: int | None,
     pin: bool,
 ) -> tuple[dict, StreamingRun]:
-    """The stock ``common_ksampler`` on a clone of ``model`` whose diffusion model streams its blocks.
-
-    The streamer attaches at the model's first call, once the host has loaded it, through the
-    sampler's ``model_function_wrapper`` (both hosts have it; one already set is chained), and
-    detaches when sampling ends, however it ends (interrupt, OOM, error), returning every byte.
-    On a CPU device the streamer places the blocks itself; on CUDA it first asks the host to offload
-    what it loaded (``partially_unload``, so its accounting stays right) and then places rest,
-    resident blocks and ring itself for the duration of the sampling.
-
-    When the host splits one step into several model calls (cond and uncond, when its memory
-    estimate says the batch does not fit), a ``calc_cond_batch`` wrapper (current hosts) makes them
-    share each block's upload: see ``memory.streaming.shared_uploads``. The 2024 host has no such
-    hook; there each call uploads the streamed blocks again.
-    """
-    import torch
-
-    from ...memory.streaming import BlockStreamer, choose_streaming, discover_blocks
-    from ...memory.streaming.discovery import module_bytes
-
+    """The stock ``common_ksampler`` on ``stream_model(model, …)``: what the streaming sampler runs."""
     nodes = host_module("nodes")
-    patched = model.clone()
-    previous = patched.model_options.get("model_function_wrapper")
-    run = StreamingRun()
-    state: dict[str, Any] = {}
-
-    def attach(args: dict[str, Any]) -> None:
-        diffusion = patched.model.diffusion_model
-        device = torch.device(patched.load_device)
-        layout = discover_blocks(diffusion)
-        sizes = layout.block_bytes()
-        total = module_bytes(diffusion)
-        on_gpu = device.type == "cuda"
-        estimate = _activation_bytes(patched, args["input"].shape) if on_gpu else 0  # none asked on a CPU
-        activation = activation_reserve(estimate, on_gpu=on_gpu)
-        free = None
-        if on_gpu:
-            if not hasattr(patched, "partially_unload"):
-                run.note = "this host has no partial unload; sampling without streaming"
-                return
-            patched.partially_unload(patched.offload_device, memory_to_free=patched.loaded_size())
-            free = host_module("comfy.model_management").get_free_memory(device)
-        choice = choose_streaming(
-            sizes,
-            total - sum(sizes),
-            streaming_budget(budget, device_free=free, model_bytes=total, activation=activation),
-            activation,
-            depth=prefetch,
-            resident_blocks=resident_blocks,
-        )
-        if not choice.streamed_bytes and device.type == "cpu":
-            run.note = "everything fits the budget: nothing streamed"
-        streamer = BlockStreamer(diffusion, layout, choice, device, pin=pin)
-        state["streamer"] = streamer
-        streamer.attach()
-
-    def call_model(apply_model: Any, args: dict[str, Any]) -> Any:
-        if previous is not None:
-            return previous(apply_model, args)
-        return apply_model(args["input"], args["timestep"], **args["c"])
-
-    shared = SharedUploads(lambda: state.get("streamer"), call_model)
-
-    def wrapper(apply_model: Any, args: dict[str, Any]) -> Any:
-        if "attached" not in state:
-            state["attached"] = True
-            attach(args)
-        return shared.model_call(apply_model, args)
-
-    patched.set_model_unet_function_wrapper(wrapper)
-    _install_shared_uploads(patched, shared)
-    try:
+    patched, stream = stream_model(model, StreamSettings(budget, prefetch, resident_blocks, pin))
+    with stream.sampling():
         (latent,) = nodes.common_ksampler(patched, *sampler_args[:8], denoise=sampler_args[8])
-        streamer = state.get("streamer")
-        if streamer is not None:
-            run.summary = {**streamer.summary(), **shared.counts()}
-    finally:
-        streamer = state.get("streamer")
-        if streamer is not None:
-            streamer.detach(release=True)
-    return latent, run
+    return latent, stream.last_run
 
 
-def _install_shared_uploads(patcher: Any, shared: SharedUploads) -> bool:
-    """Add the step wrapper where the host has the hook (ComfyUI with patcher wrappers, late 2024 on)."""
-    try:
-        wrappers_mp = host_module("comfy.patcher_extension").WrappersMP
-    except ImportError:
-        return False
-    if not hasattr(wrappers_mp, "CALC_COND_BATCH") or not hasattr(patcher, "add_wrapper_with_key"):
-        return False
-    patcher.add_wrapper_with_key(wrappers_mp.CALC_COND_BATCH, shared.KEY, shared.calc_cond_batch)
-    return True
+def streamed_line(summary: dict[str, Any]) -> str:
+    """ "streamed K/N blocks by Headroom, X per step", or "" when nothing streamed."""
+    if not summary or not summary.get("streamed_bytes"):
+        return ""
+    streamed = summary["blocks"] - summary["resident_blocks"]
+    return (
+        f"streamed {streamed}/{summary['blocks']} blocks by Headroom, "
+        f"{format_bytes(summary['streamed_bytes'])} per step"
+    )
 
 
-def _activation_bytes(patcher: Any, shape: Any) -> int:
+def _activation_bytes(base_model: Any, shape: Any) -> int:
     """The host's own estimate of one model call's activations (0 where it has none)."""
     try:
-        return int(patcher.model.memory_required(shape))
+        return int(base_model.memory_required(shape))
     except Exception:  # older or custom models: no estimate
         return 0

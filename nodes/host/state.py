@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...memory.planning.costmodel import Budget
+from ...memory.residency.ram_budget import RAM, RamBudget
 from ...memory.telemetry.runs import ResidencyEvent
 from .events import EventSource
 from .monitor import Monitor
@@ -66,3 +67,15 @@ def configure_monitor(rate_hz: float | None = None, assume_vram: int | None | st
 def configure_residency(budget: Budget | None) -> None:
     """Plan with this budget instead of the device's (tests, benchmarks, a --reserve-vram stand-in)."""
     residency().budget_override = budget
+
+
+def configure_ram_budget(value: int | str | None) -> RamBudget:
+    """Set the RAM budget (bytes or a size such as "24GB"; None or "auto": the machine's default) and return
+    the budget now in force (HEADROOM_RAM_BUDGET, when set, still wins). A bad size raises ValueError."""
+    RAM.configure(value)
+    return RAM.resolve()
+
+
+def ram_budget() -> RamBudget:
+    """The RAM budget in force: RssAnon + pinned of this process stay within it at every node boundary."""
+    return RAM.resolve()

@@ -27,7 +27,7 @@ PROMPT = {
 def test_panel_badges_timeline_and_preflight_in_a_real_browser(comfy_server: Server, tmp_path: Path) -> None:
     prompt_file, flux_file = tmp_path / "prompt.json", tmp_path / "flux.json"
     prompt_file.write_text(json.dumps(PROMPT))
-    shutil.copy(ROOT / "workflows" / "api" / "flux_dev_t2i.json", flux_file)
+    shutil.copy(ROOT / "example_workflows" / "api" / "Flux Dev text to image.json", flux_file)
     seen = comfy_server.browser("browser.mjs", prompt_file, flux_file)
     print(json.dumps(seen, indent=1))
     assert seen["errors"] == [], seen["errors"]
@@ -35,7 +35,7 @@ def test_panel_badges_timeline_and_preflight_in_a_real_browser(comfy_server: Ser
         assert sorted(n for n, _, _ in run["reportNodes"]) == ["1", "2", "3", "4"]  # outputs: host's order
         status = {n: st for n, _, st in run["reportNodes"]}
         assert status["2"] == status["3"] == status["4"] == "done"  # the monitor runs every time
-        assert status["1"] in ("done", "not run")  # the second run serves EmptyImage from the cache
+        assert status["1"] in ("done", "cached")  # the second run serves EmptyImage from the cache
         assert run["badgeRecords"] >= 2
         assert len(run["monitorBadges"]) == 1 and run["monitorBadges"][0].startswith("RSS ")  # CPU: no VRAM
     assert seen["samples"] >= 2 and seen["panelNodeRows"] >= 2

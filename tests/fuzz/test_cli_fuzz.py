@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from comfyui_headroom.cli import main
 
-WORKFLOWS = sorted((Path(__file__).resolve().parents[2] / "workflows").rglob("*.json"))
-FLUX = next(p for p in WORKFLOWS if p.parent.name == "api" and p.name == "flux_dev_t2i.json")
+WORKFLOWS = sorted((Path(__file__).resolve().parents[2] / "example_workflows").rglob("*.json"))
+FLUX = next(p for p in WORKFLOWS if p.parent.name == "api" and p.name == "Flux Dev text to image.json")
 EXAMPLES = 300  # per test: ~10 s on a shared 2-core machine; raise it locally to hunt for more
 BOUNDED = settings(
     max_examples=EXAMPLES,

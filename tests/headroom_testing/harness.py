@@ -26,6 +26,7 @@ PACK_ROOT = Path(__file__).resolve().parents[2]
 NODE_IDS = (
     "HeadroomOffloadLoader",
     "HeadroomStreamingSampler",
+    "HeadroomStreamModel",
     "HeadroomTiledVAEDecode",
     "HeadroomMemoryMonitor",
 )

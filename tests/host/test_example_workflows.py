@@ -10,7 +10,7 @@ import pytest
 from headroom_testing.harness import Host
 
 pytestmark = pytest.mark.host
-WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
+WORKFLOWS = Path(__file__).resolve().parents[2] / "example_workflows"
 API_FILES = sorted((WORKFLOWS / "api").glob("*.json"))
 FOLDER_OF = {
     "unet_name": "diffusion_models",

@@ -29,7 +29,7 @@ from headroom_testing.tiny_models import (
 
 pytestmark = pytest.mark.host
 
-DECODE = "Tiled VAE Decode (Headroom)"
+DECODE = "Tiled VAE Decode (exact, low VRAM)"
 UNET, CLIP, VAE = "hostile_unet.safetensors", "hostile_clip_l.safetensors", "hostile_sd_vae.safetensors"
 
 

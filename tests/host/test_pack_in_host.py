@@ -11,10 +11,11 @@ from headroom_testing.harness import NODE_IDS, Host, PromptFailed
 pytestmark = pytest.mark.host
 
 DISPLAY_NAMES = {
-    "HeadroomOffloadLoader": "Offload Loader (Headroom)",
-    "HeadroomStreamingSampler": "Layer-Streaming DiT Sampler (Headroom)",
-    "HeadroomTiledVAEDecode": "Tiled VAE Decode (Headroom)",
-    "HeadroomMemoryMonitor": "Memory Monitor (Headroom)",
+    "HeadroomOffloadLoader": "Offload Loader (low VRAM)",
+    "HeadroomStreamingSampler": "Streaming KSampler (VRAM offload)",
+    "HeadroomStreamModel": "Stream Model (VRAM offload)",
+    "HeadroomTiledVAEDecode": "Tiled VAE Decode (exact, low VRAM)",
+    "HeadroomMemoryMonitor": "VRAM Stats",
 }
 # Frozen once released: saved workflows refer to these names (UI widgets by position, too).
 INPUT_NAMES = {
@@ -26,12 +27,14 @@ INPUT_NAMES = {
         "model", "seed", "steps", "cfg", "sampler_name", "scheduler", "positive", "negative",
         "latent_image", "denoise", "vram_budget", "prefetch", "resident_blocks", "pin_memory",
     ],
+    "HeadroomStreamModel": ["model", "vram_budget", "prefetch", "resident_blocks", "pin_memory"],
     "HeadroomTiledVAEDecode": ["samples", "vae", "vram_budget", "mode"],
     "HeadroomMemoryMonitor": ["value"],
 }  # fmt: skip
 RETURN_TYPES = {
     "HeadroomOffloadLoader": ("MODEL", "CLIP", "VAE"),
     "HeadroomStreamingSampler": ("LATENT",),
+    "HeadroomStreamModel": ("MODEL",),
     "HeadroomTiledVAEDecode": ("IMAGE",),
     "HeadroomMemoryMonitor": ("*", "STRING", "IMAGE"),
 }
@@ -72,7 +75,14 @@ def test_sampler_mirrors_the_stock_ksampler(host: Host) -> None:
     ours = host.node_class("HeadroomStreamingSampler").INPUT_TYPES()["required"]
     stock = host.nodes.KSampler.INPUT_TYPES()["required"]
     assert list(ours) == list(stock)
-    assert ours == stock
+
+    def bare(spec: tuple) -> tuple:  # the spec less its tooltip: ours names every default (#16)
+        return (spec[0], {k: v for k, v in (spec[1] if len(spec) > 1 else {}).items() if k != "tooltip"})
+
+    assert {k: bare(v) for k, v in ours.items()} == {k: bare(v) for k, v in stock.items()}
+    for name, spec in ours.items():
+        default = spec[1].get("default", spec[0][0] if isinstance(spec[0], list) else None)
+        assert spec[1]["tooltip"] and (default is None or f"Default: {default}" in spec[1]["tooltip"]), name
 
 
 def test_loader_lists_the_hosts_model_folders(host: Host) -> None:

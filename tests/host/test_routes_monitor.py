@@ -25,7 +25,7 @@ from headroom_testing.harness import Host
 
 pytestmark = pytest.mark.host
 ROOT = Path(__file__).resolve().parents[2]
-FLUX = json.loads((ROOT / "workflows" / "api" / "flux_dev_t2i.json").read_text())
+FLUX = json.loads((ROOT / "example_workflows" / "api" / "Flux Dev text to image.json").read_text())
 PROMPT = {
     "1": {"class_type": "EmptyImage", "inputs": {"width": 16, "height": 16, "batch_size": 1, "color": 0}},
     "2": {"class_type": "HeadroomMemoryMonitor", "inputs": {"value": ["1", 0]}},
@@ -201,7 +201,7 @@ def test_preflight_warns_the_client_that_queued_a_workflow_that_cannot_fit(serve
         served.state.configure_monitor(assume_vram=None)
     assert event["level"] == "error" and event["fits"] is False
     assert (event["node"], event["class_type"]) == ("6", "CLIPTextEncode")
-    assert "will run out of VRAM" in event["message"] and event["fix"].startswith("a card with")
+    assert "will run out of VRAM" in event["message"] and "a card with at least" in event["fix"]
     if not served.host.legacy:  # a host that honours a given prompt_id: the plan is served while queued
         assert event["prompt_id"] == data["prompt_id"]
         plan = served.get_json(f"/headroom/plan/{data['prompt_id']}")
@@ -223,6 +223,8 @@ def test_samples_and_node_records_reach_a_connected_client_and_sampling_stops_wi
             # the executor on a worker thread, as main.py's prompt worker; its events cross to this loop
             await asyncio.to_thread(served.host.run, copy.deepcopy(PROMPT))
             node = await receive(ws, "headroom.node")
+            while node["status"] == "cached":  # served from the cache: an earlier test ran the prompt
+                node = await receive(ws, "headroom.node")
             return sample, node
         finally:
             await ws.close()

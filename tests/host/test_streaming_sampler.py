@@ -114,7 +114,7 @@ def test_unload_models_then_stock_sampling_still_works(tiny: Host) -> None:
     assert torch.isfinite(stock).all()
 
 
-SAMPLER_NAME = "Layer-Streaming DiT Sampler (Headroom)"
+SAMPLER_NAME = "Streaming KSampler (VRAM offload)"
 
 
 @pytest.mark.parametrize("budget", ["lots", "-2", "0", "1e-10", "1e-300", "6 GB of VRAM"])

@@ -219,7 +219,7 @@ def test_vae_is_loaded_with_a_per_tile_reservation(
 
 @pytest.mark.parametrize("budget", ["lots", "-2", "0", "nan"])
 def test_bad_budget_names_the_node_and_the_input(host: Host, sd_vae: Any, budget: str) -> None:
-    with pytest.raises(ValueError, match=r"Tiled VAE Decode \(Headroom\): input vram_budget"):
+    with pytest.raises(ValueError, match=r"Tiled VAE Decode \(exact, low VRAM\): input vram_budget"):
         tiled_decode(host, sd_vae, latent((1, 4, 8, 8)), vram_budget=budget)
 
 

@@ -59,7 +59,7 @@ def test_auto_refuses_a_head_larger_than_the_ram_with_the_size_that_fits(
     with pytest.raises(ValueError) as info:
         decode(host, sd_vae, torch.zeros(1, 4, 1024, 1024))
     text = str(info.value)
-    assert "Tiled VAE Decode (Headroom): a 1024x1024 (8192x8192 px) latent needs" in text
+    assert "Tiled VAE Decode (exact, low VRAM): a 1024x1024 (8192x8192 px) latent needs" in text
     assert "for the mid block, which attends across the whole latent" in text
     assert "the RAM available (less the output image) leaves" in text
     side = re.search(r"decode at most (\d+)x(\d+) \((\d+)x(\d+) px\) latents", text)

@@ -29,7 +29,7 @@ test("preflight toasts only when the prompt will not fit", () => {
   assert.equal(preflightToast({ fits: null, level: "skipped" }), null);
   const warn = preflightToast({ fits: false, level: "warn", node: "3", class_type: "KSampler", message: "m", fix: "f" });
   assert.equal(warn.severity, "warn");
-  assert.equal(warn.summary, "Headroom: node 3 (KSampler) will run out of VRAM");
+  assert.equal(warn.summary, "Headroom: KSampler (node 3) will run out of VRAM");
   assert.equal(warn.detail, "m");
   assert.equal(preflightToast({ fits: false, level: "error", message: "x" }).severity, "error");
 });

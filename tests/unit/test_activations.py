@@ -238,7 +238,7 @@ def test_the_minimum_vram_is_set_by_the_cond_alone() -> None:
 
 
 def test_wan22_14b_at_640x640x81_no_longer_needs_12_gib_of_activations(capsys: pytest.CaptureFixture) -> None:
-    workflow = Path(__file__).resolve().parents[2] / "workflows" / "wan22_14b_t2v.json"
+    workflow = Path(__file__).resolve().parents[2] / "example_workflows" / "Wan 2.2 14B text to video.json"
     assert cli_main(["plan", str(workflow), "--vram", "12GB"]) == 0
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("minimum VRAM for this workflow"))

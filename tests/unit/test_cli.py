@@ -38,8 +38,8 @@ def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert "plan" in capsys.readouterr().out
 
 
-WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
-FLUX = WORKFLOWS / "api" / "flux_dev_t2i.json"
+WORKFLOWS = Path(__file__).resolve().parents[2] / "example_workflows"
+FLUX = WORKFLOWS / "api" / "Flux Dev text to image.json"
 
 
 @pytest.mark.parametrize(

@@ -18,8 +18,9 @@ from comfyui_headroom.cli import main
 from comfyui_headroom.memory.planning.costmodel import Hardware
 from comfyui_headroom.memory.units import GiB, format_bytes
 
-WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
-FLUX = WORKFLOWS / "api" / "flux_dev_t2i.json"
+WORKFLOWS = Path(__file__).resolve().parents[2] / "example_workflows"
+FLUX = WORKFLOWS / "api" / "Flux Dev text to image.json"
+T2I = "Flux Dev text to image.json"
 
 
 def plan(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -211,12 +212,12 @@ def _set(path: tuple[object, ...], value: object) -> Callable[[Any], None]:
 @pytest.mark.parametrize(
     ("example", "mutate", "crash"),
     [
-        ("api/flux_dev_t2i.json", _set(("3", "inputs", "model"), ["10", -2]), "IndexError"),
-        ("api/flux_dev_t2i.json", _set(("10", "inputs", "unet_name"), []), "TypeError: unhashable"),
-        ("api/flux_dev_t2i.json", _set(("3", "inputs", "cfg"), 10**400), "OverflowError"),
-        ("api/flux_dev_t2i.json", _set(("3", "inputs", "model"), ["10", math.inf]), "OverflowError"),
-        ("flux_dev_t2i.json", _set(("links", 0, 2), math.inf), "OverflowError"),
-        ("api/flux_dev_t2i.json", _set(("27", "inputs", "width"), 10**400), "OverflowError"),
+        (f"api/{T2I}", _set(("3", "inputs", "model"), ["10", -2]), "IndexError"),
+        (f"api/{T2I}", _set(("10", "inputs", "unet_name"), []), "TypeError: unhashable"),
+        (f"api/{T2I}", _set(("3", "inputs", "cfg"), 10**400), "OverflowError"),
+        (f"api/{T2I}", _set(("3", "inputs", "model"), ["10", math.inf]), "OverflowError"),
+        (T2I, _set(("links", 0, 2), math.inf), "OverflowError"),
+        (f"api/{T2I}", _set(("27", "inputs", "width"), 10**400), "OverflowError"),
     ],
 )
 def test_fuzzer_findings_exit_cleanly(

@@ -10,7 +10,7 @@ import pytest
 
 from comfyui_headroom.cli import main
 
-FLUX = Path(__file__).resolve().parents[2] / "workflows" / "api" / "flux_dev_t2i.json"
+FLUX = Path(__file__).resolve().parents[2] / "example_workflows" / "api" / "Flux Dev text to image.json"
 ARGS = ["plan", str(FLUX), "--vram", "8GB", "--ram", "32GB"]
 STEP = re.compile(r"^\s{0,3}\d+  (\S+) ")  # a table row: the step number, then the node id
 

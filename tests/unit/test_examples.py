@@ -1,7 +1,11 @@
-"""The example workflows: each UI workflow parses to exactly its API twin, and both plan."""
+"""The example workflows: each UI workflow parses to exactly its API twin, and both plan; each is a
+template the frontend can show (thumbnail, readable file name, a note, download links on its loaders,
+a layout whose boxes do not meet). tests/e2e/test_templates.py checks the same in a real browser."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -13,12 +17,18 @@ from comfyui_headroom.memory.units import GiB
 from comfyui_headroom.memory.workflow.graph import load_workflow
 from comfyui_headroom.memory.workflow.order import predict_order
 
-WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOWS = ROOT / "example_workflows"
 EXAMPLES = sorted(p.stem for p in (WORKFLOWS / "api").glob("*.json"))
+TITLE_HEIGHT = 30  # the frontend draws a node's title bar above its pos
 
 
 def test_there_are_examples() -> None:
-    assert {"flux_dev_t2i", "wan22_14b_t2v"} <= set(EXAMPLES)
+    assert {"Flux Dev text to image", "Wan 2.2 14B text to video"} <= set(EXAMPLES)
+    # ComfyUI lists every *.json of example_workflows/ (and of workflows/, examples/, ...) as a template:
+    # exactly the UI workflows, each once.
+    assert sorted(p.stem for p in WORKFLOWS.glob("*.json")) == EXAMPLES
+    assert not (ROOT / "workflows").exists()
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -38,3 +48,61 @@ def test_examples_fit_a_12gb_card_with_streaming(name: str) -> None:
     result = plan(workload, Budget.from_card(16 * GiB, 64 * GiB), Hardware.pcie(4))
     assert result.feasible
     assert any(p.tier.gpu == "S" for s in result.steps for p in s.placements.values())
+
+
+def _jpeg_size(data: bytes) -> tuple[int, int]:
+    i = 2
+    while i + 9 < len(data):
+        marker, length = data[i + 1], int.from_bytes(data[i + 2 : i + 4], "big")
+        if 0xC0 <= marker <= 0xC3:  # start of frame: height, then width
+            return int.from_bytes(data[i + 7 : i + 9], "big"), int.from_bytes(data[i + 5 : i + 7], "big")
+        i += 2 + length
+    raise AssertionError("no JPEG frame header")
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_each_example_has_a_readable_name_and_a_thumbnail(name: str) -> None:
+    assert re.fullmatch(r"[A-Z][\w .,()]+", name) and "_" not in name  # the card's title is the file name
+    data = (WORKFLOWS / f"{name}.jpg").read_bytes()  # what the frontend fetches: <name>.jpg
+    assert data[:3] == b"\xff\xd8\xff"
+    width, height = _jpeg_size(data)
+    assert abs(width / height - 4 / 3) < 0.01 and width >= 600  # the cards are 4:3
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_each_example_has_a_note_and_download_links(name: str) -> None:
+    ui = json.loads((WORKFLOWS / f"{name}.json").read_text(encoding="utf-8"))
+    api = json.loads((WORKFLOWS / "api" / f"{name}.json").read_text())
+    files = {
+        v
+        for n in api.values()
+        for v in n["inputs"].values()
+        if isinstance(v, str) and v.endswith(".safetensors")
+    }
+    notes = [n for n in ui["nodes"] if n["type"] == "MarkdownNote"]
+    assert len(notes) == 1
+    text = notes[0]["widgets_values"][0]
+    assert re.search(
+        r"at least \*\*[\d.]+ GiB\*\* of VRAM\. With \d+ GB of VRAM and \d+ GB of RAM it fits", text
+    )
+    linked = {}
+    for node in ui["nodes"]:
+        for model in node["properties"].get("models", []):
+            assert model["name"] in node["widgets_values"]  # the frontend offers only the selected files
+            assert model["url"].startswith("https://huggingface.co/") and model["url"].endswith(
+                "/" + model["name"]
+            )
+            assert f"]({model['url']})" in text
+            linked[model["name"]] = model["directory"]
+    assert set(linked) == files
+    assert set(linked.values()) <= {"diffusion_models", "text_encoders", "vae", "checkpoints"}
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_stored_node_boxes_do_not_meet(name: str) -> None:
+    ui = json.loads((WORKFLOWS / f"{name}.json").read_text(encoding="utf-8"))
+    boxes = [(n["pos"][0], n["pos"][1] - TITLE_HEIGHT, *n["size"]) for n in ui["nodes"]]
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            apart = a[0] + a[2] <= b[0] or b[0] + b[2] <= a[0] or a[1] + a[3] + TITLE_HEIGHT <= b[1]
+            assert apart or b[1] + b[3] + TITLE_HEIGHT <= a[1], (name, a, b)

@@ -43,6 +43,9 @@ class Recorder(events.Subscriber):
         self.log.append((self.name, "out_of_memory"))
         return self.recover
 
+    def nodes_cached(self, prompt_id: str, node_ids: list[str]) -> None:
+        self.log.append((self.name, "nodes_cached", prompt_id, tuple(node_ids)))
+
 
 def legacy_execution(fail: dict[str, list[Exception]]) -> ModuleType:
     """The 2024 executor's shape: recursive_execute runs a node's inputs, then get_output_data for the node,
@@ -90,8 +93,9 @@ def test_the_patches_go_in_the_stated_order_and_a_retried_node_starts_again(oom_
     original = execution.get_output_data
     source = events.EventSource([Recorder("monitor", log), Recorder("residency", log, recover=True)])
     hooks = source.install(execution)
-    assert list(hooks) == ["nodes", "oom_retry", "validation"]
+    assert list(hooks) == ["nodes", "oom_retry", "validation", "cached"]
     assert hooks["nodes"] == "on" and hooks["oom_retry"] == "on" and hooks["validation"].startswith("off")
+    assert hooks["cached"].startswith("off")
     outer = execution.get_output_data
     assert outer.__headroom_oom__ and outer.__wrapped__.__wrapped__ is original, "retry around boundaries"
     assert run(execution, "p1") == "2"
@@ -137,6 +141,7 @@ def test_installing_twice_wraps_nothing_twice(oom_host: None) -> None:
     patched = (execution.get_output_data, execution.recursive_execute)
     assert events.EventSource().install(execution) == {
         "nodes": "on", "oom_retry": "on", "validation": "off: no execution.validate_prompt on this host",
+        "cached": "off: no PromptExecutor.add_message on this host",
     }  # fmt: skip
     assert (execution.get_output_data, execution.recursive_execute) == patched
 
@@ -219,3 +224,31 @@ def test_state_subscribes_both_and_wires_the_budget_and_the_moves(monkeypatch: p
         "load",
         5,
     )
+
+
+def test_the_hosts_cached_nodes_are_read_from_its_own_message_and_follow_the_prompts_start(
+    oom_host: None,
+) -> None:
+    """Both hosts send execution_cached through PromptExecutor.add_message; the 2024 host before the
+    prompt's first node (when this source learns the prompt started), so it is held until then."""
+    log: list = []
+    execution = legacy_execution({})
+    sent: list = []
+
+    class PromptExecutor:
+        def add_message(self, event: str, data: dict, broadcast: bool) -> None:
+            sent.append((event, data))
+
+    execution.PromptExecutor = PromptExecutor  # type: ignore[attr-defined]
+    source = events.EventSource([Recorder("monitor", log)])
+    assert source.install(execution)["cached"] == "on"
+    executor = PromptExecutor()
+    executor.add_message("execution_cached", {"nodes": ["1"], "prompt_id": "p1"}, broadcast=False)
+    executor.add_message("execution_start", {"prompt_id": "p1"}, broadcast=False)
+    assert len(sent) == 2 and log == []  # passed on unchanged; held: p1 has not started
+    execution.recursive_execute(None, PROMPT, {"1": ["cached"]}, "2", {}, set(), "p1", {}, {})
+    assert [e[1:] for e in log][:2] == [("prompt_started", "p1", True), ("nodes_cached", "p1", ("1",))]
+    executor.add_message("execution_cached", {"nodes": [2], "prompt_id": "p1"}, broadcast=False)
+    assert log[-1] == ("monitor", "nodes_cached", "p1", ("2",))  # current hosts: after the start
+    assert events.EventSource().install(execution)["cached"] == "on"  # not wrapped twice
+    assert not hasattr(PromptExecutor.add_message.__wrapped__, "__wrapped__")

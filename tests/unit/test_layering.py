@@ -240,7 +240,7 @@ def test_the_pack_imports_itself_relatively(path: Path) -> None:
 def test_the_pack_has_the_documented_layout() -> None:
     for name in ("__init__.py", "__main__.py", "pyproject.toml", "requirements.txt", "README.md", "LICENSE"):
         assert (ROOT / name).is_file(), name
-    for name in ("nodes", "memory", "js", "workflows", "tests", "bench", ".ci", "docs"):
+    for name in ("nodes", "memory", "js", "example_workflows", "tests", "bench", ".ci", "docs"):
         assert (ROOT / name).is_dir(), name
     assert (ROOT / ".ci" / "run").is_file()
     assert (ROOT / "docs" / "architecture.md").is_file()

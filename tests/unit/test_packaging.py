@@ -62,6 +62,7 @@ def test_node_registry_without_a_host() -> None:
     assert list(mappings) == [
         "HeadroomOffloadLoader",
         "HeadroomStreamingSampler",
+        "HeadroomStreamModel",
         "HeadroomTiledVAEDecode",
         "HeadroomMemoryMonitor",
     ]

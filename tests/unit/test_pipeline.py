@@ -18,8 +18,8 @@ from comfyui_headroom.memory.workflow.graph import Graph, WorkflowError, load_wo
 from comfyui_headroom.memory.workflow.order import predict_order
 
 ROOT = Path(__file__).resolve().parents[2]
-FLUX = ROOT / "workflows" / "api" / "flux_dev_t2i.json"
-FLUX_UI = ROOT / "workflows" / "flux_dev_t2i.json"
+FLUX = ROOT / "example_workflows" / "api" / "Flux Dev text to image.json"
+FLUX_UI = ROOT / "example_workflows" / "Flux Dev text to image.json"
 BUDGET = Budget.from_card(8 * GiB, 32 * GiB)
 HW = Hardware.pcie(4)
 

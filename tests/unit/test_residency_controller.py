@@ -270,6 +270,27 @@ def test_components_registered_while_the_prompt_runs_join_the_plan() -> None:
     assert summary["over_budget"] == 0
 
 
+def test_a_component_the_loader_put_on_the_gpu_is_not_evicted_and_loaded_straight_back() -> None:
+    """#16: the host loads a small text encoder onto the GPU as it builds it. The plan made at the
+    prompt's start had it on disk until its first use: it evicted it at EmptyLatentImage and prefetched
+    it back in the same step. Planned again from where it is, it stays until its last use."""
+    controller, host, budget = setup(24)
+    run = controller.prompt_started("p1", prompt(), budget, HW)
+    order = [sp.step.node_id for sp in run.plan.steps]
+    assert order[:3] == ["1", "3", "2"]  # loader, EmptyLatentImage, CLIPTextEncode
+    controller.node_started("p1", "1")
+    register(controller, run.workload)
+    encoder = next(c for c in run.workload.components if c.kind == "text_encoder")
+    host.loaded[encoder.id] = encoder.bytes  # as ComfyUI's text_encoder_initial_device does
+    controller.node_finished("p1", "1")
+    execute(controller, "p1", order[1:])
+    moves = [(e.kind, e.node_id, e.action) for e in controller.log("p1") if e.component == encoder.id]
+    assert ("planned", "3", "evict") not in moves and ("planned", "3", "prefetch") not in moves
+    assert [c for c in host.calls if c[1] == encoder.id] == [("evict", encoder.id)]  # after its use
+    summary = controller.summary("p1")
+    assert summary["applied"] == summary["planned"] and summary["over_budget"] == 0
+
+
 def test_independent_nodes_the_host_runs_in_another_order_stay_in_the_plan() -> None:
     controller, host, budget = first_run(24)
     run = controller.prompt_started(

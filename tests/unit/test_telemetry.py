@@ -243,8 +243,9 @@ def test_node_records_have_durations_and_peaks() -> None:
         (
             "headroom.node",
             {
-                "prompt_id": "p1", "node": "1", "class_type": "EmptyImage", "status": "done",
-                "duration_s": pytest.approx(0.75), "vram_peak": 900 * MiB, "rss_peak": 800 * MiB,
+                "prompt_id": "p1", "workflow_id": None, "node": "1", "class_type": "EmptyImage",
+                "status": "done", "duration_s": pytest.approx(0.75), "vram_peak": 900 * MiB,
+                "rss_peak": 800 * MiB, "cached_from": None,
             },
         )
     ]  # fmt: skip
@@ -253,13 +254,50 @@ def test_node_records_have_durations_and_peaks() -> None:
 def test_cached_nodes_and_requeued_nodes() -> None:
     telemetry, clock, events = make_telemetry()
     telemetry.start_prompt("p1", PROMPT)
-    assert telemetry.node_finished("p1", "1") is None  # cached: the host finishes it without a start
+    cached = telemetry.node_finished("p1", "1")  # the host finishes a cached node without a start
+    assert cached is not None and cached.status == "cached" and cached.computed is None
     first = telemetry.node_started("p1", "2")
     clock.t += 1
     assert telemetry.node_started("p1", "2") is first  # re-queued for lazy inputs: the first start counts
     clock.t += 1
     assert telemetry.node_finished("p1", "2").duration_s == pytest.approx(2.0)
-    assert [e for e, _ in events] == ["headroom.node"]
+    assert telemetry.node_finished("p1", "2") is None  # finished twice: one record
+    assert [(e, p["node"], p["status"]) for e, p in events] == [
+        ("headroom.node", "1", "cached"),
+        ("headroom.node", "2", "done"),
+    ]
+    assert events[0][1]["duration_s"] is None  # no run that computed it is known
+
+
+def test_a_cached_node_keeps_the_figures_of_the_run_that_computed_it() -> None:
+    telemetry, clock, events = make_telemetry(FakeCuda())
+    telemetry.start_prompt("p1", PROMPT, workflow_id="wf")
+    telemetry.node_started("p1", "1")
+    clock.t += 0.5
+    telemetry.node_finished("p1", "1")
+    computed = events[-1][1]
+    telemetry.start_prompt("other", PROMPT, workflow_id="another workflow")
+    telemetry.node_started("other", "1")
+    clock.t += 3
+    telemetry.node_finished("other", "1")  # the same node id in another workflow: not its source
+    for prompt_id in ("p2", "p3"):  # cached twice in a row: still the first run's figures
+        telemetry.start_prompt(prompt_id, PROMPT, workflow_id="wf")
+        record = telemetry.node_finished(prompt_id, "1")
+        assert record.status == "cached" and record.cached_from == "p1"
+        badge = events[-1][1]
+        assert badge["status"] == "cached" and badge["workflow_id"] == "wf"
+        assert (badge["duration_s"], badge["vram_peak"], badge["rss_peak"]) == (
+            computed["duration_s"], computed["vram_peak"], computed["rss_peak"],
+        )  # fmt: skip
+    telemetry.start_prompt("p4", {**PROMPT, "5": {"class_type": "X", "inputs": {}}}, workflow_id="wf")
+    telemetry.nodes_cached("p4", ["1", "5", "not in the prompt"])  # the host's execution_cached list
+    assert {n: r.status for n, r in telemetry.run("p4").nodes.items()} == {"1": "cached", "5": "cached"}
+    assert telemetry.run("p4").nodes["1"].cached_from == "p1"
+    assert telemetry.node_finished("p4", "1") is None  # its later finish (an output node) adds nothing
+    assert [p["node"] for _, p in events[-2:]] == ["1", "5"]
+    assert [r["prompt_id"] for r in telemetry.recent()] == ["p2", "p3", "p4"]  # max_runs=3
+    assert telemetry.recent()[-1]["nodes"][0]["cached_from"] == "p1"  # p1 itself is gone, its figures kept
+    assert telemetry.recent()[-1]["nodes"][0]["duration_s"] == computed["duration_s"]
 
 
 def test_a_node_that_never_finished_is_an_error_when_the_next_prompt_starts() -> None:
@@ -331,13 +369,31 @@ def finished_run(cuda: FakeCuda | None = None) -> tuple[Telemetry, RunRecord]:
     return telemetry, run
 
 
+def test_a_cached_node_is_reported_cached_with_no_figures_or_planned_bars() -> None:
+    telemetry, clock = make_telemetry(FakeCuda())[:2]
+    for prompt_id in ("p1", "p2"):
+        telemetry.start_prompt(prompt_id, {**PROMPT, "3": {"class_type": "VAEDecode", "inputs": {}}})
+        telemetry.attach_plan(prompt_id, planned())
+        if prompt_id == "p1":
+            telemetry.node_started(prompt_id, "3")
+            clock.t += 0.25
+        telemetry.node_finished(prompt_id, "3")  # p2: served from the cache
+    row = {r["node"]: r for r in plan_vs_actual(telemetry.run("p2"))}["3"]
+    assert row["status"] == "cached" and row["cached_from"] == "p1"
+    assert row["planned_order"] == 2 and row["planned_placements"] == {"ae [vae]": "gpu"}
+    assert [row[k] for k in ("duration_s", "vram_peak", "planned_vram_peak", "planned_wall_s")] == [None] * 4
+    table = list(csv.DictReader(io.StringIO(report_csv(telemetry.run("p2")))))
+    assert table[0]["status"] == "cached" and table[0]["cached_from"] == "p1"
+    assert "cached" in text_report(telemetry.run("p2"), telemetry.probe.read(), {})
+
+
 def test_plan_vs_actual_rows() -> None:
     _, run = finished_run(FakeCuda())
     rows = plan_vs_actual(run)
     assert [(r["node"], r["status"], r["planned_order"]) for r in rows] == [
         ("1", "done", 1),
         ("2", "done", None),  # ran, not planned (the planner leaves out nodes it does not know)
-        ("3", "not run", 2),  # planned, never ran (cached, or not reached)
+        ("3", "not run", 2),  # planned, never ran (not reached)
     ]
     assert rows[0]["vram_delta"] == rows[0]["vram_peak"] - 0
     assert rows[2]["planned_placements"] == {"ae [vae]": "gpu"}

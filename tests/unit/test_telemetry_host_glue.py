@@ -59,7 +59,7 @@ def test_a_host_without_the_hooks_fails_open_with_a_log_line(
     assert "per-node memory telemetry is off" in caplog.text
 
 
-def test_a_server_gets_four_read_only_routes_and_the_preflight_handler(
+def test_a_server_gets_five_read_only_routes_and_the_preflight_handler(
     fresh: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "execution", ModuleType("execution"))
@@ -70,10 +70,11 @@ def test_a_server_gets_four_read_only_routes_and_the_preflight_handler(
         ("GET", "/headroom/plan/{prompt_id}"),
         ("GET", "/headroom/report/{prompt_id}"),
         ("GET", "/headroom/residency/{prompt_id}"),
+        ("GET", "/headroom/runs"),
         ("GET", "/headroom/status"),
     ]
     host.install_monitor(server)  # idempotent: no second set of routes or handlers
-    assert len(list(server.routes)) == 4 and len(server.handlers) == 1
+    assert len(list(server.routes)) == 5 and len(server.handlers) == 1
 
 
 @pytest.mark.parametrize("body", [None, [], "text", {"no": "prompt"}, {"prompt": "not a dict"}])
@@ -88,6 +89,19 @@ def test_the_preflight_handler_plans_in_the_background_and_keeps_the_prompt(fres
     assert routes._on_prompt(m, body) is body and body["prompt"] is prompt
     m.pool.submit(lambda: None).result(30)  # one worker: the preflight has run
     assert m.plans.peek(m.plans.key(prompt, m.budget())) is not None
+
+
+def test_a_prompt_is_tied_to_the_workflow_the_frontend_sent_it_from(fresh: None) -> None:
+    m = state.monitor()
+    prompt = {"1": {"class_type": "EmptyImage", "inputs": {}}}
+    workflow = {"extra_pnginfo": {"workflow": {"id": "wf-1", "nodes": []}}}
+    routes._on_prompt(m, {"prompt": prompt, "prompt_id": "p1", "extra_data": workflow})
+    routes._on_prompt(m, {"prompt": prompt, "prompt_id": "p2", "extra_data": {"extra_pnginfo": None}})
+    m.prompt_started("p1", prompt)
+    m.prompt_started("p2", prompt)
+    assert m.telemetry.run("p1").workflow_id == "wf-1"
+    assert m.telemetry.run("p2").workflow_id is None  # a script's prompt: no workflow
+    assert [r["workflow_id"] for r in m.telemetry.recent()] == ["wf-1", None]
 
 
 def test_the_user_can_switch_the_monitor_off(fresh: None, monkeypatch: pytest.MonkeyPatch) -> None:

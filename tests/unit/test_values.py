@@ -347,7 +347,8 @@ def test_wan22_t2v_template_lightning_costs_a_fraction_of_the_default_compute() 
 
 
 def test_the_shipped_wan22_workflow_is_planned_with_its_real_steps_and_cfg() -> None:
-    data = json.loads((ROOT / "workflows" / "wan22_14b_t2v.json").read_text(encoding="utf-8"))
+    path = ROOT / "example_workflows" / "Wan 2.2 14B text to video.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
     graph = parse_workflow(data)
     order = predict_order(graph)
     workload = workload_from_graph(graph, order)

@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-README_EXAMPLE = ROOT / "workflows" / "flux_dev_t2i.json"  # README: plan workflows/flux_dev_t2i.json
+# README: python -m comfyui_headroom plan "example_workflows/Flux Dev text to image.json" ...
+README_EXAMPLE = ROOT / "example_workflows" / "Flux Dev text to image.json"
 ROOT_MODULES = ("__init__.py", "__main__.py", "cli.py", "version.py")
 NOT_COPIED = shutil.ignore_patterns(
     ".venv", ".git", "tests", "bench", "scripts", "assets", "__pycache__", "*.egg-info", "build", "dist",

@@ -1,0 +1,62 @@
+// The residency timeline while a run goes: which report to show, and when to fetch it again.
+// Pure (unit-tested under Node).
+
+/**
+ * The report as the timeline shows it: while its prompt is still running, planned nodes that have not run
+ * yet are "pending" (after the run they are "not run": not reached, or served from the cache).
+ */
+export function liveReport(report, runningPromptId) {
+  if (!report || !runningPromptId || report.prompt_id !== runningPromptId) return report;
+  return {
+    ...report,
+    live: true,
+    nodes: (report.nodes ?? []).map((row) => (row.status === "not run" ? { ...row, status: "pending" } : row)),
+  };
+}
+
+/**
+ * Call `fn(key)` at most once per `gapMs` while events keep coming, and once more after the last one
+ * (a trailing call), so the last state is always fetched. `timers` is {setTimeout, now} (fakes in tests).
+ */
+export function coalesce(fn, gapMs, timers = { setTimeout: globalThis.setTimeout, now: Date.now }) {
+  let last = -Infinity;
+  let pending = null; // the key of a scheduled trailing call
+  let timer = null;
+  return (key) => {
+    const now = timers.now();
+    if (timer === null && now - last >= gapMs) {
+      last = now;
+      fn(key);
+      return;
+    }
+    pending = key;
+    if (timer !== null) return;
+    timer = timers.setTimeout(() => {
+      timer = null;
+      last = timers.now();
+      const next = pending;
+      pending = null;
+      fn(next);
+    }, Math.max(0, gapMs - (now - last)));
+  };
+}
+
+/** Responses applied in the order their requests were made: a slow, older one never replaces a newer. */
+export class Latest {
+  constructor() {
+    this.issued = 0;
+    this.applied = 0;
+  }
+
+  next() {
+    this.issued += 1;
+    return this.issued;
+  }
+
+  /** True when the response of request `ticket` may be shown (no later request was shown first). */
+  accept(ticket) {
+    if (ticket < this.applied) return false;
+    this.applied = ticket;
+    return true;
+  }
+}

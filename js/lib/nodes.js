@@ -1,0 +1,59 @@
+// Names for nodes as the user sees them (their title), and a way to find one on the canvas.
+// Pure apart from locateNode, which takes the app; nothing here imports the host (unit-tested under Node).
+
+/** The graph node with this id and, when given, this class; null when the open workflow has none. */
+export function findNode(graph, id, classType) {
+  if (!graph || id === null || id === undefined) return null;
+  const node = graph.getNodeById?.(id) ?? graph.getNodeById?.(Number(id)) ?? null;
+  if (!node) return null;
+  const type = node.comfyClass ?? node.type;
+  return classType && type && type !== classType ? null : node; // a record of another workflow
+}
+
+/**
+ * What a node is called: its title; with its class when the user renamed it ("Main sampler (KSampler)").
+ * A node the open workflow lacks keeps its class and id ("KSampler #3"). Returns {text, tooltip, found}.
+ */
+export function nodeName(node, { id, classType } = {}) {
+  if (!node) {
+    const text = `${classType || "node"} #${id}`;
+    return { text, tooltip: `node ${id} is not in the open workflow`, found: false };
+  }
+  const type = node.comfyClass ?? node.type ?? classType ?? "";
+  const fallback = node.constructor?.title ?? type;
+  const title = node.title || fallback || type;
+  const renamed = title !== fallback && title !== type;
+  return {
+    text: renamed ? `${title} (${type})` : title,
+    tooltip: `${type}, node #${node.id}: click to show it on the canvas`,
+    found: true,
+  };
+}
+
+/** nodeName for an id (and class) looked up in the app's open graph. */
+export function nameOf(app, id, classType) {
+  return nodeName(findNode(app?.graph, id, classType), { id, classType });
+}
+
+/** Select the node and centre the canvas on it; false when the open workflow has no such node. */
+export function locateNode(app, id, classType) {
+  const node = findNode(app?.graph, id, classType);
+  const canvas = app?.canvas;
+  if (!node || !canvas) return false;
+  canvas.selectNode?.(node, false);
+  canvas.centerOnNode?.(node);
+  canvas.setDirty?.(true, true);
+  return true;
+}
+
+/**
+ * Server messages name nodes 'KSampler (node 3)' or '"My title" (KSampler, node 3)': rewrite each with
+ * the name the open workflow gives it (`rename(id, classType)` returns a string or null to keep it).
+ */
+export function renameNodes(text, rename) {
+  return String(text ?? "").replace(
+    /"([^"]*)" \(([\w.-]+), node ([\w:]+)\)|([\w.-]+) \(node ([\w:]+)\)/g,
+    (match, title, titledClass, titledId, plainClass, plainId) =>
+      rename(titledId ?? plainId, titledClass ?? plainClass) ?? match,
+  );
+}

@@ -1,0 +1,135 @@
+// What a user sees of the nodes' own texts (#16 items 9, 13, 16 and the help pages): titles at the
+// default width, hover tooltips on every input and output, the node search for "vram" and "offload",
+// the help page from the selection toolbox's info button, and a bad vram_budget refused at queue time.
+// argv: BASE ARTIFACTS PROMPT_JSON (an API prompt whose sampler has vram_budget "lots").
+import { readFileSync } from "node:fs";
+import { closeDialogs, gotoComfy, openComfy } from "./lib/page.mjs";
+
+const [base, artifacts, promptFile, only = "tooltips,search,help,validation"] = process.argv.slice(2);
+const run = new Set(only.split(","));
+const TYPES = ["HeadroomOffloadLoader", "HeadroomStreamingSampler", "HeadroomTiledVAEDecode", "HeadroomMemoryMonitor"];
+const { page, result, finish } = await openComfy(base, { artifacts });
+
+// Add one node of `type` at a fixed place on an empty canvas at scale 1; the hover points (page
+// coordinates) of its title, each widget, each input slot and each output slot.
+async function placeNode(type) {
+  return page.evaluate((type) => {
+    const app = window.app;
+    app.graph.clear();
+    app.canvas.ds.offset = [0, 0];
+    app.canvas.ds.scale = 1;
+    const node = window.LiteGraph.createNode(type);
+    node.pos = [200, 150];
+    app.graph.add(node);
+    app.canvas.setDirty(true, true);
+    const rect = app.canvas.canvas.getBoundingClientRect();
+    const at = (x, y) => ({ x: rect.left + x, y: rect.top + y });
+    const points = [];
+    const declared = node.constructor.nodeData?.inputs ?? {};
+    // the node's own inputs (extensions may add display widgets such as a status line)
+    for (const w of (node.widgets ?? []).filter((w) => w.name in declared)) points.push({ kind: "input", name: w.name, ...at(node.pos[0] + 60, node.pos[1] + w.y + 10) });
+    node.inputs.forEach((input, i) => {
+      if (input.widget) return;
+      const [x, y] = node.getConnectionPos(true, i);
+      points.push({ kind: "input", name: input.name, ...at(x + 4, y) });
+    });
+    node.outputs.forEach((output, i) => {
+      const [x, y] = node.getConnectionPos(false, i);
+      points.push({ kind: "output", name: output.name, ...at(x - 4, y) });
+    });
+    const ctx = app.canvas.canvas.getContext("2d");
+    ctx.font = node.titleFontStyle;
+    const titleHeight = window.LiteGraph.NODE_TITLE_HEIGHT;
+    return {
+      title: node.title, width: node.size[0], textWidth: ctx.measureText(node.title).width,
+      // LGraphNode.drawTitleText cuts the title to the node's width less a title height on each side
+      available: node.size[0] - 2 * titleHeight, points, titlePoint: at(node.pos[0] + 40, node.pos[1] - titleHeight / 2),
+    };
+  }, type);
+}
+
+async function hover(point) {
+  await page.mouse.move(point.x + 30, point.y + 30);
+  await page.mouse.move(point.x, point.y, { steps: 3 });
+  const tip = page.locator(".node-tooltip");
+  await tip.waitFor({ timeout: 1500 }).catch(() => {});
+  return (await tip.count()) ? (await tip.innerText()).trim() : "";
+}
+
+try {
+  await page.evaluate(() => window.app.extensionManager.setting.set("LiteGraph.Node.TooltipDelay", 50));
+  result.nodes = {};
+  for (const type of run.has("tooltips") ? TYPES : []) {
+    const placed = await placeNode(type);
+    await page.waitForTimeout(200);
+    const tooltips = [];
+    for (const point of placed.points) tooltips.push({ kind: point.kind, name: point.name, text: await hover(point) });
+    delete placed.points;
+    delete placed.titlePoint;
+    result.nodes[type] = { ...placed, tooltips };
+    await page.mouse.move(5, 500);
+    await page.screenshot({ path: `${artifacts}/node-${type}.png`, clip: { x: 150, y: 100, width: 600, height: 520 } });
+  }
+  result.steps.push("tooltips");
+
+  // The node search, as a double click on the empty canvas opens it.
+  result.search = {};
+  for (const query of run.has("search") ? ["vram", "offload"] : []) {
+    await page.evaluate(() => window.app.graph.clear());
+    await page.mouse.dblclick(900, 600);
+    const input = page.locator(".comfy-vue-node-search-container input").first();
+    await input.waitFor({ timeout: 10_000 });
+    await input.fill(query);
+    await page.waitForTimeout(800);
+    result.search[query] = await page.locator(".comfy-vue-node-search-container li, .p-autocomplete-list li, [role=option]")
+      .evaluateAll((items) => items.map((li) => li.innerText.replace(/\s+/g, " ").trim()).slice(0, 12));
+    await page.screenshot({ path: `${artifacts}/node-search-${query}.png` });
+    await page.keyboard.press("Escape");
+    await closeDialogs(page);
+  }
+  result.steps.push("search");
+
+  // The help page: select the node, press the selection toolbox's info button.
+  result.help = {};
+  for (const type of run.has("help") ? TYPES : []) {
+    const placed = await placeNode(type);
+    await page.waitForTimeout(200);
+    await page.mouse.click(placed.titlePoint.x, placed.titlePoint.y); // select it by its title bar
+    const info = page.locator("[data-testid=info-button]");
+    await info.waitFor({ timeout: 10_000 });
+    await info.click();
+    const content = page.locator(".node-help-content");
+    await content.waitFor({ timeout: 10_000 });
+    await page.waitForFunction(() => !document.querySelector(".node-help-content")?.innerText.includes("Loading"), null, { timeout: 10_000 }).catch(() => {});
+    await page.waitForTimeout(300);
+    const text = (await content.innerText()).trim();
+    result.help[type] = { title: placed.title, heading: text.split("\n")[0], length: text.length, hasInputs: /\bInputs?\b/.test(text), hasExample: /Example/.test(text), hasLimits: /Limits/.test(text) };
+    await page.screenshot({ path: `${artifacts}/help-${type}.png` });
+    await page.locator(".node-library-tab-button").click(); // close the sidebar tab again
+    await page.waitForTimeout(200);
+  }
+  result.steps.push("help");
+
+  // A prompt with a bad vram_budget: refused when queued, the error on the node, nothing executed.
+  if (!run.has("validation")) throw new Error("skip");
+  await gotoComfy(page, base);
+  const apiPrompt = JSON.parse(readFileSync(promptFile, "utf8"));
+  result.validation = await page.evaluate(async (apiPrompt) => {
+    const { api } = window.comfyAPI.api;
+    const started = [];
+    for (const name of ["execution_start", "executing"]) api.addEventListener(name, ({ detail }) => started.push(name + ":" + JSON.stringify(detail)));
+    await window.app.loadApiJson(apiPrompt, "bad-budget.json");
+    await window.app.queuePrompt(0, 1);
+    await new Promise((r) => setTimeout(r, 1500));
+    const errors = window.app.lastNodeErrors ?? {};
+    const nodes = window.app.graph.nodes.filter((n) => n.has_errors).map((n) => ({ id: String(n.id), type: n.type, title: n.title }));
+    return { started, errors, nodesWithErrors: nodes };
+  }, apiPrompt);
+  result.validation.dialog = (await page.locator(".p-dialog").allInnerTexts()).join("\n").slice(0, 2000);
+  await page.screenshot({ path: `${artifacts}/bad-vram-budget.png` });
+  result.steps.push("validation");
+} catch (error) {
+  await finish(error);
+  process.exit(0);
+}
+await finish();

@@ -1,0 +1,75 @@
+// Headroom's examples as a user meets them: Templates in the sidebar, the pack's category, its cards
+// (title, thumbnail), then each example opened by a click: the missing-models dialog and its download
+// links, the nodes' boxes on the canvas, and whether every widget of the Offload Loader can be seen.
+// Usage: node templates.mjs BASE_URL ARTIFACTS_DIR PACK_FOLDER_NAME
+// Prints one JSON line; tests/e2e/test_templates.py asserts on it.
+import { closeDialogs, nodeBoxes, openComfy } from "./lib/page.mjs";
+
+const [base, artifacts, pack] = process.argv.slice(2);
+const { page, result, finish } = await openComfy(base, { artifacts });
+// This environment lacks the host's comfyui-workflow-templates package (84 MB), so /templates/index.json
+// is a 404 and the frontend then refuses to open any template. Answer as an installed package with no
+// core templates would: an empty index.
+await page.route("**/templates/index.json", (route) => route.fulfill({ json: [] }));
+
+async function openCategory() {
+  await page.getByRole("button", { name: "Templates" }).first().click();
+  await page.waitForSelector("[data-testid^=template-workflow-]", { timeout: 60_000 });
+  await page.getByText(pack, { exact: true }).first().click();
+  await page.waitForTimeout(300); // the category's cards replace the first category's (not an assertion)
+}
+
+// What the canvas shows now: node boxes (title bars included) and the Offload Loaders' widget rows.
+function canvasState() {
+  return page.evaluate(() => {
+    const nodes = window.app.graph.nodes;
+    return {
+      nodes: nodes.map((n) => ({
+        id: n.id, type: n.type, pos: Array.from(n.pos), size: Array.from(n.size),
+        needs: Array.from(n.computeSize()), models: n.properties?.models ?? [],
+        widgets: (n.widgets ?? []).map((w) => ({ name: w.name, value: w.value, y: w.y ?? w.last_y, h: w.computedHeight ?? 20 })),
+      })),
+    };
+  });
+}
+
+try {
+  await openCategory();
+  await page.waitForFunction(() => [...document.querySelectorAll("[data-testid^=template-workflow-] img")]
+    .every((img) => img.complete), null, { timeout: 30_000 }).catch(() => {});
+  result.cards = await page.evaluate(() => [...document.querySelectorAll("[data-testid^=template-workflow-]")].map((card) => ({
+    name: card.dataset.testid.replace(/^template-workflow-/, ""),
+    title: card.querySelector("h3")?.textContent.trim(),
+    thumbnail: [...card.querySelectorAll("img")].map((img) => ({ src: img.currentSrc || img.src, width: img.naturalWidth })),
+  })));
+  await page.screenshot({ path: `${artifacts}/templates-dialog.png` });
+  result.steps.push("templates dialog");
+  await closeDialogs(page);
+
+  result.examples = {};
+  for (const card of result.cards) {
+    await openCategory();
+    await page.locator(`[data-testid="template-workflow-${card.name}"]`).click();
+    await page.waitForFunction((name) => window.app.extensionManager.workflow.activeWorkflow?.filename === name, card.name, { timeout: 60_000 });
+    result.steps.push(`clicked ${card.name}`);
+    const dialog = page.locator(".comfy-missing-models");
+    await dialog.waitFor({ timeout: 10_000 }).catch(() => {});
+    const missing = await page.evaluate(() => [...document.querySelectorAll(".comfy-missing-models [role=option]")].map((option) => ({
+      label: option.querySelector("span[title]")?.textContent.trim(),
+      url: option.querySelector("span[title]")?.getAttribute("title"),
+      download: [...option.querySelectorAll("button")].some((b) => /download/i.test(b.textContent) && !b.disabled),
+    })));
+    if (card === result.cards[0]) await page.screenshot({ path: `${artifacts}/example-missing-models.png` });
+    await closeDialogs(page);
+    await page.waitForTimeout(300); // one frame to draw the widgets at their places (not an assertion)
+    const state = await canvasState();
+    state.missingModels = missing;
+    state.boxes = await nodeBoxes(page);
+    result.examples[card.name] = state;
+    await page.screenshot({ path: `${artifacts}/example-${card.name.replace(/[^\w.-]+/g, "_")}.png` });
+    result.steps.push(`opened ${card.name}`);
+  }
+  await finish();
+} catch (error) {
+  await finish(error);
+}

@@ -1,0 +1,129 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { BadgeStore, badgeText } from "../../js/lib/badges.js";
+import { Latest, coalesce, liveReport } from "../../js/lib/live.js";
+import { TEXT_WIDGET, addTextWidget, messageText, showText } from "../../js/lib/nodetext.js";
+import { rowState, timelineRows } from "../../js/lib/timeline.js";
+
+const MiB = 2 ** 20;
+
+test("badges belong to the workflow that ran: the same node id elsewhere shows none", () => {
+  let onScreen = "wf-a";
+  const store = new BadgeStore(() => onScreen);
+  store.add({ prompt_id: "p1", workflow_id: "wf-a", node: "3", rss_peak: 100 * MiB, duration_s: 2 });
+  assert.equal(store.text("3"), "RSS 100 MiB · 2.0 s");
+  onScreen = "wf-b";
+  assert.equal(store.text("3"), "");
+  assert.equal(store.records.size, 0);
+  store.add({ prompt_id: "p2", workflow_id: "wf-b", node: "3", rss_peak: 5 * MiB, duration_s: 1 });
+  assert.equal(store.text("3"), "RSS 5.0 MiB · 1.0 s");
+  assert.equal(store.text("3", "wf-a"), "RSS 100 MiB · 2.0 s"); // another workflow's run leaves it alone
+  store.add({ prompt_id: "p3", node: "4", duration_s: 1 }); // a script's prompt: the workflow on screen
+  assert.deepEqual([...store.recordsOf("wf-b").keys()], ["4"]);
+});
+
+test("a re-run keeps the cached nodes' badges from the run that computed them", () => {
+  const store = new BadgeStore(() => "wf");
+  store.add({ prompt_id: "p1", workflow_id: "wf", node: "4", status: "done", rss_peak: MiB, duration_s: 6 });
+  store.add({ prompt_id: "p2", workflow_id: "wf", node: "4", status: "cached", cached_from: "p1", rss_peak: MiB, duration_s: 6 });
+  assert.equal(store.text("4"), "RSS 1.0 MiB · 6.0 s");
+  assert.equal(badgeText({ status: "cached", duration_s: null }), ""); // no run that computed it is known
+});
+
+test("a reload restores each workflow's last run, not scripts' runs", () => {
+  const store = new BadgeStore(() => "wf");
+  store.restore([
+    { prompt_id: "p1", workflow_id: "wf", nodes: [{ node: "1", duration_s: 1 }, { node: "2", duration_s: 1 }] },
+    { prompt_id: "p2", workflow_id: "wf", nodes: [{ node: "2", duration_s: 3 }] },
+    { prompt_id: "p3", workflow_id: null, nodes: [{ node: "9", duration_s: 3 }] },
+    { prompt_id: "p4", workflow_id: "other", nodes: [{ node: "1", duration_s: 4 }] },
+  ]);
+  assert.deepEqual([...store.records.keys()], ["2"]);
+  assert.equal(store.text("2"), "3.0 s");
+  assert.equal(store.text("1", "other"), "4.0 s");
+  assert.equal(store.workflows.size, 2);
+});
+
+test("node text: a read-only box made at creation, filled by the executed message", () => {
+  const made = [];
+  const node = { widgets: [] };
+  const makeString = (n, name, spec) => {
+    const widget = { name, value: "", options: { minNodeSize: [400, 200] }, inputEl: { readOnly: false } };
+    made.push(spec);
+    n.widgets.push(widget);
+    return { widget };
+  };
+  const widget = addTextWidget(node, makeString, {});
+  assert.equal(widget.name, TEXT_WIDGET);
+  assert.equal(made[0][1].multiline, true);
+  assert.equal(widget.serialize, false); // not saved in the workflow
+  assert.equal(widget.options.serialize, false); // not sent as an input
+  assert.equal(widget.inputEl.readOnly, true);
+  assert.equal(showText(node, { text: ["line 1", "line 2"] }), true);
+  assert.equal(widget.value, "line 1\nline 2");
+  const seen = [];
+  widget.callback = (v) => seen.push(v); // the Vue renderer's wrapped callback copies the value
+  showText(node, { text: "again" });
+  assert.deepEqual(seen, ["again"]);
+  const box = { value: "" };
+  const selectors = [];
+  const root = { querySelector: (selector) => (selectors.push(selector), box) };
+  showText(Object.assign(node, { id: 10 }), { text: ["on screen"] }, root); // the Vue renderer's box
+  assert.equal(box.value, "on screen");
+  assert.deepEqual(selectors, ['[data-node-id="10"] textarea[placeholder="last run"]']);
+  assert.equal(showText(node, { images: [] }), false);
+  assert.equal(showText({ widgets: [] }, { text: ["x"] }), false);
+  assert.equal(messageText(null), null);
+});
+
+const REPORT = {
+  prompt_id: "p",
+  nodes: [
+    { node: "1", status: "done", planned_order: 1, vram_peak: 10, planned_vram_peak: 10 },
+    { node: "2", status: "cached", planned_order: 2, vram_peak: null, planned_vram_peak: null },
+    { node: "3", status: "not run", planned_order: 3, planned_vram_peak: 20 },
+  ],
+};
+
+test("while its prompt runs, unrun planned nodes are pending; cached ones are cached without bars", () => {
+  const live = liveReport(REPORT, "p");
+  assert.deepEqual(live.nodes.map(rowState), ["ok", "cached", "pending"]);
+  assert.equal(liveReport(REPORT, "other"), REPORT);
+  assert.equal(liveReport(REPORT, null), REPORT);
+  assert.deepEqual(REPORT.nodes.map(rowState), ["ok", "cached", "skipped"]);
+  const cached = timelineRows(live).find((r) => r.node === "2");
+  assert.equal(cached.plannedFrac, 0);
+  assert.equal(cached.actualFrac, 0);
+});
+
+test("live report fetches: at most one per gap, and always one after the last event", () => {
+  const calls = [];
+  let now = 0;
+  const scheduled = [];
+  const timers = { now: () => now, setTimeout: (fn, ms) => scheduled.push({ fn, at: now + ms }) };
+  const fetch = coalesce((key) => calls.push([now, key]), 500, timers);
+  fetch("a");
+  now = 100;
+  fetch("b");
+  now = 200;
+  fetch("c");
+  assert.deepEqual(calls, [[0, "a"]]);
+  assert.equal(scheduled.length, 1);
+  assert.equal(scheduled[0].at, 500);
+  now = 500;
+  scheduled[0].fn();
+  assert.deepEqual(calls, [[0, "a"], [500, "c"]]); // the latest key
+  now = 1200;
+  fetch("d");
+  assert.deepEqual(calls.at(-1), [1200, "d"]);
+});
+
+test("an older report response never replaces a newer one", () => {
+  const latest = new Latest();
+  const first = latest.next();
+  const second = latest.next();
+  assert.equal(latest.accept(second), true);
+  assert.equal(latest.accept(first), false);
+  assert.equal(latest.accept(latest.next()), true);
+});
