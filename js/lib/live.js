@@ -18,7 +18,11 @@ export function liveReport(report, runningPromptId) {
  * Call `fn(key)` at most once per `gapMs` while events keep coming, and once more after the last one
  * (a trailing call), so the last state is always fetched. `timers` is {setTimeout, now} (fakes in tests).
  */
-export function coalesce(fn, gapMs, timers = { setTimeout: globalThis.setTimeout, now: Date.now }) {
+// The default timers wrap the globals: called as `timers.setTimeout(...)` the browser's own function
+// throws "Illegal invocation" (its receiver must be the window).
+const GLOBAL_TIMERS = { setTimeout: (f, ms) => globalThis.setTimeout(f, ms), now: () => Date.now() };
+
+export function coalesce(fn, gapMs, timers = GLOBAL_TIMERS) {
   let last = -Infinity;
   let pending = null; // the key of a scheduled trailing call
   let timer = null;

@@ -22,7 +22,12 @@ try {
       await window.app.loadApiJson(apiPrompt, "headroom-e2e.json");
       await window.app.queuePrompt(0, 1);
     }, prompt);
-    await page.waitForFunction(() => (window.headroom.report?.nodes?.length ?? 0) >= 3, null, { timeout: LONG });
+    // the timeline's report updates while the run goes ("running", "pending"): wait for the final one
+    await page.waitForFunction(() => {
+      const { report, running } = window.headroom;
+      return !running && report && !report.live && (report.nodes?.length ?? 0) >= 3
+        && report.nodes.every((r) => r.status !== "running" && r.status !== "pending");
+    }, null, { timeout: LONG });
     result.steps.push(`ran (${label})`);
     return page.evaluate(() => {
       const monitor = window.app.graph.nodes.find((n) => n.comfyClass === "HeadroomMemoryMonitor");

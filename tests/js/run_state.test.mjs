@@ -127,3 +127,21 @@ test("an older report response never replaces a newer one", () => {
   assert.equal(latest.accept(first), false);
   assert.equal(latest.accept(latest.next()), true);
 });
+
+test("coalesce's default timers work when the global setTimeout needs its own receiver", async () => {
+  // Browsers throw "Illegal invocation" for setTimeout called on another object; emulate that check.
+  const real = globalThis.setTimeout;
+  globalThis.setTimeout = function (f, ms) {
+    if (this !== undefined && this !== globalThis) throw new TypeError("Illegal invocation");
+    return real(f, ms);
+  };
+  try {
+    const seen = [];
+    const call = coalesce((k) => seen.push(k), 1000);
+    call("a");
+    call("b"); // within the gap: scheduled as the trailing call through the default timers
+    assert.deepEqual(seen, ["a"]);
+  } finally {
+    globalThis.setTimeout = real;
+  }
+});
