@@ -105,7 +105,7 @@ async function restoreRuns() {
 function badgeFor(node) {
   // Inside a subgraph, ids repeat the root graph's (the server reports "12:5"): no badge rather than a wrong one.
   const inSubgraph = node.graph && app.graph && node.graph !== app.graph;
-  const text = setting(BADGES, true) && !inSubgraph ? state.badges.text(node.id) : "";
+  const text = setting(BADGES, true) && !inSubgraph ? state.badges.text(node.id, undefined, node.comfyClass ?? node.type) : "";
   return new window.LGraphBadge({ text, fgColor: "#fff", bgColor: "#37474f" });
 }
 

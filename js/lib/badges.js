@@ -67,7 +67,11 @@ export class BadgeStore {
     return this.recordsOf(workflowId).get(String(nodeId)) ?? null;
   }
 
-  text(nodeId, workflowId = this.current()) {
-    return badgeText(this.get(nodeId, workflowId));
+  /** The badge of node `nodeId`; none when the record is of another node class (a workflow loaded in
+   * place of another keeps the graph's id, so ids can match across workflows: the class tells them apart). */
+  text(nodeId, workflowId = this.current(), classType = null) {
+    const record = this.get(nodeId, workflowId);
+    if (record?.class_type && classType && record.class_type !== classType) return "";
+    return badgeText(record);
   }
 }

@@ -145,3 +145,11 @@ test("coalesce's default timers work when the global setTimeout needs its own re
     globalThis.setTimeout = real;
   }
 });
+
+test("a badge is not shown on a node of another class with the same id", () => {
+  const store = new BadgeStore(() => "wf");
+  store.add({ node: "1", class_type: "EmptyImage", rss_peak: 2 ** 30, duration_s: 0.017, prompt_id: "p" });
+  assert.equal(store.text("1", undefined, "CheckpointLoaderSimple"), "");
+  assert.match(store.text("1", undefined, "EmptyImage"), /^RSS 1(\.0+)? GiB/);
+  assert.match(store.text("1"), /^RSS/); // no class given: the record's
+});
