@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from ...memory.deadline import HOST_PLAN_LIMIT_S
+from ...memory.names import OFFLOAD_LOADER
 from ...memory.planning.costmodel import CHOICE_HOST, Budget, Hardware
 from ...memory.residency import Controller, MappedFile, bind, footprint, pin, to_pageable
 from ...memory.residency.ram_budget import RAM, RamReading, read_process, release_heap, release_pinned_cache
@@ -259,7 +260,15 @@ class Residency(Subscriber):
         if budget is None:
             return
         try:  # the plan's RAM is what the RAM budget leaves after the process itself (measured now)
-            ram = self.ram_guard.begin(prompt_id, [m.handle for m in self.controller.managed.values()])
+            # the copies this prompt's loaders hold are its own, not the baseline's; registrations of other
+            # workflows' loaders stay in the baseline (they are not in this prompt's plan)
+            loaders = {
+                n
+                for n, node in prompt.items()
+                if isinstance(node, dict) and node.get("class_type") == OFFLOAD_LOADER
+            }
+            ours = [m.handle for cid, m in self.controller.managed.items() if cid.split(":", 1)[0] in loaders]
+            ram = self.ram_guard.begin(prompt_id, ours)
             if self.budget_override is None:
                 pinned = min(budget.pinned, ram.budget.pinned)
                 budget = dataclasses.replace(budget, ram=max(0, ram.budget.ram - ram.baseline), pinned=pinned)

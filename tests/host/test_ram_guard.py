@@ -165,6 +165,8 @@ def fresh_executor(host: Host) -> None:
     for prompt_id in list(controller.runs):  # closed now (the host reports a prompt's end at the next start)
         controller.prompt_finished(prompt_id)
     controller.held = set()
+    for cid in list(controller.managed):  # other tests' loaders: their copies are not this test's
+        controller.forget(cid.split(":", 1)[0])
     host.free()
 
 
