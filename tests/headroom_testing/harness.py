@@ -163,7 +163,15 @@ class Host:
         self.pack_dir.symlink_to(PACK_ROOT, target_is_directory=True)
         self.pack_loaded = bool(_run(self.nodes.load_custom_node(str(self.pack_dir))))
         self.server = _Server()
-        self.executor = self.execution.PromptExecutor(self.server)
+        self.executor = self.new_executor()
+
+    def new_executor(self) -> Any:
+        """The host's PromptExecutor as its main.py makes it: 0.3.75 on need ``cache_args`` (None crashes
+        in ``execute``), with main.py's defaults (no LRU, no RAM-pressure cache)."""
+        executor_class = self.execution.PromptExecutor
+        if "cache_args" in inspect.signature(executor_class.__init__).parameters:
+            return executor_class(self.server, cache_args={"lru": 0, "ram": 0.0})
+        return executor_class(self.server)
 
     def register_models_dir(self, models_dir: Path) -> None:
         """Make ``models_dir/<folder>`` models folders the stock loaders (and ours) list; re-callable

@@ -160,7 +160,7 @@ class Meter:
 def fresh_executor(host: Host) -> None:
     """Drop the host's cached outputs (the models the loaders returned) and its loaded models; the
     controller, which predicts the host's cache hits from the prompts it saw, forgets them too."""
-    host.executor = host.execution.PromptExecutor(host.server)
+    host.executor = host.new_executor()
     controller = host.pack_module("nodes.host.state").residency().controller
     for prompt_id in list(controller.runs):  # closed now (the host reports a prompt's end at the next start)
         controller.prompt_finished(prompt_id)
