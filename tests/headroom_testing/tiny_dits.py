@@ -46,9 +46,17 @@ def tiny_dit_config(family: str) -> dict[str, Any]:
 
 
 def _tiny_dit_model_config(family: str, state_dict: dict) -> Any:
+    import dataclasses
+
     import comfy.model_detection
 
-    model_config = comfy.model_detection.model_config_from_unet_config(tiny_dit_config(family), state_dict)
+    config = tiny_dit_config(family)
+    if family == "flux":  # 0.18 added a required field (Flux 2 puts text ids on axes; Flux 1: none)
+        import comfy.ldm.flux.model
+
+        if "txt_ids_dims" in {f.name for f in dataclasses.fields(comfy.ldm.flux.model.FluxParams)}:
+            config["txt_ids_dims"] = []
+    model_config = comfy.model_detection.model_config_from_unet_config(config, state_dict)
     if model_config is None:
         raise NotImplementedError(f"the host ({current_host_version()}) has no {family} model class")
     return model_config
