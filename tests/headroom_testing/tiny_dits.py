@@ -52,9 +52,11 @@ def _tiny_dit_model_config(family: str, state_dict: dict) -> Any:
 
     config = tiny_dit_config(family)
     if family == "flux":  # 0.18 added a required field (Flux 2 puts text ids on axes; Flux 1: none)
-        import comfy.ldm.flux.model
-
-        if "txt_ids_dims" in {f.name for f in dataclasses.fields(comfy.ldm.flux.model.FluxParams)}:
+        try:
+            from comfy.ldm.flux.model import FluxParams
+        except ImportError:  # a host older than Flux: detection below says so
+            FluxParams = None  # noqa: N806
+        if FluxParams is not None and "txt_ids_dims" in {f.name for f in dataclasses.fields(FluxParams)}:
             config["txt_ids_dims"] = []
     model_config = comfy.model_detection.model_config_from_unet_config(config, state_dict)
     if model_config is None:
