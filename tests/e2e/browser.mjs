@@ -2,7 +2,7 @@
 // Usage: node browser.mjs BASE_URL ARTIFACTS_DIR PROMPT.json PREFLIGHT_PROMPT.json
 // Prints one JSON line with what it saw; tests/e2e/test_browser.py asserts on it.
 import { readFileSync } from "node:fs";
-import { openComfy } from "./lib/page.mjs";
+import { openComfy, postPrompt } from "./lib/page.mjs";
 
 const LONG = 180_000;
 const [base, artifacts, promptPath, preflightPath] = process.argv.slice(2);
@@ -56,13 +56,7 @@ try {
 
   // Preflight: queue a workflow that cannot fit the assumed card; the host refuses it (no model files),
   // but the warning has already been sent to this client.
-  await page.evaluate(async (apiPrompt) => {
-    await window.comfyAPI.api.api.fetchApi("/prompt", {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ prompt: apiPrompt, client_id: window.comfyAPI.api.api.clientId }),
-    });
-  }, preflightPrompt);
+  await postPrompt(page, preflightPrompt);
   await page.waitForFunction(() => window.headroom.toasts.length >= 1, null, { timeout: 60_000 });
   result.toast = await page.evaluate(() => window.headroom.toasts[0]);
   result.toastShown = await page.locator(".p-toast-message", { hasText: "Headroom" }).count();

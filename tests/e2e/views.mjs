@@ -4,7 +4,7 @@
 // records what it found rather than failing, so a run against the old pack (HEADROOM_E2E_PACK) reports
 // what is missing. tests/e2e/test_views.py asserts on the JSON line.
 import { readFileSync } from "node:fs";
-import { LONG, openComfy } from "./lib/page.mjs";
+import { LONG, openComfy, postPrompt } from "./lib/page.mjs";
 
 const [base, artifacts, promptPath, preflightPath] = process.argv.slice(2);
 const prompt = JSON.parse(readFileSync(promptPath, "utf8"));
@@ -123,12 +123,8 @@ try {
   await page.evaluate(async (apiPrompt) => {
     window.headroom.toasts.length = 0;
     await window.app.loadApiJson(apiPrompt, "flux-2048.json");
-    await window.comfyAPI.api.api.fetchApi("/prompt", {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ prompt: apiPrompt, client_id: window.comfyAPI.api.api.clientId }),
-    });
   }, preflightPrompt);
+  await postPrompt(page, preflightPrompt);
   await page.waitForFunction(() => window.headroom.toasts.length >= 1, null, { timeout: 60_000 });
   const toast = page.locator(".p-toast-message", { hasText: "will run out of VRAM" }).first();
   await toast.waitFor({ timeout: 30_000 });

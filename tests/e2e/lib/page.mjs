@@ -89,3 +89,15 @@ export async function nodeBoxes(page) {
     });
   });
 }
+
+// POST an API prompt to /prompt as this page's client, without loading it into the canvas: the host may
+// refuse it (no model files), but the preflight warning reaches this client first.
+export async function postPrompt(page, apiPrompt) {
+  await page.evaluate(async (apiPrompt) => {
+    await window.comfyAPI.api.api.fetchApi("/prompt", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ prompt: apiPrompt, client_id: window.comfyAPI.api.api.clientId }),
+    });
+  }, apiPrompt);
+}
