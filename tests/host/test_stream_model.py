@@ -11,8 +11,9 @@ the Stream Model node on is the executor's."""
 
 from __future__ import annotations
 
+import functools
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -97,17 +98,29 @@ def _latent(result: Any) -> torch.Tensor:
     return result.outputs["o"][0][0]["samples"]
 
 
+def _streamed_matches_stock(
+    host: Host,
+    keys: dict[str, Any],
+    sampler: Callable[[list], dict[str, dict]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[Any, StreamSpy, dict]:
+    """Run ``sampler`` on the plain model, then on the Stream Model node's output under a spy: the latents
+    are equal bit for bit. Returns the diffusion model, the spy and its snapshot from before streaming."""
+    diffusion = keys["model"].model.diffusion_model
+    stock = _latent(host.run(_prompt(keys, sampler(["m", 0]), None)))
+    before = snapshot(diffusion)
+    spy = StreamSpy(host, monkeypatch)
+    streamed = host.run(_prompt(keys, sampler(["x", 0]), {"vram_budget": keys["budget"]}))
+    assert torch.isfinite(stock).all() and stock.std() > 0
+    assert torch.equal(_latent(streamed), stock)
+    return diffusion, spy, before
+
+
 @pytest.mark.parametrize("kind", ["KSampler", "KSamplerAdvanced", "SamplerCustom"])
 def test_any_stock_sampler_streams_the_model_to_the_stock_latent(
     host: Host, sd: dict[str, Any], monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
-    diffusion = sd["model"].model.diffusion_model
-    stock = _latent(host.run(_prompt(sd, _sampler(kind, ["m", 0]), None)))
-    before = snapshot(diffusion)
-    spy = StreamSpy(host, monkeypatch)
-    streamed = host.run(_prompt(sd, _sampler(kind, ["x", 0]), {"vram_budget": sd["budget"]}))
-    assert torch.isfinite(stock).all() and stock.std() > 0
-    assert torch.equal(_latent(streamed), stock)
+    diffusion, spy, before = _streamed_matches_stock(host, sd, lambda m: _sampler(kind, m), monkeypatch)
     (watched,) = spy.watched
     assert watched.streamer.model is diffusion
     assert [event for event, _ in spy.log] == ["attach", "detach"]
@@ -258,13 +271,8 @@ def test_flux_with_sampler_custom_advanced(
 ) -> None:
     if split:
         _split_cfg(monkeypatch)
-    diffusion = flux["model"].model.diffusion_model
-    stock = _latent(current.run(_prompt(flux, _custom_advanced(guider, ["m", 0]), None)))
-    before = snapshot(diffusion)
-    spy = StreamSpy(current, monkeypatch)
-    streamed = current.run(_prompt(flux, _custom_advanced(guider, ["x", 0]), {"vram_budget": flux["budget"]}))
-    assert torch.isfinite(stock).all() and stock.std() > 0
-    assert torch.equal(_latent(streamed), stock)
+    sampler = functools.partial(_custom_advanced, guider)
+    diffusion, spy, before = _streamed_matches_stock(current, flux, sampler, monkeypatch)
     (watched,) = spy.watched
     assert_streamed(watched, STEPS)  # one upload per block per step, also when cond and uncond split
     assert watched.streamer.stats.calls_together == (2 * STEPS if split else 0)
