@@ -24,9 +24,9 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from ..deadline import PlanTimeout, time_limit
 from ..planning.costmodel import CHOICE_HOST, Budget, Hardware, Tier
@@ -34,100 +34,11 @@ from ..planning.pipeline import plan_workflow
 from ..planning.planner import Plan, StepPlan, plan
 from ..planning.reasons import step_reasons
 from ..planning.workload import Workload
-from ..workflow.graph import Graph, Link
 from ..workflow.order import output_signatures, predict_cached
 from .ram_guard import RamGuard
+from .run_log import HOST_ACTIONS, Event, HostOps, Managed, Run, ancestors, target_tier, tier_of
 
 _log = logging.getLogger("headroom")
-HOST_ACTIONS = ("pin", "unpin", "map", "warm")  # host-side moves: logged, not part of the GPU plan
-
-
-class HostOps(Protocol):
-    """What the controller asks of the host; ``handle`` is whatever the loader registered."""
-
-    def on_gpu(self, handle: Any) -> int: ...  # bytes of it on the device now (the host's accounting)
-    def fully_loaded(self, handle: Any) -> bool: ...  # every weight on the device (no partial load)
-    def room_for(self, handle: Any) -> bool: ...  # the host can load it without evicting anything
-    def load(self, handle: Any) -> str: ...  # fully onto the device; "" or why it was not loaded
-    def evict(self, handle: Any) -> None: ...  # off the device, through the host's unload
-    def host_part(self, handle: Any) -> str: ...  # where its CPU copy is now: "P", "R" or "D"
-    def set_host_tier(self, handle: Any, host: str) -> str: ...  # "P"/"R"/"D"; returns a note
-    def warm(self, handle: Any) -> None: ...  # start reading its file pages (may do nothing)
-    def device_bytes(self) -> int: ...  # every model's bytes on the device (the ledger)
-    def is_oom(self, exc: BaseException) -> bool: ...
-    def free_device(self) -> None: ...  # unload every model through the host
-
-
-@dataclass(frozen=True)
-class Event:
-    t: float  # seconds since the prompt started
-    node_id: str
-    kind: str  # planned, applied, replan, oom, failed, ledger, ram (RAM per node), note
-    action: str = ""  # load, prefetch, evict, stream, pin, unpin, map, warm
-    component: str = ""
-    label: str = ""
-    nbytes: int = 0
-    detail: str = ""  # a planned move: the plan's reason for where the component is at that node
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class Run:
-    prompt_id: str
-    workload: Workload
-    plan: Plan
-    started: float
-    graph: Graph | None = None
-    position: int = 0  # index in plan.steps of the next expected node
-    events: list[Event] = field(default_factory=list)
-    ledger_peak: int = 0
-    finished: set[str] = field(default_factory=set)
-    managed_ids: frozenset[str] = frozenset()  # the components the planned log covers
-    current: str | None = None  # the node that started and has not finished
-    retried: set[str] = field(default_factory=set)  # nodes re-run once after an OOM
-    failed: str | None = None  # the last node that finished with an error
-    closed: bool = False
-    lazy: dict[str, frozenset[str]] = field(default_factory=dict)  # node id -> its lazy input names
-
-
-@dataclass
-class Managed:
-    component_id: str
-    label: str
-    handle: Any
-
-
-def _tier_of(on_gpu: bool, host: str) -> Tier:
-    if on_gpu:
-        return {"P": Tier.GPU_PINNED, "R": Tier.GPU_RAM, "D": Tier.GPU_ONLY}[host]
-    return {"P": Tier.PINNED, "R": Tier.RAM, "D": Tier.DISK}[host]
-
-
-def _ancestors(graph: Graph, node_id: str, lazy: dict[str, frozenset[str]] | None = None) -> set[str]:
-    """Every node whose output ``node_id`` needs before it can start, through any chain of links. A
-    lazy input (``lazy``: node id -> its lazy input names) is not followed: the host starts a node with
-    lazy inputs first and evaluates them, or not, when the node asks."""
-    seen: set[str] = set()
-    stack = [node_id]
-    lazy = lazy or {}
-    while stack:
-        current = stack.pop()
-        node = graph.nodes.get(current)
-        # only the starting node's own lazy inputs may still be pending: a non-lazy ancestor has
-        # finished, so what its lazy inputs asked for has run (and what they did not ask for never will)
-        skip = lazy.get(current, frozenset()) if current == node_id else frozenset()
-        for name, value in node.inputs.items() if node is not None else ():
-            if isinstance(value, Link) and name not in skip and value.node not in seen:
-                seen.add(value.node)
-                stack.append(value.node)
-    return seen
-
-
-def _target(sp: StepPlan, component_id: str) -> Tier:
-    placement = sp.placements.get(component_id)
-    return placement.tier if placement is not None else Tier.DISK
 
 
 class Controller:
@@ -344,7 +255,8 @@ class Controller:
         for m in self._managed(run):
             if m.component_id in run.managed_ids or not self.ops.on_gpu(m.handle):
                 continue
-            planned = _target(before, m.component_id) if before else run.workload.initial_tier(m.component_id)
+            cid = m.component_id
+            planned = target_tier(before, cid) if before else run.workload.initial_tier(cid)
             if not planned.gpu:
                 return True
         return False
@@ -354,7 +266,7 @@ class Controller:
         for c in workload.components:
             m = self.managed.get(c.id)
             if m is not None:
-                out[c.id] = _tier_of(self.ops.on_gpu(m.handle) > 0, self.ops.host_part(m.handle))
+                out[c.id] = tier_of(self.ops.on_gpu(m.handle) > 0, self.ops.host_part(m.handle))
         return out
 
     def _reorder(self, run: Run, s: int) -> None:
@@ -364,7 +276,7 @@ class Controller:
         ``s``. Then re-plan from where everything is."""
         skipped = run.plan.steps[run.position : s]
         started = run.plan.steps[s].step.node_id
-        done = _ancestors(run.graph, started, run.lazy) if run.graph is not None else set()
+        done = ancestors(run.graph, started, run.lazy) if run.graph is not None else set()
         gone = [sp for sp in skipped if sp.step.node_id in done]
         later = [sp for sp in skipped if sp.step.node_id not in done]
         why = f"node {started} started first"
@@ -399,7 +311,7 @@ class Controller:
         reasons = step_reasons(run.workload, run.plan) if managed else []  # each planned move says why
         for s, sp in enumerate(run.plan.steps[start:], start):
             for cid in managed:
-                gpu = _target(sp, cid).gpu
+                gpu = target_tier(sp, cid).gpu
                 action = (
                     "load" if gpu == "G" and not on[cid] else
                     "stream" if gpu == "S" else
@@ -431,11 +343,11 @@ class Controller:
         node_id = sp.step.node_id
         managed = self._managed(run)
         for m in managed:  # evictions first: the loads that follow need their room
-            if not _target(sp, m.component_id).gpu and self.ops.on_gpu(m.handle):
+            if not target_tier(sp, m.component_id).gpu and self.ops.on_gpu(m.handle):
                 nbytes = self.ops.on_gpu(m.handle)
                 self._do(run, node_id, m, "evict", nbytes, lambda m=m: self.ops.evict(m.handle))
         for m in managed:
-            tier = _target(sp, m.component_id)
+            tier = target_tier(sp, m.component_id)
             if tier.gpu == "G" and not self.ops.fully_loaded(m.handle):
                 self._load(run, node_id, m, "load")
             elif tier.gpu == "S":
@@ -471,7 +383,7 @@ class Controller:
         if s + 1 < len(run.plan.steps):
             nxt = run.plan.steps[s + 1]
             for m in managed:
-                if _target(nxt, m.component_id).gpu and not self.ops.on_gpu(m.handle):
+                if target_tier(nxt, m.component_id).gpu and not self.ops.on_gpu(m.handle):
                     self._do(run, node_id, m, "warm", 0, lambda m=m: self.ops.warm(m.handle))
 
     def _host_tier(self, run: Run, node_id: str, m: Managed, host: str) -> None:

@@ -1,0 +1,102 @@
+"""The controller's records and graph helpers: what it asks of the host (``HostOps``), one prompt's run
+(``Run``) and its log (``Event``), and the small functions the controller and its tests share."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from ..planning.costmodel import Tier
+from ..planning.planner import Plan, StepPlan
+from ..planning.workload import Workload
+from ..workflow.graph import Graph, Link
+
+HOST_ACTIONS = ("pin", "unpin", "map", "warm")  # host-side moves: logged, not part of the GPU plan
+
+
+class HostOps(Protocol):
+    """What the controller asks of the host; ``handle`` is whatever the loader registered."""
+
+    def on_gpu(self, handle: Any) -> int: ...  # bytes of it on the device now (the host's accounting)
+    def fully_loaded(self, handle: Any) -> bool: ...  # every weight on the device (no partial load)
+    def room_for(self, handle: Any) -> bool: ...  # the host can load it without evicting anything
+    def load(self, handle: Any) -> str: ...  # fully onto the device; "" or why it was not loaded
+    def evict(self, handle: Any) -> None: ...  # off the device, through the host's unload
+    def host_part(self, handle: Any) -> str: ...  # where its CPU copy is now: "P", "R" or "D"
+    def set_host_tier(self, handle: Any, host: str) -> str: ...  # "P"/"R"/"D"; returns a note
+    def warm(self, handle: Any) -> None: ...  # start reading its file pages (may do nothing)
+    def device_bytes(self) -> int: ...  # every model's bytes on the device (the ledger)
+    def is_oom(self, exc: BaseException) -> bool: ...
+    def free_device(self) -> None: ...  # unload every model through the host
+
+
+@dataclass(frozen=True)
+class Event:
+    t: float  # seconds since the prompt started
+    node_id: str
+    kind: str  # planned, applied, replan, oom, failed, ledger, ram (RAM per node), note
+    action: str = ""  # load, prefetch, evict, stream, pin, unpin, map, warm
+    component: str = ""
+    label: str = ""
+    nbytes: int = 0
+    detail: str = ""  # a planned move: the plan's reason for where the component is at that node
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Run:
+    prompt_id: str
+    workload: Workload
+    plan: Plan
+    started: float
+    graph: Graph | None = None
+    position: int = 0  # index in plan.steps of the next expected node
+    events: list[Event] = field(default_factory=list)
+    ledger_peak: int = 0
+    finished: set[str] = field(default_factory=set)
+    managed_ids: frozenset[str] = frozenset()  # the components the planned log covers
+    current: str | None = None  # the node that started and has not finished
+    retried: set[str] = field(default_factory=set)  # nodes re-run once after an OOM
+    failed: str | None = None  # the last node that finished with an error
+    closed: bool = False
+    lazy: dict[str, frozenset[str]] = field(default_factory=dict)  # node id -> its lazy input names
+
+
+@dataclass
+class Managed:
+    component_id: str
+    label: str
+    handle: Any
+
+
+def tier_of(on_gpu: bool, host: str) -> Tier:
+    if on_gpu:
+        return {"P": Tier.GPU_PINNED, "R": Tier.GPU_RAM, "D": Tier.GPU_ONLY}[host]
+    return {"P": Tier.PINNED, "R": Tier.RAM, "D": Tier.DISK}[host]
+
+
+def ancestors(graph: Graph, node_id: str, lazy: dict[str, frozenset[str]] | None = None) -> set[str]:
+    """Every node whose output ``node_id`` needs before it can start, through any chain of links. A
+    lazy input (``lazy``: node id -> its lazy input names) is not followed: the host starts a node with
+    lazy inputs first and evaluates them, or not, when the node asks."""
+    seen: set[str] = set()
+    stack = [node_id]
+    lazy = lazy or {}
+    while stack:
+        current = stack.pop()
+        node = graph.nodes.get(current)
+        # only the starting node's own lazy inputs may still be pending: a non-lazy ancestor has
+        # finished, so what its lazy inputs asked for has run (and what they did not ask for never will)
+        skip = lazy.get(current, frozenset()) if current == node_id else frozenset()
+        for name, value in node.inputs.items() if node is not None else ():
+            if isinstance(value, Link) and name not in skip and value.node not in seen:
+                seen.add(value.node)
+                stack.append(value.node)
+    return seen
+
+
+def target_tier(sp: StepPlan, component_id: str) -> Tier:
+    placement = sp.placements.get(component_id)
+    return placement.tier if placement is not None else Tier.DISK
