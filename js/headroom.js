@@ -11,12 +11,14 @@ import { Latest, coalesce, liveReport } from "./lib/live.js";
 import { EVENTS, ROUTES, route } from "./lib/names.js";
 import { TEXT_NODES, addTextWidget, showText } from "./lib/nodetext.js";
 import { preflightToast } from "./lib/preflight.js";
+import { ramBudgetToast, ramBudgetValue } from "./lib/ram.js";
 import { SampleHistory, dueForRedraw } from "./lib/samples.js";
 import { MonitorPanel, TimelinePanel } from "./views.js";
 
 const RATE = "Headroom.Monitor.RefreshRate";
 const BADGES = "Headroom.Monitor.Badges";
 const TOASTS = "Headroom.Monitor.PreflightToasts";
+const RAM_BUDGET = "Headroom.RamBudget";
 
 // One state for the page; exposed on window for debugging and for the browser test.
 const state = {
@@ -30,6 +32,8 @@ const state = {
   toasts: [],
   running: null, // the prompt the host is executing, while it does
   reports: new Latest(),
+  ramBudget: null, // the server's answer to the RAM budget setting: {budget, setting, env, note} or {error}
+  ramSent: null, // the setting's value the server has (sent again after a reconnect)
 };
 window.headroom = state;
 state.refresh = () => fetchStatus(); // the sidebar's unload button refreshes the numbers after it
@@ -67,13 +71,24 @@ async function fetchStatus() {
   }
 }
 
+// The RAM guard's per-node ledger of a prompt; null where the guard did not run (404) or failed.
+async function loadRam(promptId) {
+  try {
+    const response = await api.fetchApi(route("ram", promptId));
+    return response.ok ? await response.json() : null;
+  } catch {
+    return null;
+  }
+}
+
 async function loadReport(promptId) {
   if (!promptId) return;
   const ticket = state.reports.next();
   try {
-    const response = await api.fetchApi(route("report", promptId));
+    const [response, ram] = await Promise.all([api.fetchApi(route("report", promptId)), loadRam(promptId)]);
     if (!response.ok) return;
     const report = await response.json();
+    report.ram = ram;
     if (!state.reports.accept(ticket)) return; // a later request was shown already
     state.report = liveReport(report, state.running);
     state.timeline?.draw(state.report);
@@ -99,6 +114,30 @@ async function restoreRuns() {
     if (!state.report && !state.running && runs.length) await loadReport(runs[runs.length - 1].prompt_id);
   } catch (error) {
     console.warn("Headroom: restoring the last runs failed", error);
+  }
+}
+
+// The RAM budget setting reaches the server (the page sends it at load, on a change and after a
+// reconnect: the server keeps it in memory only). A refused value is said in a toast; that
+// HEADROOM_RAM_BUDGET, set on the server, wins is said only when the user changes the setting.
+async function sendRamBudget(setValue, { force = false, changed = false } = {}) {
+  const value = ramBudgetValue(setValue);
+  if (!force && value === state.ramSent) return;
+  state.ramSent = value;
+  try {
+    const response = await api.fetchApi(ROUTES.ram_budget, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ value }),
+    });
+    const body = await response.json().catch(() => ({}));
+    state.ramBudget = response.ok ? body : { error: body?.error ?? `HTTP ${response.status}` };
+    if (!response.ok) state.ramSent = null;
+    const toast = ramBudgetToast(response.ok, body);
+    if (toast && (changed || toast.severity === "error")) app.extensionManager?.toast?.add(toast);
+  } catch (error) {
+    state.ramSent = null;
+    console.warn("Headroom: sending the RAM budget failed", error);
   }
 }
 
@@ -141,7 +180,10 @@ function listen() {
       loadReport(detail?.prompt_id);
     });
   }
-  api.addEventListener("reconnected", () => fetchStatus()); // the server's sampler restarts on demand
+  api.addEventListener("reconnected", () => {
+    fetchStatus(); // the server's sampler restarts on demand
+    sendRamBudget(setting(RAM_BUDGET, "auto"), { force: true }); // a restarted server forgot the setting
+  });
 }
 listen();
 
@@ -177,6 +219,16 @@ app.registerExtension({
       type: "boolean",
       defaultValue: true,
     },
+    {
+      id: RAM_BUDGET,
+      name: "RAM budget (auto, or GB such as 24)",
+      category: ["Headroom", "Memory", "RAM budget"],
+      type: "text",
+      defaultValue: "auto",
+      tooltip: "The most system RAM (anonymous + pinned) ComfyUI may hold: Headroom moves idle models to disk (memory-mapped) to stay within it. auto: what the machine leaves free. HEADROOM_RAM_BUDGET on the server wins over this setting.",
+      // the frontend also calls it once with the stored value when the setting is registered (no old value)
+      onChange: (value, old) => sendRamBudget(value, { changed: old !== undefined }),
+    },
   ],
   commands: [
     { id: "Headroom.FreeVRAM", label: "Free VRAM (unload models)", icon: "pi pi-eraser", function: () => freeVram({ api, app, after: fetchStatus }) },
@@ -209,6 +261,7 @@ app.registerExtension({
     });
     fetchStatus();
     restoreRuns();
+    sendRamBudget(setting(RAM_BUDGET, "auto"));
   },
   afterConfigureGraph() {
     redraw(true); // another workflow: the sidebar lists its own last run

@@ -5,6 +5,7 @@ import { chartLayout } from "./lib/chart.js";
 import { formatBytes, formatSeconds } from "./lib/format.js";
 import { freeVram } from "./lib/free.js";
 import { locateNode, nameOf } from "./lib/nodes.js";
+import { ramRows, ramSummary } from "./lib/ram.js";
 import { planBudget, planSummary, timelineRows } from "./lib/timeline.js";
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -160,32 +161,57 @@ export class TimelinePanel {
 
   draw(report) {
     const { card, budget } = planBudget(report);
+    const ram = ramRows(report?.ram); // the RAM guard's ledger, by node (absent: the guard did not run)
+    const ramLine = ramSummary(report?.ram);
     const header = el("div", { className: "headroom-timeline-header", style: { display: "flex", flexWrap: "wrap", gap: "12px", alignItems: "baseline" } },
       el("strong", { textContent: "Residency timeline" }), el("span", { className: "headroom-verdict", textContent: planSummary(report) }),
       card ? el("span", { className: "headroom-card", textContent: card, title: "the card the plan was made for" }) : null,
-      budget ? el("span", { className: "headroom-budget", textContent: budget, style: { opacity: "0.8" } }) : null);
+      budget ? el("span", { className: "headroom-budget", textContent: budget, style: { opacity: "0.8" } }) : null,
+      ramLine ? el("span", { className: "headroom-ram-budget", textContent: ramLine, style: { opacity: "0.8" } }) : null);
     if (report) {
       header.append(el("a", { href: this.reportUrl(report.prompt_id, "csv"), textContent: "CSV", download: `headroom-${report.prompt_id}.csv` }));
     }
     const rows = timelineRows(report);
     const table = el("table", { style: { borderCollapse: "collapse", width: "100%" } });
-    const head = el("tr", {}, ...["node", "class", "time", "state", "VRAM (actual / planned)", "RSS peak", "placements (plan)", "residency events"]
+    const head = el("tr", {}, ...["node", "class", "time", "state", "VRAM (actual / planned)", "RSS peak", "RAM at end (actual / predicted)", "placements (plan)", "residency events"]
       .map((h) => el("th", { textContent: h, style: { textAlign: "left", padding: "2px 6px" } })));
     table.append(head);
     const colour = { ok: "#43a047", over: "#e53935", unplanned: "#8e24aa", skipped: "#9e9e9e", error: "#e53935" };
     for (const r of rows) {
-      const bars = el("div", { style: { position: "relative", height: "14px", minWidth: "160px" } },
+      const bars = el("div", { style: { position: "relative", height: "14px", minWidth: "160px", marginRight: "10px" } },
         el("div", { title: `planned ${formatBytes(r.planned)}`, style: { position: "absolute", top: "0", height: "6px", width: `${(r.plannedFrac * 100).toFixed(1)}%`, background: "#7e57c2" } }),
         el("div", { title: `actual ${formatBytes(r.actual)}`, style: { position: "absolute", top: "7px", height: "6px", width: `${(r.actualFrac * 100).toFixed(1)}%`, background: colour[r.state] } }));
-      table.append(el("tr", { className: `headroom-row headroom-${r.state}`, dataset: { node: r.node } },
+      const m = ram.get(r.node);
+      table.append(el("tr", { className: `headroom-row headroom-${r.state}${m?.over ? " headroom-ram-over" : ""}`, dataset: { node: r.node } },
         el("td", {}, nodeLink(r.node, r.classType)), el("td", { textContent: r.classType }),
         el("td", { textContent: `${formatSeconds(r.duration)}${r.plannedWall ? ` (plan ${formatSeconds(r.plannedWall)})` : ""}` }),
         el("td", { textContent: r.state }),
         el("td", {}, bars, el("div", { textContent: `${formatBytes(r.actual)} / ${formatBytes(r.planned)}` })),
         el("td", { textContent: formatBytes(r.rss) }),
+        ramCell(m),
         el("td", { textContent: r.placements || "–", title: r.reasons }), el("td", { textContent: r.events || "–" })));
     }
     this.box.replaceChildren(header, rows.length ? table : el("div", { textContent: "Run a workflow to see what was planned and what happened." }));
     this.box.dataset.rows = String(rows.length);
   }
+}
+
+/** A node's RAM at its end: the predicted bar (RssAnon + pinned, then the mapped file pages it reads,
+ * lighter), the actual one (red when over), and the budget as a line at the same place on every row. */
+function ramCell(m) {
+  if (!m) return el("td", { className: "headroom-ram", textContent: "–", title: "not measured: the RAM guard checks the plan's nodes" });
+  const bar = (top, frac, background, extra = {}) =>
+    el("div", { style: { position: "absolute", top, height: "6px", width: `${(frac * 100).toFixed(1)}%`, background, ...extra } });
+  const bars = el("div", { style: { position: "relative", height: "14px", minWidth: "160px", marginRight: "10px" } },
+    bar("0", m.predictedFrac + m.mappedFrac, "rgba(126, 87, 194, 0.35)"), bar("0", m.predictedFrac, "#7e57c2"),
+    bar("7px", m.actualFrac, m.over ? "#e53935" : "#43a047"));
+  if (m.budgetFrac !== null) {
+    // the track from 0 to the budget, then the budget's line: a gauge, whatever the scale
+    bars.prepend(el("div", { className: "headroom-ram-track", style: { position: "absolute", top: "0", bottom: "0", left: "0", width: `${(m.budgetFrac * 100).toFixed(1)}%`, background: "rgba(127, 127, 127, 0.18)" } }));
+    bars.append(el("div", { className: "headroom-ram-budget-line", style: { position: "absolute", top: "-2px", bottom: "-2px", left: `calc(${(m.budgetFrac * 100).toFixed(1)}% - 1px)`, width: "2px", background: "#ffb300" } }));
+  }
+  return el("td", { className: `headroom-ram${m.over ? " headroom-ram-over" : ""}`, title: m.title, dataset: { over: String(m.over) },
+    style: m.over ? { background: "rgba(229, 57, 53, 0.18)" } : {} },
+  bars, el("div", { textContent: `${m.text}${m.over ? " · over budget" : ""}` }),
+  m.moves ? el("div", { className: "headroom-ram-moves", textContent: `guard: ${m.moves}`, style: { opacity: "0.8" } }) : null);
 }

@@ -26,11 +26,13 @@ EVENTS: dict[str, str] = {
     "preflight": "headroom.preflight",
     "residency": "headroom.residency",
 }
-# Read-only routes, as aiohttp patterns.
+# Routes, as aiohttp patterns: all read-only but ram_budget (POST: the frontend's RAM budget setting).
 ROUTES: dict[str, str] = {
     "status": "/headroom/status",
     "plan": "/headroom/plan/{prompt_id}",
     "report": "/headroom/report/{prompt_id}",
     "residency": "/headroom/residency/{prompt_id}",
+    "ram": "/headroom/ram/{prompt_id}",
+    "ram_budget": "/headroom/ram_budget",
     "runs": "/headroom/runs",
 }

@@ -7,7 +7,14 @@ import logging
 
 log = logging.getLogger("headroom")
 
-_NODE_MODULES = ("offload_loader", "streaming_sampler", "stream_model", "tiled_vae_decode", "memory_monitor")
+_NODE_MODULES = (
+    "offload_loader",
+    "streaming_sampler",
+    "stream_model",
+    "stream_clip",
+    "tiled_vae_decode",
+    "memory_monitor",
+)
 
 NODE_CLASS_MAPPINGS: dict[str, type] = {}
 NODE_DISPLAY_NAME_MAPPINGS: dict[str, str] = {}

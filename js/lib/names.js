@@ -11,6 +11,8 @@ export const ROUTES = {
   plan: "/headroom/plan/{prompt_id}",
   report: "/headroom/report/{prompt_id}",
   residency: "/headroom/residency/{prompt_id}",
+  ram: "/headroom/ram/{prompt_id}",
+  ram_budget: "/headroom/ram_budget",
   runs: "/headroom/runs",
 };
 

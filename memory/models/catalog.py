@@ -2,7 +2,8 @@
 
 ``lookup`` answers, in this order:
 1. the file's own safetensors header when it exists under ``models_dir`` (exact, source "header");
-   a .ckpt/.pt/.gguf file there is sized from the file system only, never opened (source "estimate");
+   a GGUF file's header when the gguf package is installed (models/gguf.py, source "header"); a
+   .ckpt/.pt file (or GGUF without the package) is sized from the file system, never opened ("estimate");
 2. the catalog of known files, memory/data/model_catalog.json (source "catalog"), built by
    scripts/build_model_catalog.py from the host's own model classes, or, for files no host class here
    builds, solved from the official templates' published sizes (scripts/solve_template_sizes.py; such
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from ..units import GiB
 from .components import describe_file
+from .gguf import describe_gguf, gguf_reader_available
 from .header import ComponentError
 from .info import Block, ComponentInfo
 
@@ -70,6 +72,8 @@ DEFAULT_BYTES: dict[str, int] = {
     "lora": 2 * GiB, "controlnet": 4 * GiB, "clip_vision": 4 * GiB, "upscale_model": GiB // 4,
     "model_patch": 4 * GiB, "audio_encoder": 2 * GiB, "style_model": 1 * GiB, "other": 1 * GiB,
 }  # fmt: skip
+# what ComfyUI-GGUF loads from a GGUF file (UnetLoaderGGUF, CLIPLoaderGGUF and its Dual/Triple/Quad kin)
+_GGUF_KINDS = frozenset({None, "diffusion_model", "text_encoder"})
 _EXTENSIONS = (".safetensors", ".sft", ".ckpt", ".pt", ".pth", ".bin", ".gguf")
 
 
@@ -205,9 +209,15 @@ def _from_file(path: Path, kind: str | None) -> list[ComponentInfo]:
 @functools.lru_cache(maxsize=256)
 def _describe_cached(path: str, kind: str | None, mtime_ns: int, size: int) -> tuple[ComponentInfo, ...]:
     file = Path(path)
+    if file.suffix.lower() == ".gguf" and kind in _GGUF_KINDS and gguf_reader_available():
+        return (describe_gguf(file, kind),)  # the GGUF header: ComfyUI-GGUF's loaders, quantized sizes
     if file.suffix.lower() not in (".safetensors", ".sft"):
         guess = estimate_from_name(file.name, kind)
-        note = f"size of the {file.suffix} file on disk (pickle/GGUF files are never opened)"
+        note = f"size of the {file.suffix} file on disk (pickle files are never opened)"
+        if file.suffix.lower() == ".gguf":
+            note = (
+                "size of the .gguf file on disk (its header is read with the gguf package: pip install gguf)"
+            )
         return (ComponentInfo(guess.kind, file.name, guess.family, guess.dtype, size, (), "estimate", note),)
     info = describe_file(file, None if kind == "checkpoint" else kind)
     return tuple(info) if isinstance(info, list) else (info,)

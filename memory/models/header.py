@@ -1,7 +1,7 @@
 """Reading a safetensors header: tensor dtypes, shapes and offsets, never the weights.
 
 The header is an 8-byte little-endian length, then JSON. Nothing is ever unpickled: .ckpt/.pt/.pth/.bin
-files are refused with a message saying why, and so are GGUF files (the catalog sizes them from disk).
+files are refused with a message saying why, and so are GGUF files (gguf.py reads their header).
 """
 
 from __future__ import annotations
@@ -47,8 +47,9 @@ class TensorSpec:
 
 
 def dtype_name(code: str) -> str:
-    """safetensors dtype code -> the name used in ComponentInfo.dtype (``F8_E4M3`` -> ``fp8_e4m3fn``)."""
-    return _DTYPES[code][0]
+    """safetensors dtype code -> the name used in ComponentInfo.dtype (``F8_E4M3`` -> ``fp8_e4m3fn``);
+    a GGUF tensor's dtype (gguf.py: ``gguf_q4_k``, ``fp16``) is that name already."""
+    return _DTYPES[code][0] if code in _DTYPES else code
 
 
 # --- reading the header ----------------------------------------------------------------------------
@@ -63,7 +64,7 @@ def read_header(path: Path) -> tuple[dict[str, TensorSpec], dict[str, str]]:
             "(it can run code); use the .safetensors version of this model"
         )
     if path.suffix.lower() == ".gguf":
-        raise ComponentError(f"{path}: GGUF files are not safetensors; their size is taken from the file")
+        raise ComponentError(f"{path}: GGUF files are not safetensors; memory/models/gguf.py reads them")
     try:
         size = path.stat().st_size
         with path.open("rb", buffering=0) as f:

@@ -18,9 +18,11 @@ from typing import Any
 
 from ..deadline import check_time
 from ..models.catalog import lookup, lookup_components, merge_parts
+from ..models.gguf import BYTES_PER_PARAM as GGUF_BYTES_PER_PARAM
 from ..models.header import ComponentError
 from ..models.info import ComponentInfo
 from ..names import OFFLOAD_FILE_INPUTS, OFFLOAD_RESIDENCY_INPUTS
+from ..units import parse_vram_budget_bytes
 from ..workflow.graph import Graph, Link, Node
 from ..workflow.node_types import lookup as lookup_node_type
 from ..workflow.values import Evaluator
@@ -42,6 +44,8 @@ CARRIES: dict[str, frozenset[str]] = {
     "MODEL_PATCH": frozenset({"model_patch"}),
     "STYLE_MODEL": frozenset({"style_model"}),
 }
+# The Stream Model node: its MODEL is its input's, streamed whenever sampled (within its vram_budget).
+STREAM_MODEL = "HeadroomStreamModel"
 # Outputs that never mean "the weights ran" (a scheduler reads the model's sigmas, not its weights).
 LIGHT_OUTPUTS = frozenset({"SIGMAS", "INT", "FLOAT", "STRING", "BOOLEAN", "SAMPLER", "NOISE", "COMBO"})
 
@@ -75,6 +79,14 @@ LOADERS: dict[str, LoaderSpec] = {
     ),
     "TripleCLIPLoader": LoaderSpec(tuple((f"clip_name{i}", "text_encoder") for i in (1, 2, 3)), ("CLIP",)),
     "QuadrupleCLIPLoader": LoaderSpec(
+        tuple((f"clip_name{i}", "text_encoder") for i in (1, 2, 3, 4)), ("CLIP",)
+    ),
+    # city96/ComfyUI-GGUF: the stock loaders' inputs; .gguf files are sized from their header (models/gguf.py)
+    "UnetLoaderGGUFAdvanced": LoaderSpec((("unet_name", "diffusion_model"),), ("MODEL",)),
+    "TripleCLIPLoaderGGUF": LoaderSpec(
+        tuple((f"clip_name{i}", "text_encoder") for i in (1, 2, 3)), ("CLIP",)
+    ),
+    "QuadrupleCLIPLoaderGGUF": LoaderSpec(
         tuple((f"clip_name{i}", "text_encoder") for i in (1, 2, 3, 4)), ("CLIP",)
     ),
     "VAELoader": LoaderSpec((("vae_name", "vae"),), ("VAE",)),
@@ -147,6 +159,7 @@ class _Extractor:
         self.info: dict[str, ComponentInfo] = {}
         self.notes: list[str] = []
         self._carried: dict[tuple[str, int], frozenset[str]] = {}
+        self._streamed: dict[tuple[str, int], dict[str, int | None]] = {}
         self.flops_per_s = 80e12
         self.values = Evaluator(graph)
 
@@ -253,6 +266,36 @@ class _Extractor:
         kinds = CARRIES.get(out_type, frozenset())
         return frozenset(c for c in upstream if self.components[c].kind in kinds)
 
+    def streamed(self, link: Link) -> dict[str, int | None]:
+        """The diffusion models this value carries that a Stream Model node upstream streams, each with
+        that node's vram_budget in bytes (None: auto); a LoRA or patch node's clone keeps the streaming."""
+        key = (link.node, link.output)
+        if key in self._streamed:
+            return self._streamed[key]
+        self._streamed[key] = {}  # cycle guard
+        node = self.g.nodes.get(link.node)
+        out: dict[str, int | None] = {}
+        if node is None:
+            return out
+        spec = LOADERS.get(node.class_type) or generic_loader(node, self.io_of(node))
+        model = node.inputs.get("model")
+        if node.class_type == STREAM_MODEL and isinstance(model, Link):
+            try:
+                budget = parse_vram_budget_bytes(node.inputs.get("vram_budget"))
+            except (ValueError, TypeError):  # a link or a bad size: the node says so when it runs
+                budget = None
+            kinds = ("diffusion_model",)
+            out = {c: budget for c in self.carried(model) if self.components[c].kind in kinds}
+        elif spec is None or spec.patches:
+            for value in self.values.live_inputs(node.id).values():
+                for cid, budget in (self.streamed(value) if isinstance(value, Link) else {}).items():
+                    known = out.get(cid, budget)
+                    out[cid] = budget if known is None else known if budget is None else min(known, budget)
+            carried = self.carried(link)
+            out = {c: b for c, b in out.items() if c in carried}
+        self._streamed[key] = out
+        return out
+
     def uses(self, node_id: str) -> frozenset[str]:
         node = self.g.nodes[node_id]
         carried_in = frozenset().union(
@@ -339,6 +382,9 @@ class _Extractor:
         ordered = tuple(sorted(used))
         if not used:
             return Step(node_id, node.class_type)
+        streamed: dict[str, int | None] = {}
+        for value in self.values.live_inputs(node_id).values():
+            streamed |= self.streamed(value) if isinstance(value, Link) else {}
         evaluations = self._evaluations(node_id)
         shape = self.upstream_value(node_id, ("width", "height"))
         width, height = int(shape.get("width", 1024)), int(shape.get("height", 1024))
@@ -381,6 +427,7 @@ class _Extractor:
             evaluations * flops / self.flops_per_s,
             activation_min=activation_min,
             reservation=reservation,
+            streamed=tuple(sorted((c, b) for c, b in streamed.items() if c in used)),
         )
 
     def _evaluations(self, node_id: str) -> int:
@@ -423,7 +470,9 @@ def _describe(node: Node) -> str:
 
 DEFAULT_STEPS = 20  # the host's KSampler default: assumed for steps nothing tells
 VAE_TILE = 512  # pixels: the tile a VAE step reserves room for (one tile of a tiled decode)
-_BYTES_PER_PARAM = {"fp8": 1, "fp8_e4m3fn": 1, "fp8_e5m2": 1, "fp16": 2, "bf16": 2, "fp32": 4}
+_BYTES_PER_PARAM = {
+    "fp8": 1, "fp8_e4m3fn": 1, "fp8_e5m2": 1, "fp16": 2, "bf16": 2, "fp32": 4, **GGUF_BYTES_PER_PARAM,
+}  # fmt: skip
 VAE_FLOPS_PER_PIXEL = 2.4e6  # an SD-class KL decoder: ~2.5 TFLOP for a 1024x1024 frame
 
 

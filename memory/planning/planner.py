@@ -195,6 +195,11 @@ class _Problem:
             frozenset(self.index[u] for u in step.uses if u in self.index) for step in workload.steps
         ]
         self._tiers = [(_allowed(c, False), _allowed(c, True)) for c in workload.components]
+        # a Stream Model node streams its model wherever it is sampled: only the streamed tiers there
+        self._streamed = [
+            frozenset(self.index[c] for c, _ in step.streamed if c in self.index) for step in workload.steps
+        ]
+        self._stream_tiers = [tuple(t for t in used if t.gpu == "S") or used for _, used in self._tiers]
         # Big workflows repeat the same step (a chain of samplers on one model): its cost array depends
         # only on what this key holds, so each distinct one is computed once.
         self._costs: dict[tuple, np.ndarray] = {}
@@ -204,12 +209,15 @@ class _Problem:
         return self._alive[s]
 
     def allowed(self, s: int, i: int) -> tuple[Tier, ...]:
+        if i in self._streamed[s] and i in self._used[s]:
+            return self._stream_tiers[i]
         return self._tiers[i][i in self._used[s]]
 
     def step_cost(self, s: int) -> np.ndarray:
         """Joint array over the live components' allowed tiers (shared between equal steps: read only)."""
         step = self.w.steps[s]
-        key = (step.activation_min, step.evaluations, tuple((i, i in self._used[s]) for i in self._alive[s]))
+        modes = tuple((i, i in self._used[s], i in self._streamed[s]) for i in self._alive[s])
+        key = (step.activation_min, step.evaluations, modes)
         cost = self._costs.get(key)
         if cost is None:
             cost = self._costs[key] = self._step_cost(s)
@@ -419,7 +427,11 @@ def _describe(problem: _Problem, states: list[tuple[int, ...]]) -> list[StepPlan
                 host = {"P": (c.bytes, 0), "R": (0, c.bytes)}.get(t.host, (0, 0))
                 placements[c.id] = Placement(t, pinned_bytes=host[0], pageable_bytes=host[1])
                 continue
-            k, resident = c.resident_fit(budget.vram - vram)
+            room = budget.vram - vram
+            asked = dict(step.streamed).get(c.id)
+            if asked is not None:  # the Stream Model node's own budget: weights, ring and activations
+                room = min(room, asked - (step.activation_min or 0) - c.rest - c.ring(depth))
+            k, resident = c.resident_fit(room)
             vram += resident
             streamed = sum(c.blocks) - resident
             fast = min(streamed, max(0, budget.pinned - pinned)) if t.host == "P" else 0

@@ -171,7 +171,13 @@ class _Explainer:
         else:
             others = self.others_vram(s, c.id)
             act, weights = sp.step.activation_min, others - sp.step.activation_min
-            if c.bytes + others > self.budget.vram:
+            streamed = dict(sp.step.streamed)
+            if c.id in streamed:
+                asked = streamed[c.id]
+                text = f"{WHERE[t]}: streamed by the Stream Model node" + (
+                    f" within its {gib(asked)} vram_budget" if asked is not None else ""
+                )
+            elif c.bytes + others > self.budget.vram:
                 beside = f"{gib(act)} of activations" + (
                     f" and {gib(weights)} of other weights" if weights else ""
                 )

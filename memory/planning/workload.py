@@ -84,6 +84,8 @@ class Step:
     # sets the minimum VRAM. None: the same as ``activation``.
     activation_min: int | None = None
     reservation: int | None = None  # what the host's own formula keeps free for it; None: ``activation``
+    # components a Stream Model node streams here, each with that node's VRAM budget (None: auto)
+    streamed: tuple[tuple[str, int | None], ...] = ()
 
     def __post_init__(self) -> None:
         if self.activation_min is None:

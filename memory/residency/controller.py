@@ -11,6 +11,9 @@ At each node start it looks the node up in the plan:
 - a later node (the ones between were cached, or a lazy branch was skipped): re-plan the rest of the
   prompt from where every component is now, then apply;
 - a node the plan does not know (an expanded helper): nothing.
+A component the plan streams at a node is armed there (``HostOps.stream``: the host's streamer attaches
+when the node samples it, within what the plan leaves its weights) and disarmed when the node ends; the
+log then says what happened (streamed by Headroom, the host's partial load, or not streamed and why).
 State is read back from the host (``HostOps.on_gpu``) at every boundary, so an OOM after which the host
 unloaded everything is recovered at the next one. An OOM inside one of the controller's own loads frees
 the device through the host and retries once. Every planned and applied action goes to the prompt's log.
@@ -34,7 +37,10 @@ from ..planning.pipeline import plan_workflow
 from ..planning.planner import Plan, StepPlan, plan
 from ..planning.reasons import step_reasons
 from ..planning.workload import Workload
+from ..units import format_bytes
 from ..workflow.order import output_signatures, predict_cached
+from . import run_log
+from .prefetch import Prefetcher
 from .ram_guard import RamGuard
 from .run_log import HOST_ACTIONS, Event, HostOps, Managed, Run, ancestors, target_tier, tier_of
 
@@ -55,6 +61,7 @@ class Controller:
         self.held: set[Hashable] = set()  # cache signatures of the outputs the host holds
         self.listeners: list[Callable[[str, Event], None]] = []
         self.ram_guard: RamGuard | None = None  # the host's: RssAnon + pinned within the RAM budget
+        self.prefetcher: Prefetcher | None = None  # the host's: prefetch uploads on a side stream
         self.lock = threading.RLock()
 
     # -- registration (the loader node)
@@ -149,7 +156,9 @@ class Controller:
             if run is None or run.closed:
                 return
             run.closed = True
+            self._prefetch_boundary(run, "", "closed")
             if run.current is not None:
+                self._streams_ended(run, run.current)
                 off = [m.label for m in self._managed(run) if not self.ops.on_gpu(m.handle)]
                 detail = f"the node did not finish; off the device: {off}"
                 self._event(run, run.current, "failed", detail=detail)
@@ -168,6 +177,7 @@ class Controller:
             if run is None:
                 return
             run.current = node_id
+            self._prefetch_boundary(run, node_id, "start")  # land or cancel first
             if not run.plan.feasible:
                 return
             steps = [sp.step.node_id for sp in run.plan.steps]
@@ -204,6 +214,8 @@ class Controller:
             if run is None:
                 return
             run.current = None
+            self._prefetch_boundary(run, node_id, "end" if ok else "failed")
+            self._streams_ended(run, node_id)
             if ok:
                 run.finished.add(node_id)
             else:
@@ -229,6 +241,7 @@ class Controller:
             self._event(
                 run, node_id, "oom", detail="the node ran out of memory: freeing the device, retrying it"
             )
+            self._prefetch_boundary(run, node_id, "oom")
             try:
                 self.ops.free_device()
                 steps = [sp.step.node_id for sp in run.plan.steps]
@@ -317,7 +330,7 @@ class Controller:
                     "stream" if gpu == "S" else
                     "evict" if not gpu and on[cid] else ""
                 )  # fmt: skip
-                on[cid] = bool(gpu)
+                on[cid] = gpu == "G"  # a streamer gives every byte back when the sampling ends
                 if action:
                     self._planned(run, sp, cid, action, reasons[s][cid])
             for cid in sp.prefetch_ids:
@@ -351,15 +364,7 @@ class Controller:
             if tier.gpu == "G" and not self.ops.fully_loaded(m.handle):
                 self._load(run, node_id, m, "load")
             elif tier.gpu == "S":
-                self._event(
-                    run,
-                    node_id,
-                    "applied",
-                    "stream",
-                    m.component_id,
-                    m.label,
-                    detail="the sampler streams it",
-                )
+                self._stream(run, sp, m)
             # A host copy exists only off the device (the host moves weights, it keeps none behind). It moves
             # where the plan places a live component, and to the user's choice after its last use; an auto
             # one then stays where it is (the next prompt may want it). A streamed one's is the streamer's.
@@ -376,7 +381,8 @@ class Controller:
             if m is None or self.ops.fully_loaded(m.handle):
                 continue
             if self.ops.room_for(m.handle):
-                self._load(run, node_id, m, "prefetch")
+                if not self._side_prefetch(run, sp, m):
+                    self._load(run, node_id, m, "prefetch")
             else:  # the node that needs it loads it; the host would evict to make room now
                 c = run.workload.component(cid)
                 self._event(run, node_id, "skipped", "prefetch", cid, m.label, c.bytes, "no free room yet")
@@ -385,6 +391,51 @@ class Controller:
             for m in managed:
                 if target_tier(nxt, m.component_id).gpu and not self.ops.on_gpu(m.handle):
                     self._do(run, node_id, m, "warm", 0, lambda m=m: self.ops.warm(m.handle))
+
+    def _stream(self, run: Run, sp: StepPlan, m: Managed) -> None:
+        """Arm the streaming of ``m`` for this node's sampling, within what the plan leaves its weights;
+        what really happened is logged when the node finishes (``_streams_ended``)."""
+        cid, node_id = m.component_id, sp.step.node_id
+        if cid in run.streams:  # armed already (a retry after an OOM applies the step again)
+            return
+        budget = run_log.stream_budget(run.workload, sp, cid, run.plan.budget.vram)
+        try:
+            why = self.ops.stream(m.handle, budget)
+        except Exception as exc:  # fail open: the host loads it as it would without Headroom
+            why = repr(exc)
+        run.streams[cid] = (m, why)
+        if why:
+            self._event(run, node_id, "note", "stream", cid, m.label, detail=f"not armed: {why}")
+        else:
+            detail = f"streams when the node samples it, its weights within {format_bytes(budget)}"
+            self._event(run, node_id, "armed", "stream", cid, m.label, budget, detail)
+
+    def _streams_ended(self, run: Run, node_id: str) -> None:
+        """Disarm the node's streams and log what its sampling did: applied only if Headroom streamed."""
+        streams, run.streams = run.streams, {}
+        for cid, (m, why) in streams.items():
+            try:
+                out = self.ops.stream_ended(m.handle)
+            except Exception as exc:  # the sampling is over either way; say so
+                out = run_log.Streamed("none", 0, f"not streamed: {exc!r}")
+            detail = f"not streamed: {why}" if why and out.kind == "none" else out.detail
+            kind = "applied" if out.kind == "streamed" else "skipped"
+            self._event(run, node_id, kind, "stream", cid, m.label, out.nbytes, detail)
+
+    def _side_prefetch(self, run: Run, sp: StepPlan, m: Managed) -> bool:
+        """Start the upload on a side stream (``prefetch.py``); False: load it synchronously here."""
+        if self.prefetcher is None:
+            return False
+        started, note = self.prefetcher.begin(run.prompt_id, sp, m.component_id, m.label, m.handle)
+        self._event(run, *note)
+        return started or note[1] == "oom"  # an OOM: the node that needs it loads it
+
+    def _prefetch_boundary(self, run: Run, node_id: str, phase: str) -> None:
+        """Land the side stream's uploads for the node starting, or cancel them (``Prefetcher.boundary``)."""
+        if self.prefetcher is not None:
+            planned = any(sp.step.node_id == node_id for sp in run.plan.steps)
+            for note in self.prefetcher.boundary(run.prompt_id, node_id, phase, planned):
+                self._event(run, *note)
 
     def _host_tier(self, run: Run, node_id: str, m: Managed, host: str) -> None:
         """Move the host copy to ``host`` when it is elsewhere (read back from the host: its own unloads

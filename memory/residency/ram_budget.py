@@ -35,6 +35,7 @@ from ..units import GiB, format_bytes, parse_bytes
 _log = logging.getLogger("headroom")
 RAM_BUDGET_ENV = "HEADROOM_RAM_BUDGET"
 MIN_RESERVE, MAX_RESERVE = 1 * GiB, 4 * GiB  # the reserve is 10% of RAM within these
+MIN_SETTING = GiB // 2  # a smaller budget is below what Python, torch and the host take: always over
 
 
 @dataclass(frozen=True)

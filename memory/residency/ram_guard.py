@@ -13,16 +13,18 @@ reading plus what the starting node brings (``RamNeed.brings``, from the plan) e
 first hands freed heap back to the OS, then moves idle components' host copies to their files (the disk
 tier: mmap, page cache the kernel may drop), the one needed again farthest in the future first, until
 the figures fit. A user's "ram"/"pinned_ram" choice is never overridden. After the prompt's last planned
-node every idle component goes to disk, as the plan places it after its last use: RssAnon returns to the
-baseline. Every move and every node's figures go to the residency log with one-line reasons.
+node idle components go to disk, as the plan places them after their last use, until RssAnon is back
+to the baseline (within 1%). Every move and every node's figures go to the residency log with one-line
+reasons.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from ..names import OFFLOAD_LOADER
@@ -34,6 +36,7 @@ from .ram_budget import RamBudget, RamReading
 
 KEEP_IN_RAM = frozenset({"ram", "pinned_ram"})  # residency choices the guard never overrides
 MIN_MOVE = MiB  # less is buffers the file does not hold (sigmas, scales): not worth a move
+RELEASE_SLACK = 0.01  # of the baseline: what idle copies may keep after a prompt (the target allows 2%)
 # A note for the residency log: (kind, action, component id, label, bytes, detail), as Controller._event.
 Note = tuple[str, str, str, str, int, str]
 Managed = tuple[str, str, Any]  # (component id, label, handle) of a registered component
@@ -219,6 +222,8 @@ class _Prompt:
     plan: Plan | None = None  # the plan ``needs`` were predicted for (a re-plan replaces it)
     needs: list[RamNeed] = field(default_factory=list)
     records: list[dict[str, Any]] = field(default_factory=list)  # the per-node ledger
+    pending: list[Note] = field(default_factory=list)  # the guard's notes at the open step's start
+    after: dict[str, Any] | None = None  # the release after the last planned node
     released: bool = False
 
 
@@ -247,6 +252,19 @@ class RamGuard:
         with self.lock:
             p = self.prompts.get(prompt_id)
             return [dict(r) for r in p.records] if p else []
+
+    def summary(self, prompt_id: str) -> dict[str, Any] | None:
+        """What the Monitor shows (GET /headroom/ram/{prompt_id}): the budget, the baseline, the per-node
+        ledger with what the guard did there, and the release after the prompt; None: an unknown prompt."""
+        with self.lock:
+            p = self.prompts.get(prompt_id)
+            if p is None:
+                return None
+            return {
+                "prompt_id": prompt_id, "budget": p.budget.as_dict(), "baseline": p.baseline, "cpu": p.cpu,
+                "planned": p.plan is not None, "nodes": [dict(r) for r in p.records],
+                "after": dict(p.after) if p.after else None,
+            }  # fmt: skip
 
     def boundary(
         self, prompt_id: str, workload: Workload, plan: Plan, s: int, phase: str, managed: Sequence[Managed],
@@ -279,8 +297,10 @@ class RamGuard:
                 notes += self._make_room(p, workload, plan, s, phase, managed, reading, brings)
                 reading = self.ops.read()
             if phase == "start":
+                p.pending = list(notes)
                 return notes
-            notes.append(self._ledger(p, sp, need, reading))
+            notes.append(self._ledger(p, sp, need, reading, phase, p.pending + notes))
+            p.pending = []
             if phase == "done" and not p.released:
                 p.released = True
                 notes += self._release(p, workload, managed)
@@ -340,16 +360,41 @@ class RamGuard:
         )
 
     def _release(self, p: _Prompt, workload: Workload, managed: Sequence[Managed]) -> list[Note]:
-        """After the last planned node: every idle copy to disk (the plan's tier after a last use)."""
+        """After the last planned node: idle copies to disk (the plan's tier after a last use) until the
+        private RAM is back to the prompt's baseline (within ``RELEASE_SLACK``) and within the budget, and
+        no further: each move reads the whole file (``mapped.bind`` compares every byte), seconds on a
+        large model. The same workflow is the likeliest next prompt, so the copy it needs last goes first
+        (its first use in this plan is the latest)."""
         assert p.plan is not None
-        held = self._held(workload, p.plan, len(p.plan.steps) - 1, managed, set())
+        start = time.perf_counter()
+        steps = p.plan.steps
+        held = self._held(workload, p.plan, len(steps) - 1, managed, set())
+        first = {h.component_id: next_use(steps, -1, h.component_id) for h in held}  # 1-based first use
+        held = [replace(h, next_use=first[h.component_id]) for h in held]
         why = (
             "on disk: the prompt is done; its RAM goes back to the system (the file stays in the page cache)"
         )
-        notes = [self._move(h, why) for h in to_disk_order(held)]
+        target = min(p.budget.ram, p.baseline + int(RELEASE_SLACK * p.baseline))
         self.ops.trim()
         reading = self.ops.read()
-        detail = f"after the prompt: RssAnon {size(reading.anon)}, baseline {size(p.baseline)}"
+        notes: list[Note] = []
+        for h in to_disk_order(held):
+            if reading.total <= target and reading.pinned <= p.budget.pinned:
+                break
+            notes.append(self._move(h, why))
+            self.ops.trim()
+            reading = self.ops.read()
+        moved = sum(n[4] for n in notes if n[0] == "applied")
+        kept = sum(h.nbytes for h in held) - moved
+        seconds = time.perf_counter() - start
+        p.after = {
+            "anon": reading.anon, "pinned": reading.pinned, "baseline": p.baseline, "target": target,
+            "moved": moved, "kept": kept, "moves": len(notes), "idle": len(held), "seconds": seconds,
+        }  # fmt: skip
+        detail = (
+            f"after the prompt: RssAnon {size(reading.anon)}, baseline {size(p.baseline)}; {len(notes)} of "
+            f"{len(held)} idle copies to disk ({size(moved)}) in {seconds:.2f} s, {size(kept)} stay in RAM"
+        )
         notes.append(("ram", "", "", "", reading.total, detail))
         return notes
 
@@ -358,17 +403,27 @@ class RamGuard:
         return "R" if pageable >= pinned and pageable else "P" if pinned else "D" if cpu else "G"
 
     # -- the ledger
-    def _ledger(self, p: _Prompt, sp: StepPlan, need: RamNeed, reading: RamReading) -> Note:
+    def _ledger(
+        self, p: _Prompt, sp: StepPlan, need: RamNeed, reading: RamReading, phase: str, notes: list[Note]
+    ) -> Note:
+        over = " over budget" if reading.total > p.budget.ram else ""
         record = {
-            "node": sp.step.node_id, "predicted_anon": need.anon, "predicted_pinned": need.pinned,
-            "predicted_mapped": need.mapped, "anon": reading.anon, "pinned": reading.pinned,
-            "budget": p.budget.ram, "how": reading.how,
+            "node": sp.step.node_id, "class_type": sp.step.label, "phase": phase,
+            "predicted_anon": need.anon, "predicted_pinned": need.pinned, "predicted_mapped": need.mapped,
+            "anon": reading.anon, "pinned": reading.pinned, "budget": p.budget.ram,
+            "pinned_budget": p.budget.pinned, "over": bool(over), "how": reading.how,
+            "actions": [_action(n) for n in notes],  # what the guard did at this node's start and end
         }  # fmt: skip
         p.records.append(record)
-        over = " over budget" if reading.total > p.budget.ram else ""
         detail = (
             f"RssAnon {size(reading.anon)} (predicted {size(need.anon)}), pinned {size(reading.pinned)} "
             f"(predicted {size(need.pinned)}), mapped {size(need.mapped)} predicted; budget "
             f"{size(p.budget.ram)}{over}"
         )
         return ("ram", "", "", "", reading.total, detail)
+
+
+def _action(note: Note) -> dict[str, Any]:
+    kind, action, component, label, nbytes, detail = note
+    return {"kind": kind, "action": action, "component": component, "label": label, "nbytes": nbytes,
+            "detail": detail}  # fmt: skip

@@ -28,13 +28,26 @@ class HostOps(Protocol):
     def device_bytes(self) -> int: ...  # every model's bytes on the device (the ledger)
     def is_oom(self, exc: BaseException) -> bool: ...
     def free_device(self) -> None: ...  # unload every model through the host
+    # stream it whenever the running node samples it, its weights within ``budget`` device bytes (the
+    # activations come on top); "" or why it cannot
+    def stream(self, handle: Any, budget: int) -> str: ...
+    def stream_ended(self, handle: Any) -> Streamed: ...  # undo ``stream``: what the node's sampling did
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """What a node's sampling did with a component the plan streams there, as the log records it."""
+
+    kind: str  # "streamed" (by Headroom), "partial" (the host's partial load) or "none"
+    nbytes: int = 0  # streamed bytes per step, or the bytes the host loaded
+    detail: str = ""  # "streamed K/N blocks by Headroom, ...", "host partial load: ...", "not streamed: ..."
 
 
 @dataclass(frozen=True)
 class Event:
     t: float  # seconds since the prompt started
     node_id: str
-    kind: str  # planned, applied, replan, oom, failed, ledger, ram (RAM per node), note
+    kind: str  # planned, applied, armed, skipped, replan, oom, failed, ledger, ram (RAM per node), note
     action: str = ""  # load, prefetch, evict, stream, pin, unpin, map, warm
     component: str = ""
     label: str = ""
@@ -43,6 +56,13 @@ class Event:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass
+class Managed:
+    component_id: str
+    label: str
+    handle: Any
 
 
 @dataclass
@@ -62,13 +82,8 @@ class Run:
     failed: str | None = None  # the last node that finished with an error
     closed: bool = False
     lazy: dict[str, frozenset[str]] = field(default_factory=dict)  # node id -> its lazy input names
-
-
-@dataclass
-class Managed:
-    component_id: str
-    label: str
-    handle: Any
+    # the running node's streamed components: id -> (the component, why it was not armed, or "")
+    streams: dict[str, tuple[Managed, str]] = field(default_factory=dict)
 
 
 def tier_of(on_gpu: bool, host: str) -> Tier:
@@ -100,3 +115,16 @@ def ancestors(graph: Graph, node_id: str, lazy: dict[str, frozenset[str]] | None
 def target_tier(sp: StepPlan, component_id: str) -> Tier:
     placement = sp.placements.get(component_id)
     return placement.tier if placement is not None else Tier.DISK
+
+
+def stream_budget(workload: Workload, sp: StepPlan, component_id: str, vram: int) -> int:
+    """The device bytes the plan leaves a streamed component's weights at its step: the budget ``vram``
+    less the step's least activations and what the others hold there (whole weights, a streamed one's
+    non-block and resident bytes, what is prefetched for the next node)."""
+    others = sum(p.bytes for p in sp.prefetched if p.component != component_id)
+    for cid, placement in sp.placements.items():
+        if cid == component_id or not placement.tier.gpu:
+            continue
+        c = workload.component(cid)
+        others += c.bytes if placement.tier.gpu == "G" else c.bytes - placement.streamed_bytes
+    return max(0, vram - (sp.step.activation_min or 0) - others)

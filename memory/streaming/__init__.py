@@ -6,6 +6,7 @@ ahead of the block that needs them, ``lockstep`` lets the model calls of one ste
 run separately) share each upload, and ``ledger`` accounts for every byte placed on the device.
 """
 
+from . import gguf_storage as _gguf_storage  # noqa: F401  (registers ComfyUI-GGUF's weights with storage)
 from .discovery import BlockLayout, discover_blocks
 from .ledger import BudgetExceeded, DeviceLedger
 from .placement import StreamingChoice, choose_streaming

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from .storage import storage_bytes
+
 # (family, attributes in forward order). An attribute names a ModuleList (each element is a block)
 # or a single module (one block). First match wins, so more specific layouts come first.
 FAMILY_LAYOUTS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -48,7 +50,9 @@ class BlockLayout:
 
 
 def module_bytes(module: nn.Module) -> int:
-    return sum(t.numel() * t.element_size() for t in _tensors(module))
+    """The bytes ``module``'s weights really hold: a quantized tensor subclass counts its inner tensors
+    (fp8 data and scales), not its logical dtype."""
+    return sum(storage_bytes(t) for t in _tensors(module))
 
 
 def _tensors(module: nn.Module) -> Iterator:

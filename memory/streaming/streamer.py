@@ -11,7 +11,8 @@ share each upload through ``run_together`` (see ``lockstep``). Uploads go on a
 side CUDA stream into ``depth + 1`` slots, each the size of the largest streamed block, so once
 warm nothing is allocated per step. The order of uploads is learnt from the first step (a block
 called out of order is uploaded on demand and counted as a miss). On a CPU device the same code
-runs with synchronous copies, which is how the tests check it bit for bit.
+runs with synchronous copies, which is how the tests check it bit for bit. Quantized weights (tensor
+subclasses) stream their inner tensors, and are rebuilt around the copies: see ``storage``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -32,6 +33,7 @@ from .discovery import BlockLayout
 from .ledger import DeviceLedger
 from .lockstep import LockStep
 from .placement import StreamingChoice
+from .storage import Packed, as_parameter, packed, storage_bytes
 
 log = logging.getLogger(__name__)
 ALIGN = 64  # bytes: every tensor in the buffers starts aligned for any dtype's view
@@ -143,6 +145,13 @@ class _Upload:
     ready: Any  # CUDA event recorded after the copy (a time or None on CPU)
 
 
+class _Part(NamedTuple):  # one inner tensor of a tensor subclass (see ``storage``), in the block's span
+    dtype: torch.dtype
+    shape: torch.Size
+    offset: int
+    nbytes: int
+
+
 @dataclass
 class _Entry:
     """One tensor of a streamed block: where it lives in the host buffer and a slot."""
@@ -154,6 +163,11 @@ class _Entry:
     shape: torch.Size
     offset: int  # within the block's span
     nbytes: int
+    # a tensor subclass (quantized): its inner tensors' places, its wrapper on the host buffer and per slot
+    parts: tuple[_Part, ...] = ()
+    rebuild: Callable[[Sequence[torch.Tensor]], torch.Tensor] | None = None
+    host: torch.Tensor | None = None
+    bound: dict[int, torch.Tensor] = field(default_factory=dict)
 
 
 class BlockStreamer:
@@ -180,6 +194,7 @@ class BlockStreamer:
         self._observed: list[int] = []
         self._order_known = False
         self._host_tensors: dict[tuple[int, str], torch.Tensor] = {}  # rest/resident: their host copies
+        self._host_objects: dict[tuple[int, str], torch.Tensor] = {}  # the same, tensor subclasses
         self._entries: dict[int, list[_Entry]] = {}
         self._span: dict[int, tuple[int, int]] = {}  # block -> (offset, nbytes) in the host buffer
         self._host: torch.Tensor | None = None
@@ -227,22 +242,33 @@ class BlockStreamer:
             if id(module) in block_of and owner == "rest":
                 owner = f"resident:{self.layout.blocks[block_of[id(module)]][0]}"
             for sub, name, is_param, tensor in _direct(module):
-                self.ledger.add(owner, tensor.numel() * tensor.element_size())
-                self._host_tensors[(id(sub), name)] = tensor.data if is_param else tensor
-                _bind(sub, name, is_param, tensor.data.to(self.device))
+                self.ledger.add(owner, storage_bytes(tensor))
+                inner = packed(tensor)
+                if inner is None:
+                    self._host_tensors[(id(sub), name)] = tensor.data if is_param else tensor
+                    _bind(sub, name, is_param, tensor.data.to(self.device))
+                else:  # the storage moves as it is, in a wrapper rebuilt around it
+                    self._host_objects[(id(sub), name)] = tensor
+                    _swap(sub, name, is_param, inner.rebuild([t.to(self.device) for t in inner.inner]))
             stack += [(child, owner) for child in module.children()]
 
     def _build_host_buffer(self) -> None:
         offset = 0
+        sources: dict[int, Packed | None] = {}  # id(entry) -> how its tensor subclass is stored
         for i in self.streamed:
             start = offset
             entries = []
             for sub, name, is_param, tensor in self._owned(self.layout.blocks[i][1]):
-                nbytes = tensor.numel() * tensor.element_size()
-                entries.append(
-                    _Entry(sub, name, is_param, tensor.dtype, tensor.shape, offset - start, nbytes)
-                )
-                offset += -(-nbytes // ALIGN) * ALIGN
+                inner = packed(tensor)
+                e = _Entry(sub, name, is_param, tensor.dtype, tensor.shape, offset - start, 0)
+                e.rebuild, sources[id(e)] = (inner.rebuild, inner) if inner is not None else (None, None)
+                for t in (tensor,) if inner is None else inner.inner:
+                    nbytes = t.numel() * t.element_size()
+                    if inner is not None:
+                        e.parts += (_Part(t.dtype, t.shape, offset - start, nbytes),)
+                    e.nbytes += nbytes
+                    offset += -(-nbytes // ALIGN) * ALIGN
+                entries.append(e)
             self._entries[i] = entries
             self._span[i] = (start, offset - start)
         self.stats.streamed_bytes = sum(e.nbytes for v in self._entries.values() for e in v)
@@ -252,10 +278,16 @@ class BlockStreamer:
         for i in self.streamed:
             start, _ = self._span[i]
             for e in self._entries[i]:
-                source = getattr(e.module, e.name)
-                view = self._view(self._host, start + e.offset, e)
-                view.copy_(source.detach().reshape(e.shape))
-                _bind(e.module, e.name, e.is_param, view)
+                if e.rebuild is None:
+                    view = self._view(self._host, start + e.offset, e)
+                    view.copy_(getattr(e.module, e.name).detach().reshape(e.shape))
+                    _bind(e.module, e.name, e.is_param, view)
+                    continue
+                views = self._part_views(self._host, start, e)
+                for view, t in zip(views, sources.pop(id(e)).inner, strict=True):  # type: ignore[union-attr]
+                    view.copy_(t.detach().reshape(view.shape))
+                e.host = e.rebuild(views)
+                _swap(e.module, e.name, e.is_param, e.host)
         self.stats.host_bytes = offset
 
     def _allocate_host(self, nbytes: int) -> torch.Tensor:
@@ -329,6 +361,28 @@ class BlockStreamer:
     def _view(buffer: torch.Tensor, offset: int, e: _Entry) -> torch.Tensor:
         return buffer[offset : offset + e.nbytes].view(e.dtype).view(e.shape)
 
+    @staticmethod
+    def _part_views(buffer: torch.Tensor, start: int, e: _Entry) -> list[torch.Tensor]:
+        return [
+            buffer[start + p.offset : start + p.offset + p.nbytes].view(p.dtype).view(p.shape)
+            for p in e.parts
+        ]
+
+    def _bind_slot(self, e: _Entry, slot: _Slot) -> None:
+        if e.rebuild is None:
+            _bind(e.module, e.name, e.is_param, self._view(slot.buffer, e.offset, e))
+            return
+        bound = e.bound.get(slot.index)  # a slot's wrapper is built once: the same views every time
+        if bound is None:
+            bound = e.bound[slot.index] = e.rebuild(self._part_views(slot.buffer, 0, e))
+        _swap(e.module, e.name, e.is_param, bound)
+
+    def _bind_host(self, e: _Entry, start: int) -> None:
+        if e.rebuild is not None:
+            return _swap(e.module, e.name, e.is_param, e.host)
+        assert self._host is not None
+        _bind(e.module, e.name, e.is_param, self._view(self._host, start + e.offset, e))
+
     def _issue(self, block: int) -> None:
         """Upload ``block`` into a free slot (on the side stream, after the slot's last compute)."""
         slot = self._free.popleft()
@@ -393,7 +447,7 @@ class BlockStreamer:
         if self.cuda:
             torch.cuda.current_stream(self.device).wait_event(upload.ready)
         for e in self._entries[block]:
-            _bind(e.module, e.name, e.is_param, self._view(upload.slot.buffer, e.offset, e))
+            self._bind_slot(e, upload.slot)
         self._current[block] = (upload.slot, None)
         self._pos = (self.order.index(block) + 1) % len(self.order)
         self._top_up()
@@ -408,10 +462,9 @@ class BlockStreamer:
             slot.done.record(torch.cuda.current_stream(self.device))
         if began is not None:
             self.stats._compute_marks.append((block, began, self._mark()))
-        assert self._host is not None
         start = self._span[block][0]
         for e in self._entries[block]:
-            _bind(e.module, e.name, e.is_param, self._view(self._host, start + e.offset, e))
+            self._bind_host(e, start)
         self._free.append(slot)
         self._top_up()
 
@@ -474,13 +527,24 @@ class BlockStreamer:
             host = self._host_tensors.get((id(sub), name))
             if host is not None:
                 _bind(sub, name, is_param, host)
+            original = self._host_objects.get((id(sub), name))
+            if original is not None:
+                _swap(sub, name, is_param, original)
         self._host_tensors.clear()
-        if self._host is not None:
+        self._host_objects.clear()
+        if (host := self._host) is not None:
             for i, entries in self._entries.items():
                 start = self._span[i][0]
                 for e in entries:
-                    view = self._view(self._host, start + e.offset, e)
-                    _bind(e.module, e.name, e.is_param, view.clone() if release else view)
+                    e.bound.clear()
+                    if not release:
+                        self._bind_host(e, start)
+                    elif e.rebuild is None:
+                        _bind(e.module, e.name, e.is_param, self._view(host, start + e.offset, e).clone())
+                    else:  # storage of its own: each inner tensor cloned out of the buffer
+                        clones = [v.clone() for v in self._part_views(host, start, e)]
+                        e.host = None
+                        _swap(e.module, e.name, e.is_param, e.rebuild(clones))
             if release:
                 self._host = None
         self._slots.clear()
@@ -524,5 +588,13 @@ def _direct(module: nn.Module) -> list[tuple[nn.Module, str, bool, torch.Tensor]
 def _bind(module: nn.Module, name: str, is_param: bool, tensor: torch.Tensor) -> None:
     if is_param:
         module._parameters[name].data = tensor
+    else:
+        module._buffers[name] = tensor
+
+
+def _swap(module: nn.Module, name: str, is_param: bool, tensor: torch.Tensor) -> None:
+    """Put another object in place: a tensor subclass's ``.data`` cannot be rebound to other storage."""
+    if is_param:
+        module._parameters[name] = as_parameter(tensor)  # type: ignore[assignment]
     else:
         module._buffers[name] = tensor

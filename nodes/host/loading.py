@@ -19,7 +19,7 @@ from ...memory.names import OFFLOAD_RESIDENCY_INPUTS
 from ...memory.planning.workload import component_id
 from ...memory.residency import MappedFile, open_mapped
 from ..input_checks import OffloadError, check_checkpoint_parts, check_pairing, loading
-from .lookups import dynamic_vram_reason, host_module
+from .lookups import host_module
 from .residency import place_host_copy
 from .state import residency
 
@@ -214,9 +214,7 @@ def offload_load(node_id: str, inputs: dict[str, Any]) -> tuple[Any, Any, Any]:
     handles = _handles(node_id, inputs, files, model, clip, vae)
     control = residency()
     for h in handles:
-        if dynamic_vram_reason():
-            break  # DynamicVRAM places weights itself
-        try:
+        try:  # a DynamicVRAM model: the host's own unpin/unmap for "disk", a note for the others
             note = place_host_copy(h)
         except Exception as exc:  # fail open: the models loaded fine, they just stay in pageable RAM
             note = f"could not place it as {h.residency} ({exc!r}); it stays in RAM"

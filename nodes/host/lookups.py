@@ -32,13 +32,11 @@ def is_legacy_host() -> bool:
     return importlib.util.find_spec("comfy_execution") is None
 
 
-def dynamic_vram_reason() -> str:
-    """Why the controller must stand aside, or "": hosts with DynamicVRAM (comfy-aimdo) page weights in
-    and out themselves, and a second manager would fight it."""
+def dynamic_vram_active() -> bool:
+    """Whether this ComfyUI pages weights with DynamicVRAM (comfy-aimdo, 0.18+ on NVIDIA): its models are
+    ``ModelPatcherDynamic``, and the controller acts through ``dynamic_vram`` instead of loading them."""
     mm = sys.modules.get("comfy.memory_management")
-    if mm is not None and getattr(mm, "aimdo_enabled", False):
-        return "this ComfyUI manages VRAM with DynamicVRAM (comfy-aimdo)"
-    return ""
+    return bool(mm is not None and getattr(mm, "aimdo_enabled", False))
 
 
 # --- input choices: the host's own lists, so our inputs mirror its nodes on every host
@@ -188,6 +186,15 @@ def queued_outputs(prompt_id: str) -> list[str] | None:
             targets = item[4]
             return [str(o) for o in targets] if isinstance(targets, (list, tuple)) and targets else None
     return None
+
+
+def next_queued_prompt() -> dict[str, Any] | None:
+    """The prompt the host runs after the current one (the lowest number in its pending queue), else None
+    (no server, or nothing queued)."""
+    queue = getattr(prompt_server(), "prompt_queue", None)
+    pending = list(getattr(queue, "queue", None) or ())  # a heap of (number, id, prompt, ...) tuples
+    items = [i for i in pending if isinstance(i, (list, tuple)) and len(i) > 2 and isinstance(i[2], dict)]
+    return min(items, key=lambda i: i[0])[2] if items else None
 
 
 def lazy_inputs(class_type: str) -> frozenset[str]:

@@ -22,12 +22,16 @@ from ...memory.deadline import HOST_PLAN_LIMIT_S
 from ...memory.names import OFFLOAD_LOADER
 from ...memory.planning.costmodel import CHOICE_HOST, Budget, Hardware
 from ...memory.residency import Controller, MappedFile, bind, footprint, pin, to_pageable
+from ...memory.residency.prefetch import Prefetcher
 from ...memory.residency.ram_budget import RAM, RamReading, read_process, release_heap, release_pinned_cache
 from ...memory.residency.ram_guard import RamGuard
+from ...memory.residency.run_log import Streamed
 from ...memory.telemetry.runs import ResidencyEvent
 from ...memory.units import format_bytes
+from . import dynamic_vram, sampling, text_encoders
 from .events import Subscriber
-from .lookups import dynamic_vram_reason, host_module, lazy_inputs, models_dir, output_nodes, queued_outputs
+from .lookups import host_module, lazy_inputs, models_dir, output_nodes, queued_outputs
+from .prefetch import HostPrefetch
 
 _log = logging.getLogger("headroom")
 
@@ -48,6 +52,8 @@ class Handle(Protocol):
 
 def host_part(h: Handle) -> str:
     """Where the component's CPU copy is now: "P" (pinned), "R" (pageable RAM) or "D" (its file)."""
+    if dynamic_vram.is_dynamic(h.patcher):  # the host maps it from its file and pins per layer
+        return dynamic_vram.host_part(h.patcher)
     fp = footprint(h.module, h.files or ())
     return "D" if fp.mapped > fp.ram + fp.pinned else "P" if fp.pinned > fp.ram else "R"
 
@@ -55,6 +61,8 @@ def host_part(h: Handle) -> str:
 def place_host_copy(h: Handle, host: str | None = None) -> str:
     """Move the component's CPU copy to pinned RAM, pageable RAM or its file; returns a note."""
     host = host if host is not None else CHOICE_HOST.get(h.residency, "")  # "" (auto, gpu): leave it
+    if host and dynamic_vram.is_dynamic(h.patcher):  # the host's own unpin and unmap, never our copies
+        return dynamic_vram.set_host_tier(h.patcher, host)
     if host == "D":
         binding = bind(h.module, h.mapped(), h.mapped_names)
         h.mapped_names.update(binding.bound)
@@ -75,6 +83,11 @@ def place_host_copy(h: Handle, host: str | None = None) -> str:
 
 class _HostOps:
     """memory.residency.HostOps on the host's model management."""
+
+    def __init__(self) -> None:
+        self.armed: dict[int, tuple[Any, Callable[..., list[Any]]]] = {}  # id(handle) -> (state, disarm)
+        # DynamicVRAM: a model the plan moved off is released to the host, which frees its pages on demand
+        self.dynamic = dynamic_vram.DynamicBoundaries()
 
     @property
     def mm(self) -> ModuleType:  # looked up when used: the glue imports outside a host too
@@ -98,6 +111,8 @@ class _HostOps:
         return int(lm.model_memory())  # 2024 hosts load whole models
 
     def on_gpu(self, handle: Handle) -> int:
+        if self.dynamic.is_released(handle):  # off in the plan; its pages are the host's to free
+            return 0
         return sum(self._bytes(lm) for lm in self._loaded(handle.module))
 
     def fully_loaded(self, handle: Handle) -> bool:
@@ -113,6 +128,8 @@ class _HostOps:
         return mm.get_free_memory(device) >= need
 
     def load(self, handle: Handle) -> str:
+        if dynamic_vram.is_dynamic(handle.patcher):
+            return dynamic_vram.LOAD_NOTE
         patched = [c for c in handle.live_clones() if getattr(c, "patches", None)]
         if patched:  # the node loads its patched clone; loading the base would be undone at once
             return f"a patched clone ({len(patched)}) is what the node computes with; the host loads that"
@@ -120,6 +137,9 @@ class _HostOps:
         return ""
 
     def evict(self, handle: Handle) -> None:
+        if dynamic_vram.is_dynamic(handle.patcher):  # its pages go; it stays staged, pinned and listed
+            dynamic_vram.page_out(handle.patcher)
+            return
         ours = self._loaded(handle.module)
         keep = [lm for lm in self.mm.current_loaded_models if lm not in ours]
         device = ours[0].device if ours else self.mm.get_torch_device()
@@ -132,6 +152,9 @@ class _HostOps:
         return place_host_copy(handle, host)
 
     def warm(self, handle: Handle) -> None:
+        if dynamic_vram.is_dynamic(handle.patcher):  # the files the host mapped
+            dynamic_vram.warm(list(handle.paths))
+            return
         if handle.files:  # mapped from its file: ask the kernel to read ahead (returns at once)
             for mf in handle.files:
                 _advise_willneed(mf.path)
@@ -143,6 +166,40 @@ class _HostOps:
             for lm in list(self.mm.current_loaded_models)
             if lm.model is not None and lm.device == device
         )
+
+    def stream(self, handle: Handle, budget: int) -> str:
+        if dynamic_vram.is_dynamic(handle.patcher):
+            return dynamic_vram.stream_note(True)
+
+        if handle.kind == "text_encoder":  # hooks the encoder itself: every clone's encode streams
+            streaming = text_encoders.arm_clip_streaming(
+                handle.patcher, sampling.StreamSettings(budget, weights_only=True)
+            )
+            self.armed[id(handle)] = (streaming, lambda armed, _clones: [armed.end()])
+            return ""
+        if handle.kind != "diffusion_model":
+            return f"a {handle.kind.replace('_', ' ')} does not stream"
+        settings = sampling.StreamSettings(budget, weights_only=True)
+        self.armed[id(handle)] = (
+            sampling.arm(handle.patcher, handle.live_clones(), settings),
+            sampling.disarm,
+        )
+        return ""
+
+    def stream_ended(self, handle: Handle) -> Streamed:
+        line = text_encoders.streamed_clip_line if handle.kind == "text_encoder" else sampling.streamed_line
+        state, disarm = self.armed.pop(id(handle), (None, None))
+        runs = disarm(state, handle.live_clones()) if disarm is not None else []
+        streamed = [r for r in runs if line(r.summary)]
+        if streamed:
+            lines = dict.fromkeys(line(r.summary) for r in streamed)
+            return Streamed("streamed", max(r.summary["streamed_bytes"] for r in streamed), "; ".join(lines))
+        loaded = self._loaded(handle.module)
+        on, total = sum(self._bytes(lm) for lm in loaded), sum(int(lm.model_memory()) for lm in loaded)
+        if 0 < on < total:
+            return Streamed("partial", on, f"host partial load: {format_bytes(on)} of {format_bytes(total)}")
+        notes = dict.fromkeys(r.note.removeprefix("not streamed: ") for r in runs if r.note)
+        return Streamed("none", 0, f"not streamed: {'; '.join(notes) or 'the node did not sample it'}")
 
     def is_oom(self, exc: BaseException) -> bool:
         return isinstance(exc, self.mm.OOM_EXCEPTION)
@@ -162,6 +219,8 @@ class _RamOps:
         return read_process()
 
     def host_bytes(self, handle: Handle) -> tuple[int, int]:
+        if dynamic_vram.is_dynamic(handle.patcher):
+            return dynamic_vram.host_bytes(handle.patcher)
         fp = footprint(handle.module, handle.files or ())
         return fp.ram, fp.pinned
 
@@ -194,6 +253,7 @@ def _advise_willneed(path: Path) -> None:
 _EVENT_TIERS = {  # controller action -> the monitor's (tier_from, tier_to)
     "load": ("ram", "gpu"), "prefetch": ("ram", "gpu"), "evict": ("gpu", "ram"), "stream": ("ram", "stream"),
     "pin": ("ram", "pinned"), "unpin": ("pinned", "ram"), "map": ("ram", "disk"), "warm": ("disk", "disk"),
+    "deprioritize": ("gpu", "gpu"),
 }  # fmt: skip
 
 
@@ -213,11 +273,12 @@ class Residency(Subscriber):
         self.controller.listeners.append(self._moved)
         self.ram_guard = RamGuard(_RamOps(self.controller.ops), RAM.resolve)
         self.controller.ram_guard = self.ram_guard
+        self.controller.prefetcher = Prefetcher(HostPrefetch())  # uploads on a side stream (prefetch.py)
         self.card_budget = card_budget
         self.moves: list[Callable[[ResidencyEvent], None]] = [on_move] if on_move is not None else []
         self.budget_override: Budget | None = None
         self.hardware = Hardware.pcie(4)
-        self.deferred = ""
+        self.dynamic = self.controller.ops.dynamic  # the plan's eviction order on DynamicVRAM hosts
         self.warned_reserve = False
 
     def budget(self) -> Budget | None:
@@ -250,12 +311,6 @@ class Residency(Subscriber):
     def prompt_started(self, prompt_id: str, prompt: dict[str, Any] | None) -> None:
         if prompt is None:
             return
-        reason = dynamic_vram_reason()
-        if reason:
-            if reason != self.deferred:
-                _log.info("Headroom: %s; the residency controller defers to it", reason)
-            self.deferred = reason
-            return
         budget = self.budget()
         if budget is None:
             return
@@ -283,12 +338,14 @@ class Residency(Subscriber):
             outputs=queued_outputs(prompt_id) or output_nodes(prompt),
             lazy_inputs=lazy_inputs,
         )
+        self.dynamic.prompt_started(self.controller, prompt_id, prompt)  # DynamicVRAM hosts only
 
     def prompt_finished(self, prompt_id: str) -> None:
         self.controller.prompt_finished(prompt_id)
 
     def node_started(self, prompt_id: str | None, node_id: str) -> None:
         if prompt_id is not None:
+            self.dynamic.node_started(self.controller, prompt_id, node_id)  # orders the host before the step
             self.controller.node_started(prompt_id, node_id)
 
     def node_finished(self, prompt_id: str | None, node_id: str, ok: bool = True) -> None:

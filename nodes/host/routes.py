@@ -1,6 +1,6 @@
 """The monitor's server side: read-only routes under /headroom/ (parameters validated, unknown ids ->
-404, nothing taken as a path) and the preflight of every prompt POSTed to /prompt. Nothing here runs
-without a PromptServer (in-process hosts have none)."""
+404, nothing taken as a path), one POST (the frontend's RAM budget setting) and the preflight of every
+prompt POSTed to /prompt. Nothing here runs without a PromptServer (in-process hosts have none)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,12 @@ import uuid
 from typing import Any
 
 from ...memory.names import ROUTES
+from ...memory.residency.ram_budget import MIN_SETTING, RAM, RAM_BUDGET_ENV
+from ...memory.units import format_bytes, parse_bytes
 from ...version import __version__
 from .lookups import host_version, is_legacy_host
 from .monitor import DEMAND_S, Monitor
-from .state import monitor, residency
+from .state import configure_ram_budget, monitor, ram_budget, residency
 
 _log = logging.getLogger("headroom")
 _PROMPT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")  # uuids and the ids tests and scripts use
@@ -87,6 +89,38 @@ def _prompt_id(web: Any, request: Any) -> tuple[str | None, Any]:
     return prompt_id, None
 
 
+def _ram_budget_body() -> dict[str, Any]:
+    """The budget in force, the setting and the environment variable (which wins over the setting)."""
+    budget = ram_budget()
+    env = RAM.env.get(RAM_BUDGET_ENV) or None
+    body: dict[str, Any] = {"budget": budget.as_dict(), "setting": RAM.setting, "env": env, "note": ""}
+    if env is not None and budget.source == RAM_BUDGET_ENV:
+        body["note"] = f"{RAM_BUDGET_ENV}={env} is set on the server: it wins over this setting"
+    elif env is not None:
+        body["note"] = f"{RAM_BUDGET_ENV}={env} is not a size: ignored"
+    return body
+
+
+def _ram_budget_value(body: Any) -> tuple[str | None, str]:
+    """The setting's value as ``state.configure_ram_budget`` takes it ("auto" or a size), or an error."""
+    value = body.get("value") if isinstance(body, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)) or len(str(value)) > 32:
+        return None, 'send {"value": "auto"} or a size such as {"value": "24GB"} (a bare number is GiB)'
+    text = str(value).strip()
+    if text.lower() in ("", "auto"):
+        return "auto", ""
+    try:
+        nbytes = parse_bytes(text)
+    except ValueError as exc:
+        return None, f"RAM budget: {exc}"
+    if nbytes < MIN_SETTING:
+        return (
+            None,
+            f"RAM budget: {text} is below {format_bytes(MIN_SETTING)}, less than ComfyUI itself takes",
+        )
+    return text, ""
+
+
 def _add_routes(web: Any, routes: Any) -> None:
     @routes.get(ROUTES["status"])
     async def headroom_status(request: Any) -> Any:
@@ -139,6 +173,38 @@ def _add_routes(web: Any, routes: Any) -> None:
         if summary is None:
             return web.json_response({"error": f"unknown prompt {prompt_id}: no residency log"}, status=404)
         return web.json_response(summary)
+
+    @routes.get(ROUTES["ram"])
+    async def headroom_ram(request: Any) -> Any:
+        """The RAM guard's per-node ledger of one prompt: predicted against actual RssAnon and pinned, the
+        budget, what the guard moved, and the release after the prompt."""
+        prompt_id, error = _prompt_id(web, request)
+        if error is not None:
+            return error
+        # in a worker thread: the guard's lock is held while it maps a component to its file
+        summary = await asyncio.get_running_loop().run_in_executor(
+            None, residency().ram_guard.summary, prompt_id
+        )
+        if summary is None:
+            return web.json_response({"error": f"unknown prompt {prompt_id}: no RAM ledger"}, status=404)
+        return web.json_response(summary)
+
+    @routes.get(ROUTES["ram_budget"])
+    async def headroom_ram_budget(request: Any) -> Any:
+        return web.json_response(_ram_budget_body())
+
+    @routes.post(ROUTES["ram_budget"])
+    async def headroom_set_ram_budget(request: Any) -> Any:
+        """The frontend's setting "Headroom.RamBudget": "auto" (the machine's default) or a size."""
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        value, error = _ram_budget_value(body)
+        if value is None:
+            return _bad(web, error)
+        configure_ram_budget(value)
+        return web.json_response(_ram_budget_body())
 
     @routes.get(ROUTES["plan"])
     async def headroom_plan(request: Any) -> Any:

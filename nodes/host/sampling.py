@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...memory.residency.dynamic_policy import stream_note
 from ...memory.streaming.budget import activation_reserve, streaming_budget
 from ...memory.streaming.shared_uploads import SharedUploads
 from ...memory.units import format_bytes
@@ -63,6 +64,8 @@ class StreamSettings:
     prefetch: int | None = None
     resident_blocks: int | None = None
     pin: bool = True
+    # ``budget`` holds weights only (the controller's share of the plan): the activations come on top
+    weights_only: bool = False
 
 
 @dataclass
@@ -112,6 +115,9 @@ class _Session:
             self.run.note = "not streamed: this diffusion model streams in another sampling already"
             return
         patcher, s = self.patcher, self.settings
+        if getattr(patcher, "is_dynamic", lambda: False)():  # DynamicVRAM pages it (host/dynamic_vram.py)
+            self.run.note = stream_note(True)
+            return
         device = torch.device(patcher.load_device)
         layout = discover_blocks(diffusion)
         sizes = layout.block_bytes()
@@ -126,10 +132,11 @@ class _Session:
                 return
             patcher.partially_unload(patcher.offload_device, memory_to_free=patcher.loaded_size())
             free = host_module("comfy.model_management").get_free_memory(device)
+        requested = s.budget + activation if s.weights_only and s.budget is not None else s.budget
         choice = choose_streaming(
             sizes,
             total - sum(sizes),
-            streaming_budget(s.budget, device_free=free, model_bytes=total, activation=activation),
+            streaming_budget(requested, device_free=free, model_bytes=total, activation=activation),
             activation,
             depth=s.prefetch,
             resident_blocks=s.resident_blocks,
@@ -169,6 +176,7 @@ class StreamedModel:
         self.settings = settings
         self.session: _Session | None = None
         self.last_run = StreamingRun()
+        self.runs: list[StreamingRun] = []  # every sampling's, in order (``last_run`` is the last)
         self._patcher, self._previous = patcher, previous  # the 2024 host's path only
         self._scopes = 0
 
@@ -185,6 +193,7 @@ class StreamedModel:
         if session.ended:
             return
         self.last_run = session.end()
+        self.runs.append(self.last_run)
 
     # -- current hosts
     def outer_sample(self, executor: Any, *args: Any, **kwargs: Any) -> Any:
@@ -247,6 +256,7 @@ class NodeScopes(Subscriber):
     Subscribed first, so a streamer is detached before the residency controller moves models."""
 
     def __init__(self) -> None:
+        self.source: Any = None  # the event source it is subscribed to (``subscribe_scopes``)
         self._stack: list[tuple[str | None, str]] = []
         self._ends: dict[tuple[str | None, str], list[Callable[[], None]]] = {}
 
@@ -282,15 +292,19 @@ class NodeScopes(Subscriber):
 _SCOPES = NodeScopes()
 
 
-def node_scopes() -> NodeScopes | None:
-    """The node-scope subscriber, on the process's event source when its node hooks are on (else None)."""
-    from .state import events
-
-    source = events()
-    if source.hooks.get("nodes") != "on":
-        return None
+def subscribe_scopes(source: Any) -> None:
+    """Put the node-scope subscriber first on ``source``, the process's event source (``state`` does this
+    when it makes one), so a streamed model detaches before the residency controller moves models."""
     if _SCOPES not in source.subscribers:
         source.subscribers.insert(0, _SCOPES)
+    _SCOPES.source = source
+
+
+def node_scopes() -> NodeScopes | None:
+    """The node-scope subscriber when the process's executor hooks are on (else None)."""
+    source = _SCOPES.source
+    if source is None or source.hooks.get("nodes") != "on" or _SCOPES not in source.subscribers:
+        return None
     return _SCOPES
 
 
@@ -314,13 +328,7 @@ def stream_model(model: Any, settings: StreamSettings) -> tuple[Any, StreamedMod
     wrappers_mp = _wrappers_mp(patched)
     if wrappers_mp is not None:
         stream = StreamedModel(settings)
-        hooks = [("OUTER_SAMPLE", KEY, stream.outer_sample)]
-        if hasattr(wrappers_mp, "CALC_COND_BATCH"):
-            hooks.append(("CALC_COND_BATCH", SharedUploads.KEY, stream.calc_cond_batch))
-        for kind, key, wrapper in hooks:
-            if hasattr(patched, "remove_wrappers_with_key"):
-                patched.remove_wrappers_with_key(getattr(wrappers_mp, kind), key)
-            patched.add_wrapper_with_key(getattr(wrappers_mp, kind), key, wrapper)
+        _add_wrappers(patched, wrappers_mp, stream)
         return patched, stream
     previous = patched.model_options.get("model_function_wrapper")
     earlier = getattr(previous, "__self__", None)
@@ -330,6 +338,83 @@ def stream_model(model: Any, settings: StreamSettings) -> tuple[Any, StreamedMod
     patched.set_model_unet_function_wrapper(stream.legacy_model_call)
     node_scopes()  # subscribed before the sampler node starts
     return patched, stream
+
+
+@dataclass
+class Armed:
+    """Streaming the residency controller put on a loaded model for one node's sampling (``arm``)."""
+
+    stream: StreamedModel
+    patchers: list[Any] = field(default_factory=list)  # current hosts: the ones given our wrappers
+    module: Any = None  # the 2024 host: the BaseModel whose apply_model calls the stream
+    scope: Any = None
+    # a Stream Model node's streaming already on a clone, with how many samplings it had run before
+    others: list[tuple[StreamedModel, int]] = field(default_factory=list)
+    seen: list[StreamingRun] = field(default_factory=list)  # the 2024 host: another's sessions met
+
+
+def _add_wrappers(patcher: Any, wrappers_mp: Any, stream: StreamedModel) -> None:
+    hooks = [("OUTER_SAMPLE", KEY, stream.outer_sample)]
+    if hasattr(wrappers_mp, "CALC_COND_BATCH"):
+        hooks.append(("CALC_COND_BATCH", SharedUploads.KEY, stream.calc_cond_batch))
+    for kind, key, wrapper in hooks:
+        if hasattr(patcher, "remove_wrappers_with_key"):
+            patcher.remove_wrappers_with_key(getattr(wrappers_mp, kind), key)
+        patcher.add_wrapper_with_key(getattr(wrappers_mp, kind), key, wrapper)
+
+
+def arm(patcher: Any, clones: list[Any], settings: StreamSettings) -> Armed:
+    """Stream the model of ``patcher`` whenever it is sampled until ``disarm``, whichever of its clones
+    the sampler holds. Current hosts: our OUTER_SAMPLE wrappers on the patcher and on each live clone (a
+    clone made from them later copies them); a clone a Stream Model node streams keeps its own. The 2024
+    host: every clone computes through the one BaseModel, so its ``apply_model`` calls the stream, and
+    the scope ends at ``disarm`` (the end of the node)."""
+    stream = StreamedModel(settings, patcher)
+    wrappers_mp = _wrappers_mp(patcher)
+    armed = Armed(stream)
+    if wrappers_mp is not None:
+        for p in [patcher, *(c for c in clones if c is not patcher)]:
+            own = streamed_model_of(p)
+            if own is not None:
+                if all(own is not o for o, _ in armed.others):
+                    armed.others.append((own, len(own.runs)))
+                continue
+            _add_wrappers(p, wrappers_mp, stream)
+            armed.patchers.append(p)
+        return armed
+    module = patcher.model
+    original = module.apply_model
+
+    def apply_model(x: Any, t: Any, **c: Any) -> Any:
+        other = _ACTIVE.get(id(module.diffusion_model))
+        if other is not None and other is not stream.session:  # a Stream Model node's clone streams it
+            if all(other.run is not r for r in armed.seen):
+                armed.seen.append(other.run)
+            return original(x, t, **c)
+        return stream.legacy_model_call(original, {"input": x, "timestep": t, "c": c})
+
+    armed.module, armed.scope = module, stream.sampling()
+    armed.scope.__enter__()
+    module.apply_model = apply_model  # an instance attribute over the class's method, until disarm
+    return armed
+
+
+def disarm(armed: Armed, clones: list[Any]) -> list[StreamingRun]:
+    """Undo ``arm`` (ending a sampling still open) and return what each sampling did, in order."""
+    wrappers_mp = _wrappers_mp(armed.stream._patcher) if armed.module is None else None
+    if wrappers_mp is not None:
+        for p in [*armed.patchers, *clones]:  # and the clones made from an armed one since
+            if streamed_model_of(p) is armed.stream and hasattr(p, "remove_wrappers_with_key"):
+                p.remove_wrappers_with_key(wrappers_mp.OUTER_SAMPLE, KEY)
+                if hasattr(wrappers_mp, "CALC_COND_BATCH"):
+                    p.remove_wrappers_with_key(wrappers_mp.CALC_COND_BATCH, SharedUploads.KEY)
+    if armed.module is not None:
+        armed.module.__dict__.pop("apply_model", None)
+        armed.scope.__exit__(None, None, None)
+    if armed.stream.session is not None:
+        armed.stream._end(armed.stream.session)
+    others = [r for s, before in armed.others for r in s.runs[before:]]
+    return [*armed.stream.runs, *others, *armed.seen]
 
 
 def streamed_model_of(model: Any) -> StreamedModel | None:

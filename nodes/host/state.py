@@ -20,6 +20,7 @@ from ...memory.telemetry.runs import ResidencyEvent
 from .events import EventSource
 from .monitor import Monitor
 from .residency import Residency
+from .sampling import subscribe_scopes
 
 _MONITOR: Monitor | None = None
 _RESIDENCY: Residency | None = None
@@ -47,7 +48,13 @@ def residency() -> Residency:
 
 def events() -> EventSource:
     """The process-wide executor event source, with the monitor and the controller subscribed."""
-    return _process_wide("_EVENTS", lambda: EventSource([monitor(), residency()]))
+    return _process_wide("_EVENTS", _event_source)
+
+
+def _event_source() -> EventSource:
+    source = EventSource([monitor(), residency()])
+    subscribe_scopes(source)  # first: a streamed model detaches before the controller moves models
+    return source
 
 
 def card_budget() -> Budget | None:

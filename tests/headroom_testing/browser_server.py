@@ -107,8 +107,9 @@ class Server:
 
 
 @contextmanager
-def start_server(home: Path) -> Iterator[Server]:
-    """Start ComfyUI with the pack and tiny models under ``home``; stop it on exit."""
+def start_server(home: Path, env: dict[str, str] | None = None) -> Iterator[Server]:
+    """Start ComfyUI with the pack and tiny models under ``home``; stop it on exit. ``env``: variables
+    that replace the defaults below (a test module that needs another server, e.g. another card)."""
     root = modern_root()
     ignore = shutil.ignore_patterns(
         ".venv", ".git", "__pycache__", "*.egg-info", ".*_cache", ".hypothesis", "node_modules"
@@ -130,7 +131,7 @@ def start_server(home: Path) -> Iterator[Server]:
     args += ["--temp-directory", str(home / "temp"), "--user-directory", str(home / "user")]
     args += ["--database-url", "sqlite:///:memory:", "--disable-api-nodes"]
     # A 1 GB card for preflight (this machine has no GPU), and samples often enough for a short test.
-    env = {**os.environ, "HEADROOM_ASSUME_VRAM": "1GB", "HEADROOM_MONITOR_HZ": "4"}
+    env = {**os.environ, "HEADROOM_ASSUME_VRAM": "1GB", "HEADROOM_MONITOR_HZ": "4", **(env or {})}
     artifacts = Path(os.environ.get("HEADROOM_E2E_ARTIFACTS", home / "artifacts"))
     artifacts.mkdir(parents=True, exist_ok=True)
     log_path = home / "comfyui.log"

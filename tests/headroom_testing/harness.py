@@ -27,6 +27,7 @@ NODE_IDS = (
     "HeadroomOffloadLoader",
     "HeadroomStreamingSampler",
     "HeadroomStreamModel",
+    "HeadroomStreamCLIP",
     "HeadroomTiledVAEDecode",
     "HeadroomMemoryMonitor",
 )

@@ -12,12 +12,13 @@ import torch
 
 from comfyui_headroom.memory.streaming import discover_blocks
 from comfyui_headroom.memory.streaming.discovery import module_bytes
+from comfyui_headroom.memory.streaming.storage import packed
 
 
 @dataclass
 class Probe:
-    """One module with a weight, two levels inside a streamed block: where its weight was each time it
-    computed."""
+    """One module with a weight, two levels or more inside a streamed block: where its weight was each
+    time it computed (every inner tensor of a quantized weight: its data and its scales)."""
 
     block: int
     seen: list[int] = field(default_factory=list)
@@ -47,7 +48,7 @@ class StreamSpy:
             if streamer._host is not None:
                 ring.append(_span(streamer._host))
             handles = [
-                module.register_forward_pre_hook(lambda m, a, p=probe: p.seen.append(m.weight.data_ptr()))
+                module.register_forward_pre_hook(lambda m, a, p=probe: p.seen.extend(_ptrs(m.weight)))
                 for probe, module in probes
             ]
             self.watched.append(Watched(streamer, [p for p, _ in probes], ring, handles))
@@ -74,12 +75,20 @@ def _span(buffer: torch.Tensor) -> tuple[int, int]:
     return buffer.data_ptr(), buffer.data_ptr() + buffer.numel() * buffer.element_size()
 
 
+def _ptrs(weight: torch.Tensor) -> list[int]:
+    found = packed(weight)
+    return [t.data_ptr() for t in found.inner] if found is not None else [weight.data_ptr()]
+
+
 def _probe(streamer: Any, block: int) -> tuple[Probe, torch.nn.Module] | None:
     root = streamer.layout.blocks[block][1]
-    for child in root.children():
-        for module in child.children():  # two levels in: entering its parent has bound the block
+    # two levels in or deeper: entering a child of the block has bound it (SD3's weights are deeper)
+    level = [grand for child in root.children() for grand in child.children()]
+    while level:
+        for module in level:
             if isinstance(getattr(module, "weight", None), torch.nn.Parameter):
                 return Probe(block), module
+        level = [child for module in level for child in module.children()]
     return None  # (a UNet's first block is one conv)
 
 

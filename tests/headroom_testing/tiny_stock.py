@@ -229,8 +229,10 @@ def build_tiny_wan_blocks(
     seed: int = 0,
     num_layers: int = 4,
     scaled_fp8: bool = False,
+    dtype: torch.dtype = torch.float16,
 ) -> Path:
-    """``build_tiny_wan`` with ``num_layers`` blocks, for the stock UNETLoader (current hosts).
+    """``build_tiny_wan`` with ``num_layers`` blocks, for the stock UNETLoader (current hosts), its
+    tensors in ``dtype`` (fp32: on CPU the loaded weights can stay views of the file).
 
     ``scaled_fp8``: the host's scaled-fp8 format, as ComfyUI saves it: every Linear weight in
     float8_e4m3fn with its fp32 ``scale_weight`` (absmax / 448) and a ``scaled_fp8`` marker tensor,
@@ -252,7 +254,7 @@ def build_tiny_wan_blocks(
             state_dict[key] = (value / scale).to(torch.float8_e4m3fn)
             state_dict[f"{module}.scale_weight"] = scale.reshape(()).float()
         else:
-            state_dict[key] = value.to(torch.float16)
+            state_dict[key] = value.to(torch.float16 if scaled_fp8 else dtype)
     if scaled_fp8:
         state_dict["scaled_fp8"] = torch.tensor([], dtype=torch.float8_e4m3fn)
     kind = "wan21_t2v_scaled_fp8" if scaled_fp8 else "wan21_t2v"

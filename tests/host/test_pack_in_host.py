@@ -14,6 +14,7 @@ DISPLAY_NAMES = {
     "HeadroomOffloadLoader": "Offload Loader (low VRAM)",
     "HeadroomStreamingSampler": "Streaming KSampler (VRAM offload)",
     "HeadroomStreamModel": "Stream Model (VRAM offload)",
+    "HeadroomStreamCLIP": "Stream CLIP (VRAM offload)",
     "HeadroomTiledVAEDecode": "Tiled VAE Decode (exact, low VRAM)",
     "HeadroomMemoryMonitor": "VRAM Stats",
 }
@@ -28,6 +29,7 @@ INPUT_NAMES = {
         "latent_image", "denoise", "vram_budget", "prefetch", "resident_blocks", "pin_memory",
     ],
     "HeadroomStreamModel": ["model", "vram_budget", "prefetch", "resident_blocks", "pin_memory"],
+    "HeadroomStreamCLIP": ["clip", "vram_budget", "prefetch", "resident_blocks", "pin_memory"],
     "HeadroomTiledVAEDecode": ["samples", "vae", "vram_budget", "mode"],
     "HeadroomMemoryMonitor": ["value"],
 }  # fmt: skip
@@ -35,6 +37,7 @@ RETURN_TYPES = {
     "HeadroomOffloadLoader": ("MODEL", "CLIP", "VAE"),
     "HeadroomStreamingSampler": ("LATENT",),
     "HeadroomStreamModel": ("MODEL",),
+    "HeadroomStreamCLIP": ("CLIP",),
     "HeadroomTiledVAEDecode": ("IMAGE",),
     "HeadroomMemoryMonitor": ("*", "STRING", "IMAGE"),
 }

@@ -49,6 +49,16 @@ class Served:
 
         return self.run(fetch())
 
+    def post_json(self, path: str, body: Any, status: int = 200) -> Any:
+        async def send() -> tuple[int, str]:
+            data = body if isinstance(body, str) else json.dumps(body)
+            response = await self.client.post(path, data=data, headers={"Content-Type": "application/json"})
+            return response.status, await response.text()
+
+        code, text = self.run(send())
+        assert code == status, f"POST {path}: {code} {text[:500]}"
+        return json.loads(text)
+
     def get_json(self, path: str, status: int = 200) -> Any:
         code, kind, text = self.get(path)
         assert code == status, f"GET {path}: {code} {text[:500]}"
@@ -140,7 +150,7 @@ def test_status_filters_samples_by_time(served: Served) -> None:
     assert samples and all(s["t"] > first.t for s in samples) and samples[-1]["t"] >= second.t
 
 
-@pytest.mark.parametrize("route", ["report", "plan", "residency"])
+@pytest.mark.parametrize("route", ["report", "plan", "residency", "ram"])
 def test_unknown_and_malformed_prompt_ids(served: Served, route: str) -> None:
     assert "unknown prompt" in served.get_json(f"/headroom/{route}/no-such-prompt", status=404)["error"]
     for bad in ("bad!id", "-leading-dash", "x" * 129):
@@ -156,6 +166,11 @@ def test_routes_are_read_only(served: Served) -> None:
         return (await served.client.post("/headroom/status", json={})).status
 
     assert served.run(post()) == 405
+
+    async def post_ledger() -> int:
+        return (await served.client.post("/headroom/ram/some-prompt", json={})).status
+
+    assert served.run(post_ledger()) == 405  # the one POST is the RAM budget setting
 
 
 def test_report_and_plan_of_a_run(served: Served) -> None:
@@ -241,3 +256,69 @@ def test_samples_and_node_records_reach_a_connected_client_and_sampling_stops_wi
         assert not thread.is_alive() and not monitor.sampler.running
     finally:
         served.state.configure_monitor(rate_hz=1)
+
+
+def test_the_ram_ledger_of_a_run_sets_prediction_against_the_os_per_node(served: Served) -> None:
+    served.state.configure_monitor(assume_vram=8 * 2**30)  # a card to plan for: the guard runs with the plan
+    served.post_json("/headroom/ram_budget", {"value": "96GB"})
+    try:
+        prompt = copy.deepcopy(PROMPT)
+        prompt["1"]["inputs"]["color"] = (
+            0x123456  # not the other tests' prompt: nothing served from the cache
+        )
+        result = served.host.run(prompt, prompt_id="ram-ledger")
+    finally:
+        served.state.configure_monitor(assume_vram=None)
+        served.state.configure_ram_budget(None)
+    ledger = served.get_json(f"/headroom/ram/{result.prompt_id}")
+    assert ledger["prompt_id"] == "ram-ledger" and ledger["planned"] is True
+    assert ledger["budget"]["ram"] == 96 * 2**30 and ledger["budget"]["source"] == "setting"
+    assert [r["node"] for r in ledger["nodes"]] == ["1", "2"]
+    assert [r["class_type"] for r in ledger["nodes"]] == ["EmptyImage", "HeadroomMemoryMonitor"]
+    for record in ledger["nodes"]:  # the OS's figure and the plan's, at the node's end
+        assert record["how"] == "RssAnon" and record["anon"] > 100 * 2**20 and record["pinned"] == 0
+        assert record["predicted_anon"] >= ledger["baseline"] > 0
+        assert record["budget"] == 96 * 2**30 and record["over"] is False and record["actions"] == []
+    assert ledger["nodes"][-1]["phase"] == "done"
+    after = ledger["after"]  # no model: nothing to release, and nothing moved
+    assert after["moves"] == 0 and after["idle"] == 0 and after["baseline"] == ledger["baseline"]
+
+
+def test_the_ram_budget_setting_is_validated_and_the_environment_variable_wins(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HEADROOM_RAM_BUDGET", raising=False)
+    try:
+        machine = served.get_json("/headroom/ram_budget")
+        assert machine["budget"]["source"] == "machine" and machine["setting"] is None
+        assert machine["env"] is None and machine["note"] == ""
+        body = served.post_json("/headroom/ram_budget", {"value": "3GB"})
+        assert body["budget"]["ram"] == 3 * 2**30 and body["budget"]["source"] == "setting"
+        assert body["setting"] == 3 * 2**30 and served.state.ram_budget().ram == 3 * 2**30
+        assert served.post_json("/headroom/ram_budget", {"value": 2.5})["budget"]["ram"] == int(2.5 * 2**30)
+        for bad, says in [
+            ({"value": "lots"}, "not a size"),
+            ({"value": "-4GB"}, "not a size"),
+            ({"value": "0.1"}, "below 512.00 MiB"),
+            ({"value": True}, "send"),
+            ({"value": None}, "send"),
+            ({"other": "3GB"}, "send"),
+            ({"value": "9" * 40}, "send"),
+            ("not json", "send"),
+        ]:
+            assert says in served.post_json("/headroom/ram_budget", bad, status=400)["error"], bad
+        assert served.state.ram_budget().ram == int(2.5 * 2**30)  # a refused value changes nothing
+
+        monkeypatch.setenv("HEADROOM_RAM_BUDGET", "2GB")  # the server's environment wins over the setting
+        body = served.post_json("/headroom/ram_budget", {"value": "3GB"})
+        assert body["budget"]["ram"] == 2 * 2**30 and body["budget"]["source"] == "HEADROOM_RAM_BUDGET"
+        assert body["setting"] == 3 * 2**30 and "wins over this setting" in body["note"]
+        monkeypatch.setenv("HEADROOM_RAM_BUDGET", "plenty")  # a bad variable is ignored, and said so
+        body = served.get_json("/headroom/ram_budget")
+        assert body["budget"]["source"] == "setting" and "not a size" in body["note"]
+        monkeypatch.delenv("HEADROOM_RAM_BUDGET")
+
+        body = served.post_json("/headroom/ram_budget", {"value": " Auto "})
+        assert body["budget"]["source"] == "machine" and body["setting"] is None
+    finally:
+        served.state.configure_ram_budget(None)

@@ -2,12 +2,13 @@
 (double_blocks + single_blocks), Wan 2.1 (blocks) from the stock UNETLoader in fp32, fp8 and the
 host's scaled fp8, SD3 (joint_blocks) and Qwen-Image (transformer_blocks). Through the node, each
 gives the stock KSampler's latent bit for bit at a budget that forces streaming, with every streamed
-block uploaded once per sampling step (also when the host splits cond and uncond) and the bytes
-placed on the device within the budget."""
+block uploaded once per sampling step (also when the host splits cond and uncond), computing from the
+ring slots, and the bytes placed on the device within the budget. On the 2026 host the scaled fp8
+weights are comfy-kitchen ``QuantizedTensor``s: they stream as they are (fp8 data and scale), and their
+real bytes are what is planned and uploaded."""
 
 from __future__ import annotations
 
-import importlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +19,9 @@ import torch
 
 from comfyui_headroom.memory.streaming import discover_blocks
 from comfyui_headroom.memory.streaming.discovery import module_bytes
+from comfyui_headroom.memory.streaming.storage import packed
 from headroom_testing.harness import Host
+from headroom_testing.stream_spy import StreamSpy, assert_streamed
 from headroom_testing.tiny_models import (
     build_tiny_dit,
     build_tiny_wan_blocks,
@@ -96,21 +99,14 @@ FAMILIES = {
 }  # fmt: skip
 
 
-def _spy_streamers(host: Host, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """Every BlockStreamer the pack (as the host imported it) attaches during the test."""
-    host_module = next(n for n in sys.modules if n.endswith(f"{host.pack_dir.name}.nodes.host"))
-    streamer_module = importlib.import_module(
-        f"{host_module.removesuffix('.nodes.host')}.memory.streaming.streamer"
-    )
-    attached: list[Any] = []
-    original = streamer_module.BlockStreamer.attach
+def _storage_dtype(weight: torch.Tensor) -> torch.dtype:
+    """The dtype the weight is stored in: a quantized subclass's data, not the dtype it stands for."""
+    found = packed(weight)
+    return found.inner[0].dtype if found is not None else weight.dtype
 
-    def attach(self: Any) -> Any:
-        attached.append(self)
-        return original(self)
 
-    monkeypatch.setattr(streamer_module.BlockStreamer, "attach", attach)
-    return attached
+def _logical_bytes(module: torch.nn.Module) -> int:
+    return sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
 
 
 def _budget_gb(diffusion: torch.nn.Module) -> tuple[str, int]:
@@ -137,13 +133,14 @@ def test_family_streams_to_the_stock_latent(
     if split:  # the host's memory estimate says a cond+uncond batch never fits: two calls per step
         base_model = sys.modules["comfy.model_base"].BaseModel
         monkeypatch.setattr(base_model, "memory_required", lambda self, *a, **k: 1 << 45)
-    streamers = _spy_streamers(current, monkeypatch)
+    spy = StreamSpy(current, monkeypatch)
     with torch.inference_mode():  # as the host's executor runs nodes
         model = family.load(current)
         diffusion = model.model.diffusion_model
         layout = discover_blocks(diffusion)
         linears = [m for _, block in layout.blocks for m in block.modules() if type(m).__name__ == "Linear"]
-        linear_dtypes = {m.weight.dtype for m in linears}
+        linear_dtypes = {_storage_dtype(m.weight) for m in linears}
+        quantized = {packed(m.weight) is not None for m in linears}
         budget_gb, budget = _budget_gb(diffusion)
         inputs = (
             5, STEPS, 4.0, "euler", "simple", family.conditioning(1), family.conditioning(2),
@@ -156,11 +153,16 @@ def test_family_streams_to_the_stock_latent(
     assert torch.isfinite(stock["samples"]).all() and stock["samples"].std() > 0
     assert torch.equal(out["result"][0]["samples"], stock["samples"])
     assert "blocks resident" in out["ui"]["text"][0]
-    (streamer,) = streamers
-    stats = streamer.stats
-    streamed = len(streamer.streamed)
-    ahead = stats.uploads - STEPS * streamed  # the next step's first blocks, prefetched
-    assert streamed >= 2 and stats.misses == 0 and stats.steps == STEPS
-    assert 0 <= ahead <= streamer.choice.depth + 1, f"{stats.uploads} uploads: one per block per step"
-    assert stats.calls_together == (2 * STEPS if split else 0)
+    (watched,) = spy.watched
+    assert_streamed(watched, STEPS)  # one upload per block per step, computed from the ring slots
+    streamer = watched.streamer
+    assert streamer.stats.calls_together == (2 * STEPS if split else 0)
     assert streamer.ledger.peak <= budget
+    # the bytes planned and uploaded are the weights' real bytes (a quantized weight's data and scale)
+    blocks = [streamer.layout.blocks[i][1] for i in streamer.streamed]
+    assert streamer.stats.streamed_bytes == sum(module_bytes(b) for b in blocks)
+    if quantized == {True}:  # (the 2026 host) fp8 data and scales, not the fp32 they stand for
+        assert 2 * streamer.stats.streamed_bytes < sum(_logical_bytes(b) for b in blocks)
+    else:
+        assert quantized == {False}
+        assert streamer.stats.streamed_bytes == sum(_logical_bytes(b) for b in blocks)

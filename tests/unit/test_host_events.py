@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from comfyui_headroom.nodes.host import events, state
+from comfyui_headroom.nodes.host import events, sampling, state
 
 HOST_DIR = Path(__file__).resolve().parents[2] / "nodes" / "host"
 
@@ -209,7 +209,9 @@ def test_state_subscribes_both_and_wires_the_budget_and_the_moves(monkeypatch: p
     # no host's model management (host tests earlier in the process leave one with its own reserve)
     monkeypatch.delitem(sys.modules, "comfy.model_management", raising=False)
     m, control = state.monitor(), state.residency()
-    assert state.events().subscribers == [m, control]  # the monitor first
+    # the streamed models' node scopes, then the monitor, then the controller
+    assert state.events().subscribers == [sampling._SCOPES, m, control]
+    assert sampling._SCOPES.source is state.events()
     m.assume_vram = 8 * 2**30
     assert control.budget() == m.budget() and control.budget() is not None
     m.telemetry.start_prompt("p1")

@@ -63,6 +63,7 @@ def test_node_registry_without_a_host() -> None:
         "HeadroomOffloadLoader",
         "HeadroomStreamingSampler",
         "HeadroomStreamModel",
+        "HeadroomStreamCLIP",
         "HeadroomTiledVAEDecode",
         "HeadroomMemoryMonitor",
     ]

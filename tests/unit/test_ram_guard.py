@@ -238,6 +238,54 @@ def test_after_the_last_node_every_idle_copy_but_the_users_choice_goes_to_disk()
     assert notes[-1][0] == "ram" and notes[-1][5].startswith("after the prompt: RssAnon 8.0 GB, baseline")
 
 
+def test_after_the_last_node_only_what_the_baseline_needs_goes_to_disk() -> None:
+    process = Process(baseline=2)
+    process.copies = {CLIP: (6 * GiB, 0)}  # another workflow's copy: part of this prompt's baseline
+    w = wan22()
+    guard = RamGuard(process, lambda: budget(64))
+    guard.begin("p", [])
+    process.copies.update({HIGH: (10 * GiB, 0), LOW: (10 * GiB, 0)})
+    notes = guard.boundary("p", w, planned(w), 5, "done", managed(HIGH, CLIP, LOW))
+    # the copy the same workflow needs last goes first (the low expert), then the high one: back to the
+    # baseline, and the encoder (needed first next time) is not read from its file for nothing
+    assert process.moves == [LOW, HIGH]
+    after = guard.summary("p")["after"]
+    assert (after["moves"], after["idle"], after["moved"], after["kept"]) == (2, 3, 20 * GiB, 6 * GiB)
+    assert after["anon"] == after["baseline"] == 8 * GiB and after["seconds"] >= 0
+    assert "2 of 3 idle copies to disk (20 GB)" in notes[-1][5] and "6.0 GB stay in RAM" in notes[-1][5]
+
+
+def test_after_the_last_node_nothing_moves_when_freed_heap_was_the_excess() -> None:
+    process = Process(baseline=2)
+    w = wan22()
+    guard = RamGuard(process, lambda: budget(64))
+    process.copies = {HIGH: (10 * GiB, 0)}
+    guard.begin("p", [])  # the copy was there at the start (another workflow's): the baseline holds it
+    process.garbage = 3 * GiB  # freed during the prompt, not yet returned
+    guard.boundary("p", w, planned(w), 5, "done", managed(HIGH))
+    assert process.moves == [] and guard.summary("p")["after"]["kept"] == 10 * GiB
+
+
+def test_the_summary_has_the_budget_each_nodes_figures_and_what_the_guard_did_there() -> None:
+    process = Process()
+    process.copies = {HIGH: (10 * GiB, 0), CLIP: (6 * GiB, 0)}
+    guard, w, p = guard_at(20, process)
+    guard.begin("p", [HIGH, CLIP])
+    guard.boundary("p", w, p, 1, "start", managed(HIGH, CLIP))  # makes room for loader 2's expert
+    process.copies[LOW] = (10 * GiB, 0)
+    guard.boundary("p", w, p, 1, "end", managed(HIGH, CLIP, LOW))
+    summary = guard.summary("p")
+    assert (
+        summary["budget"]["ram"] == 20 * GiB and summary["baseline"] == 2 * GiB and summary["after"] is None
+    )
+    (record,) = summary["nodes"]
+    assert (record["node"], record["class_type"], record["phase"]) == ("2", LOADER, "end")
+    assert record["anon"] == 18 * GiB and record["over"] is False and record["pinned_budget"] == 20 * GiB
+    assert [(a["kind"], a["action"], a["component"]) for a in record["actions"]] == [("applied", "map", HIGH)]
+    assert record["actions"][0]["detail"].startswith("on disk: RAM budget 20 GB")
+    assert guard.summary("another") is None
+
+
 # -- the controller calls the guard
 
 

@@ -11,6 +11,7 @@ import pytest
 from comfyui_headroom.memory.planning.costmodel import Budget, Hardware
 from comfyui_headroom.memory.planning.reasons import gib, step_reasons
 from comfyui_headroom.memory.residency import Controller
+from comfyui_headroom.memory.residency.run_log import Streamed
 from comfyui_headroom.memory.units import GB
 from headroom_testing.prompts import offload_t2i
 
@@ -36,6 +37,10 @@ class FakeHost:
         self.fail_next_load: type[BaseException] | None = None
         self.host: dict[str, str] = {}
         self.can_pin = True
+        self.armed: dict[str, int] = {}  # component -> the weights budget it streams within
+        # what a streamed node's sampling does: streamed by Headroom, a host partial load, or nothing
+        self.sampling = Streamed("streamed", 2**30, "streamed 40/57 blocks by Headroom, 1.00 GiB per step")
+        self.refuse_stream = ""
 
     def on_gpu(self, handle: Any) -> int:
         return self.loaded.get(handle[0], 0)
@@ -80,6 +85,19 @@ class FakeHost:
         self.calls.append(("free", "*"))
         self.loaded.clear()
 
+    def stream(self, handle: Any, budget: int) -> str:
+        if self.refuse_stream:
+            return self.refuse_stream
+        self.calls.append(("stream", handle[0]))
+        self.armed[handle[0]] = budget
+        return ""
+
+    def stream_ended(self, handle: Any) -> Streamed:
+        if self.armed.pop(handle[0], None) is None:
+            return Streamed("none", 0, "not streamed: the node did not sample it")
+        self.calls.append(("unstream", handle[0]))
+        return self.sampling
+
 
 def prompt(seed: int = 1, **loader: str) -> dict[str, Any]:
     return offload_t2i(seed, **({"clip_type": "flux"} | FILES | loader))
@@ -98,12 +116,8 @@ def register(controller: Controller, run_workload: Any) -> None:
 
 
 def execute(controller: Controller, prompt_id: str, order: list[str], fail: str | None = None) -> None:
-    host = controller.ops
     for node_id in order:
         controller.node_started(prompt_id, node_id)
-        for e in controller.log(prompt_id):  # the sampler leaves its resident blocks on the device
-            if e.kind == "applied" and e.action == "stream" and e.node_id == node_id:
-                host.loaded[e.component] = 1
         controller.node_finished(prompt_id, node_id, ok=node_id != fail)
         if node_id == fail:
             return
@@ -374,3 +388,93 @@ def test_a_component_the_host_evicted_itself_is_loaded_again_for_its_node() -> N
         if e.kind == "applied" and e.action in ("load", "prefetch") and e.component == dm
     ]
     assert loads and loads[0] <= sampler  # back on the device by the time its sampler starts
+
+
+# --- streaming at the node the plan streams a model at (#15) ---------------------------------------
+
+DM = "1:diffusion_model:diffusion_model"
+
+
+def streamed_run(card_gb: float = 12, **host: Any) -> tuple[Controller, FakeHost, Any]:
+    controller, fake, budget = setup(card_gb)
+    run = controller.prompt_started("p1", prompt(), budget, HW)
+    register(controller, run.workload)
+    controller.runs.clear()
+    for name, value in host.items():
+        setattr(fake, name, value)
+    run = controller.prompt_started("p1", prompt(), budget, HW)
+    execute(controller, "p1", [sp.step.node_id for sp in run.plan.steps])
+    return controller, fake, run
+
+
+def stream_events(controller: Controller) -> list[tuple[str, str, str]]:
+    return [(e.kind, e.node_id, e.detail) for e in controller.log("p1") if e.action == "stream"]
+
+
+def test_a_streamed_step_arms_the_streamer_at_its_start_and_disarms_it_at_its_end() -> None:
+    controller, host, run = streamed_run()
+    sampler = next(sp for sp in run.plan.steps if sp.placements.get(DM) and sp.placements[DM].tier.gpu == "S")
+    assert [c for c in host.calls if c[1] == DM and c[0] in ("stream", "unstream")] == [
+        ("stream", DM),
+        ("unstream", DM),
+    ]
+    assert not host.armed, "disarmed when the node finished"
+    kinds = [(kind, node) for kind, node, _ in stream_events(controller)]
+    assert kinds == [("planned", "4"), ("armed", "4"), ("applied", "4")]
+    applied = next(e for e in controller.log("p1") if e.kind == "applied" and e.action == "stream")
+    assert applied.detail == "streamed 40/57 blocks by Headroom, 1.00 GiB per step"
+    assert applied.nbytes == 2**30
+    # the budget: the card's, less the step's activations and the other components on the device
+    armed = next(e for e in controller.log("p1") if e.kind == "armed")
+    others = sum(
+        run.workload.component(cid).bytes
+        for cid, p in sampler.placements.items()
+        if cid != DM and p.tier.gpu == "G"
+    ) + sum(p.bytes for p in sampler.prefetched)
+    assert armed.nbytes == run.plan.budget.vram - sampler.step.activation_min - others
+    assert 0 < armed.nbytes < run.workload.component(DM).bytes
+    summary = controller.summary("p1")
+    assert ("4", "stream", DM) in summary["applied"] and summary["applied"] == summary["planned"]
+
+
+@pytest.mark.parametrize(
+    ("sampling", "refuse", "detail"),
+    [
+        (Streamed("partial", 5 * 2**30, "host partial load: 5.00 GiB of 22.2 GiB"), "", "host partial load"),
+        (Streamed("none", 0, "not streamed: everything fits the budget: nothing streamed"), "", "not stre"),
+        (None, "text-encoder streaming comes with the Stream CLIP node", "not streamed: text-encoder"),
+    ],
+)
+def test_a_stream_that_did_not_happen_is_never_logged_as_applied(
+    sampling: Streamed | None, refuse: str, detail: str
+) -> None:
+    host_settings: dict[str, Any] = {"refuse_stream": refuse}
+    if sampling is not None:
+        host_settings["sampling"] = sampling
+    controller, host, run = streamed_run(**host_settings)
+    events = stream_events(controller)
+    assert not any(kind == "applied" for kind, _, _ in events), events
+    end = [(kind, d) for kind, node, d in events if node == "4" and kind not in ("planned", "armed", "note")]
+    assert len(end) == 1 and end[0][0] == "skipped" and end[0][1].startswith(detail), events
+    if refuse:
+        assert ("note", "4", f"not armed: {refuse}") in events and not host.armed
+    summary = controller.summary("p1")
+    assert ("4", "stream", DM) not in summary["applied"] and ("4", "stream", DM) in summary["planned"]
+    details = [e["detail"] for e in summary["events"]]
+    assert not any("applied" in d or "the sampler streams it" in d for d in details)
+
+
+def test_a_node_that_never_finishes_is_disarmed_when_its_prompt_ends() -> None:
+    controller, host, budget = setup(12)
+    run = controller.prompt_started("p1", prompt(), budget, HW)
+    register(controller, run.workload)
+    controller.runs.clear()
+    run = controller.prompt_started("p1", prompt(), budget, HW)
+    order = [sp.step.node_id for sp in run.plan.steps]
+    for node_id in order[: order.index("4")]:
+        controller.node_started("p1", node_id)
+        controller.node_finished("p1", node_id)
+    controller.node_started("p1", "4")
+    assert host.armed
+    controller.prompt_finished("p1")  # current hosts report no finish for a node that raised
+    assert not host.armed and ("unstream", DM) in host.calls

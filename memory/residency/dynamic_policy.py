@@ -1,0 +1,190 @@
+"""What the plan still decides on a DynamicVRAM (comfy-aimdo) host. Pure policy: no ComfyUI, no torch.
+
+On such a host (ComfyUI 0.18, ``comfy.memory_management.aimdo_enabled``) every model is a
+``ModelPatcherDynamic``: loading it only reserves a virtual range (a VBAR) and puts that VBAR on top of
+aimdo's priority list; weights take VRAM pages when a layer first computes, and a fault that finds no
+free VRAM frees pages from the lowest-priority VBAR up (``model-vbar.c``: ``vbars_free_for_vbar``). The
+priority list is the order of the host's loads: eviction by recency. The host copy is the safetensors
+file itself, mapped by aimdo (``comfy/utils.py:load_safetensors``); a layer that gets no VRAM page is
+pinned on the fly (``comfy/pinned_memory.py``) and copied per use.
+
+The graph knows what recency does not: which model the next nodes need. So at each node boundary:
+
+- **order** (the plan's evictions): every idle model with pages goes to the bottom of the host's
+  priority list, nearest next use first, so the one needed last (or never again) ends lowest: when a
+  fault of the node's model needs room, the host takes that model's pages first, and only as many as the
+  fault needs (Belady's order instead of recency). A model the plan moves off the device is *released*:
+  its pages stay until a fault takes them, because paging it out whole at the boundary would cost its
+  whole upload again when it is needed (later in the prompt, in the next queued run, or in the user's
+  next prompt), and would free nothing the host does not free on demand;
+- **warm**: the next node's models that are not all on the device get their file pages read ahead,
+  so its first-touch faults copy from the page cache, not the disk (a model with no page on the device
+  is warmed by the controller's own warm step; this adds the ones the host evicted in part).
+
+Which idle copies leave RAM (pinned pages back to the OS, mapped pages dropped) is the RAM guard's
+(``ram_guard``): the host part gives it the host's own unpin and unmap for dynamic models. Headroom's
+block streamer leaves dynamic models alone: the host already pages them per layer, and a second copy
+scheme would fight its VBAR (``stream_note``).
+
+``after``: the uses of the nodes the host runs after this prompt, when the next queued prompt is the same
+workflow (``repeat_uses``): a model the prompt no longer needs is then ranked by where the next run
+needs it, instead of "never again" (a queue of runs is the cycle recency handles worst).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..planning.planner import StepPlan
+from .ram_guard import size
+
+ORDER, WARM = "deprioritize", "warm"
+
+
+@dataclass(frozen=True)
+class Resident:
+    """A registered dynamic model as the host has it now."""
+
+    component_id: str
+    label: str
+    device_bytes: int  # its VRAM pages (the host's loaded_size)
+    size: int  # all its weights
+
+
+@dataclass(frozen=True)
+class Move:
+    """One action at a node boundary, in the order to apply it, with its one-line reason."""
+
+    action: str  # ORDER or WARM
+    component_id: str
+    label: str
+    nbytes: int
+    why: str
+    released: bool = (
+        False  # off the device in the plan: the host frees its pages on demand, not the controller
+    )
+
+
+def next_use(steps: Sequence[StepPlan], s: int, cid: str, after: Sequence[Sequence[str]] = ()) -> int | None:
+    """Nodes from step ``s`` until the next one that computes with ``cid``: later steps of this prompt,
+    then ``after`` (the uses of the nodes run after it); None: not needed again as far as is known."""
+    for t in range(s + 1, len(steps)):
+        if cid in steps[t].step.uses:
+            return t - s
+    for k, uses in enumerate(after):
+        if cid in uses:
+            return len(steps) - s + k
+    return None
+
+
+def _again(n: int | None, in_prompt: int) -> str:
+    if n is None:
+        return "not needed again in this prompt"
+    where = "" if n < in_prompt else " (in the next queued run of this workflow)"
+    return f"needed again in {n} node{'s' if n != 1 else ''}{where}"
+
+
+def boundary_moves(
+    steps: Sequence[StepPlan],
+    s: int,
+    held: Sequence[Resident],
+    after: Sequence[Sequence[str]] = (),
+) -> list[Move]:
+    """What to do at the start of step ``s`` for the dynamic models in ``held``, in the order to do it.
+
+    A model the node computes with is the host's: its load prioritizes it and its faults page it in."""
+    sp = steps[s]
+    node, uses = sp.step.node_id, set(sp.step.uses)
+    in_prompt = len(steps) - s
+    idle = [r for r in held if r.component_id not in uses and r.device_bytes > 0]
+    ranked = {r.component_id: next_use(steps, s, r.component_id, after) for r in idle}
+
+    def farthest_first(r: Resident) -> tuple[bool, int, int, str]:
+        n = ranked[r.component_id]
+        return (n is not None, -(n or 0), -r.device_bytes, r.component_id)
+
+    moves = []
+    # deprioritize puts a model at the bottom of the host's list: nearest first, so the farthest ends last
+    for r in reversed(sorted(idle, key=farthest_first)):
+        n, kept = ranked[r.component_id], _kept(sp, r.component_id)
+        if kept:
+            why = f"kept on the device by the plan, idle at node {node}: {_again(n, in_prompt)}; "
+        else:
+            why = f"off the device in the plan at node {node}: {_again(n, in_prompt)}; released to the host, "
+        why += "which frees it before the models needed sooner, only as far as a fault needs"
+        moves.append(Move(ORDER, r.component_id, r.label, r.device_bytes, why, released=not kept))
+    if s + 1 < len(steps):
+        nxt = steps[s + 1].step
+        for r in held:
+            missing = r.size - r.device_bytes
+            # all off the device: the controller's own warm step reads it ahead (``HostOps.warm``)
+            if r.component_id in nxt.uses and r.component_id not in uses and 0 < r.device_bytes < r.size:
+                why = (
+                    f"node {nxt.node_id} computes with it next and {size(missing)} of it are not on the "
+                    f"device: its file pages are read ahead"
+                )
+                moves.append(Move(WARM, r.component_id, r.label, missing, why))
+    return moves
+
+
+def _kept(sp: StepPlan, cid: str) -> bool:
+    placement = sp.placements.get(cid)
+    return placement is not None and placement.tier.gpu != ""
+
+
+def recency_victims(order: Sequence[str], need: int, resident: Mapping[str, int]) -> list[tuple[str, int]]:
+    """What the host frees for ``need`` bytes with its own order (``order``: lowest priority first):
+    pages from the lowest-priority model up, as ``vbars_free_for_vbar`` does. For tests and benches."""
+    freed = []
+    for cid in order:
+        if need <= 0:
+            break
+        take = min(need, resident.get(cid, 0))
+        if take:
+            freed.append((cid, take))
+            need -= take
+    return freed
+
+
+def repeat_uses(
+    steps: Sequence[StepPlan], prompt: Mapping[str, Any], queued: Mapping[str, Any] | None
+) -> list[tuple[str, ...]]:
+    """The uses of the nodes the host runs for ``queued`` when it is the same workflow as ``prompt``
+    (the same node ids and classes), in this plan's order; a node whose inputs and whose ancestors'
+    inputs are all unchanged is served from the host's cache and dropped. [] when it is another one."""
+    if not isinstance(queued, Mapping) or set(queued) != set(prompt):
+        return []
+    for node_id, node in prompt.items():
+        other = queued.get(node_id)
+        if not isinstance(node, Mapping) or not isinstance(other, Mapping):
+            return []
+        if node.get("class_type") != other.get("class_type"):
+            return []
+    changed: dict[str, bool] = {}
+
+    def differs(node_id: str, seen: frozenset[str] = frozenset()) -> bool:
+        if node_id in changed:
+            return changed[node_id]
+        if node_id in seen or node_id not in prompt:
+            return True
+        a, b = prompt[node_id].get("inputs") or {}, queued[node_id].get("inputs") or {}
+        result = a != b or any(
+            differs(str(v[0]), seen | {node_id}) for v in a.values() if isinstance(v, list) and len(v) == 2
+        )
+        changed[node_id] = result
+        return result
+
+    return [tuple(sp.step.uses) for sp in steps if differs(sp.step.node_id)]
+
+
+STREAM_NOTE = (
+    "not streamed: ComfyUI's DynamicVRAM (comfy-aimdo) pages this model in per layer itself and Headroom "
+    "orders its evictions instead; start ComfyUI with --disable-dynamic-vram to stream it with this budget"
+)
+
+
+def stream_note(is_dynamic: bool) -> str:
+    """Why the block streamer leaves a model alone ("" when it may stream it)."""
+    return STREAM_NOTE if is_dynamic else ""

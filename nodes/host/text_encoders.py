@@ -1,0 +1,303 @@
+"""Streaming for text encoders: ``stream_clip`` gives a clone of a CLIP whose text encoder(s) stream
+their transformer blocks whenever it encodes, and ``arm_clip_streaming`` streams a CLIP (or its patcher)
+for a stretch its caller chooses (the residency controller: one node).
+
+The policy is ``memory.streaming``'s, as for diffusion models: the layers of every encoder the CLIP holds
+(``text_layouts``), the budget, the resident set and ring (``choose_streaming``) and the streamer.
+
+Where it hooks in. Every encode node of every host (CLIPTextEncode, CLIPTextEncodeFlux, SDXL, Qwen-Image
+Edit, HunyuanVideo, ...) calls the CLIP object's ``encode_from_tokens`` or ``encode_from_tokens_scheduled``
+(current hosts; 0.18.2 also ``generate``), which load the patcher and run ``cond_stage_model``
+(``comfy/sd.py`` class CLIP on every host). ``cond_stage_model`` is shared by the CLIP and all its clones,
+so the hook cannot live on it: the streamed clone's class is a subclass of the host's CLIP whose encode
+methods each run in one ``ClipStreaming`` session, and whose ``clone`` keeps the subclass (LoRA loaders
+and CLIPSetLastLayer clone). A session arms forward pre-hooks on the modules that run each layer list;
+the first one entered attaches the streamer (so after the host's ``load_model``: its patches are applied
+and, on a GPU, what it loaded is offloaded again through ``partially_unload``, as for diffusion models),
+and ``end`` detaches it however the encode ended: every byte comes back (``BlockStreamer.detach``).
+
+The encoders run in their wrapper's order (SDXL: CLIP-G, then CLIP-L): the list entered first leads the
+upload order, and the order seen is kept for the clone's next encode, so the ring prefetches right.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...memory.streaming.budget import activation_reserve, streaming_budget
+from ...memory.streaming.text_layouts import TEXT_ACTIVATION_FLOOR, discover_text_blocks, in_call_order
+from ...memory.units import format_bytes
+from .lookups import host_module
+from .sampling import StreamSettings
+
+_log = logging.getLogger("headroom")
+
+_ACTIVE: dict[int, ClipStreaming] = {}  # id(cond_stage_model) -> the session streaming it now
+
+
+@dataclass
+class ClipRun:
+    """What one streamed encode did, for the log and the node: the streamer's summary, or why not."""
+
+    summary: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+    lists_in_order: list[str] = field(default_factory=list)  # the layer lists, in the order they ran
+
+
+class ClipStreaming:
+    """One streamed stretch of a text encoder: ``arm`` hooks it, the first layer list entered attaches
+    the streamer, ``end`` (idempotent) detaches it and returns the ``ClipRun``. Also a context manager."""
+
+    def __init__(
+        self,
+        patcher: Any,
+        settings: StreamSettings,
+        *,
+        tokens: Any = None,
+        order: list[str] | None = None,
+    ) -> None:
+        self.patcher, self.settings, self.tokens = patcher, settings, tokens
+        self.model = patcher.model  # the CLIP's cond_stage_model
+        self.order = list(order or [])
+        self.run = ClipRun()
+        self.streamer: Any = None
+        self._handles: list[Any] = []
+        self._tried = False
+        self.ended = False
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return self.run.summary
+
+    def arm(self) -> ClipStreaming:
+        if id(self.model) in _ACTIVE:
+            self.run.note = "not streamed: this text encoder streams in another session already"
+            return self
+        layout = discover_text_blocks(self.model)
+        if len(layout.blocks) < 2:
+            self.run.note = "not streamed: no transformer layers found in this text encoder"
+            return self
+        self._layout = layout
+        lists = list(dict.fromkeys(name.rsplit(".", 1)[0] for name, _ in layout.blocks))
+        for name in lists:
+            parent = self.model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else self.model
+            entered = functools.partial(self._entered, name)
+            self._handles.append(parent.register_forward_pre_hook(lambda m, a, f=entered: f()))
+        _ACTIVE[id(self.model)] = self
+        return self
+
+    def _entered(self, name: str) -> None:
+        if name not in self.run.lists_in_order:
+            self.run.lists_in_order.append(name)
+        if not self._tried:
+            self._tried = True
+            self._attach(name)
+
+    def _attach(self, first: str) -> None:
+        import torch
+
+        from ...memory.streaming import BlockStreamer, BudgetExceeded, choose_streaming
+        from ...memory.streaming.discovery import module_bytes
+
+        patcher, s, model = self.patcher, self.settings, self.model
+        order = self.order if first in self.order else [first, *self.order]
+        layout = in_call_order(self._layout, order)
+        device = torch.device(patcher.load_device)
+        on_gpu = device.type == "cuda"
+        sizes = layout.block_bytes()
+        total = module_bytes(model)
+        activation = activation_reserve(max(TEXT_ACTIVATION_FLOOR, self._estimate(device)), on_gpu=on_gpu)
+        free = None
+        if on_gpu:
+            if not hasattr(patcher, "partially_unload"):
+                self.run.note = "this host has no partial unload; encoding without streaming"
+                return
+            patcher.partially_unload(patcher.offload_device, memory_to_free=patcher.loaded_size())
+            free = host_module("comfy.model_management").get_free_memory(device)
+        # the controller's budget is the weights' share of the plan (``weights_only``); the node's holds both
+        requested = s.budget + activation if s.weights_only and s.budget is not None else s.budget
+        try:
+            choice = choose_streaming(
+                sizes,
+                total - sum(sizes),
+                streaming_budget(requested, device_free=free, model_bytes=total, activation=activation),
+                activation,
+                depth=s.prefetch,
+                resident_blocks=s.resident_blocks,
+            )
+        except BudgetExceeded as exc:  # the host's own (partial) load encodes instead
+            self.run.note = f"not streamed: {exc}"
+            _log.warning("Headroom: text encoder %s", self.run.note)
+            return
+        if not choice.streamed_bytes and not on_gpu:
+            self.run.note = "everything fits the budget: nothing streamed"
+        streamer = BlockStreamer(model, layout, choice, device, pin=s.pin)
+        streamer.attach()
+        self.streamer = streamer
+
+    def _estimate(self, device: Any) -> int:
+        """The host's estimate of the encode's activations (0.18.2 has one per text encoder), else 0."""
+        estimate = getattr(self.model, "memory_estimation_function", None)
+        if estimate is None or self.tokens is None:
+            return 0
+        try:
+            return int(estimate(self.tokens, device=device))
+        except Exception:  # another host's signature, or tokens it does not expect
+            return 0
+
+    def end(self) -> ClipRun:
+        """Unhook and detach (idempotent): the encoder's tensors back where they were, ring released."""
+        if self.ended:
+            return self.run
+        self.ended = True
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        if _ACTIVE.get(id(self.model)) is self:
+            del _ACTIVE[id(self.model)]
+        streamer, self.streamer = self.streamer, None
+        if streamer is None:
+            if not self._tried and not self.run.note:
+                self.run.note = "not streamed: the text encoder did not run"
+            return self.run
+        try:  # never let the summary replace the encode's own exception (an interrupt, an OOM)
+            self.run.summary = streamer.summary()
+        except Exception:
+            _log.warning("Headroom: the text-encoder streaming summary failed", exc_info=True)
+        finally:
+            streamer.detach(release=True)
+        _log.info("Headroom: text encoder %s", streamed_clip_line(self.run.summary) or self.run.note)
+        return self.run
+
+    def __enter__(self) -> ClipStreaming:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.end()
+
+
+def arm_clip_streaming(clip_or_patcher: Any, settings: StreamSettings) -> ClipStreaming:
+    """Stream a CLIP's text encoder (or a CLIP patcher's model) from now until ``.end()``: its blocks
+    stream at every encode in between, whatever node runs it. ``.summary`` is the streamer's summary
+    after ``end`` ({} when nothing streamed, ``.run.note`` says why). For the residency controller."""
+    patcher = getattr(clip_or_patcher, "patcher", clip_or_patcher)
+    return ClipStreaming(patcher, settings).arm()
+
+
+@contextlib.contextmanager
+def clip_streaming(clip_or_patcher: Any, settings: StreamSettings) -> Iterator[ClipStreaming]:
+    """``arm_clip_streaming`` as a context: ended on the way out, however the block ends."""
+    session = arm_clip_streaming(clip_or_patcher, settings)
+    try:
+        yield session
+    finally:
+        session.end()
+
+
+class StreamedClip:
+    """The streaming a ``stream_clip`` clone (and every clone of it) carries: its settings, the layer
+    lists' order seen last, and what the last encode did (``last_run``)."""
+
+    def __init__(self, settings: StreamSettings) -> None:
+        self.settings = settings
+        self.order: list[str] = []
+        self.last_run = ClipRun()
+
+    def __deepcopy__(self, memo: dict) -> StreamedClip:
+        return self  # clones share one state
+
+    def run(self, clip: Any, call: Callable[[], Any], tokens: Any) -> Any:
+        if id(clip.cond_stage_model) in _ACTIVE:  # an outer encode method, or the controller, streams it
+            return call()
+        session = ClipStreaming(clip.patcher, self.settings, tokens=tokens, order=self.order).arm()
+        try:
+            return call()
+        finally:
+            self.last_run = session.end()
+            if self.last_run.lists_in_order:
+                self.order = list(self.last_run.lists_in_order)
+
+
+ATTR = "_headroom_stream"
+_ENCODE_METHODS = ("encode_from_tokens", "encode_from_tokens_scheduled", "generate")
+_CLASSES: dict[type, type] = {}
+
+
+def _streamed_class(base: type) -> type:
+    """The subclass of the host's CLIP class whose encodes stream (one per host class, made once)."""
+    base = getattr(base, "_headroom_base", base)
+    cls = _CLASSES.get(base)
+    if cls is not None:
+        return cls
+
+    def clone(self: Any, *args: Any, **kwargs: Any) -> Any:
+        copy = base.clone(self, *args, **kwargs)  # the host's CLIP(no_init=True) with its fields
+        copy.__class__ = type(self)
+        setattr(copy, ATTR, getattr(self, ATTR))
+        return copy
+
+    def streamed(name: str) -> Callable[..., Any]:
+        method = getattr(base, name)
+
+        @functools.wraps(method)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            tokens = args[0] if args else kwargs.get("tokens")
+            return getattr(self, ATTR).run(self, lambda: method(self, *args, **kwargs), tokens)
+
+        return wrapper
+
+    namespace: dict[str, Any] = {"_headroom_base": base, "clone": clone, "__module__": __name__}
+    namespace.update({name: streamed(name) for name in _ENCODE_METHODS if hasattr(base, name)})
+    cls = _CLASSES[base] = type(f"Streamed{base.__name__}", (base,), namespace)
+    return cls
+
+
+def stream_clip(clip: Any, settings: StreamSettings) -> tuple[Any, StreamedClip]:
+    """A clone of ``clip`` whose text encoder streams its blocks at every encode, and its streaming
+    state. Streaming a streamed CLIP again replaces its settings. Raises ValueError for an object with
+    no text encoder, BudgetExceeded when an explicit budget cannot hold the encoder even so."""
+    model = getattr(clip, "cond_stage_model", None)
+    if model is None or not hasattr(clip, "patcher") or not hasattr(clip, "clone"):
+        raise ValueError("not a CLIP (it has no text encoder to stream)")
+    _precheck(model, settings)
+    patched = clip.clone()
+    patched.__class__ = _streamed_class(type(patched))
+    state = StreamedClip(settings)
+    setattr(patched, ATTR, state)
+    return patched, state
+
+
+def streamed_clip_of(clip: Any) -> StreamedClip | None:
+    """The streaming a CLIP carries (a ``stream_clip`` clone or a clone of one), else None."""
+    state = getattr(clip, ATTR, None)
+    return state if isinstance(state, StreamedClip) else None
+
+
+def _precheck(model: Any, settings: StreamSettings) -> None:
+    from ...memory.streaming import choose_streaming
+    from ...memory.streaming.discovery import module_bytes
+
+    sizes = discover_text_blocks(model).block_bytes()
+    if len(sizes) < 2:
+        raise ValueError("no transformer layers found in this text encoder")
+    if settings.budget is not None:
+        rest = module_bytes(model) - sum(sizes)
+        choose_streaming(
+            sizes, rest, settings.budget, 0, depth=settings.prefetch, resident_blocks=settings.resident_blocks
+        )
+
+
+def streamed_clip_line(summary: dict[str, Any]) -> str:
+    """ "streamed K/N blocks by Headroom, X per encode", or "" when nothing streamed."""
+    if not summary or not summary.get("streamed_bytes"):
+        return ""
+    streamed = summary["blocks"] - summary["resident_blocks"]
+    return (
+        f"streamed {streamed}/{summary['blocks']} blocks by Headroom, "
+        f"{format_bytes(summary['streamed_bytes'])} per encode"
+    )
