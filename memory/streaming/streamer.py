@@ -3,9 +3,10 @@
 ``attach`` puts the non-block weights and the resident blocks on the device (their host tensors
 are kept, so ``detach`` only rebinds: nothing is ever copied back), and moves every streamed
 block's tensors into one host buffer allocated once (pinned when the device is CUDA and pinning
-works; pinned bytes = streamed bytes plus alignment). It then hooks each streamed block: when it is
-entered (its forward or a direct child's), compute waits for its upload's event and its parameters
-become views of its ring slot; when it is left, they point back at the host buffer and the slot
+works; pinned bytes = streamed bytes plus alignment; a tensor that is a mapped file's pages also
+keeps its original, which ``detach`` puts back: see ``host_buffer``). It then hooks each streamed
+block: when it is entered (its forward or a direct child's), compute waits for its upload's event and
+its parameters become views of its ring slot; when it is left, they point back at the host buffer and the slot
 takes the next upload. Model calls of one step that the host runs separately (cond and uncond) can
 share each upload through ``run_together`` (see ``lockstep``). Uploads go on a
 side CUDA stream into ``depth + 1`` slots, each the size of the largest streamed block, so once
@@ -24,19 +25,19 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from torch import nn
 
 from .discovery import BlockLayout
+from .host_buffer import Entry, bind, direct, fill, lay_out, part_views, restore, swap, view
 from .ledger import DeviceLedger
 from .lockstep import LockStep
 from .placement import StreamingChoice
-from .storage import Packed, as_parameter, packed, storage_bytes
+from .storage import packed, storage_bytes
 
 log = logging.getLogger(__name__)
-ALIGN = 64  # bytes: every tensor in the buffers starts aligned for any dtype's view
 
 
 @dataclass
@@ -145,31 +146,6 @@ class _Upload:
     ready: Any  # CUDA event recorded after the copy (a time or None on CPU)
 
 
-class _Part(NamedTuple):  # one inner tensor of a tensor subclass (see ``storage``), in the block's span
-    dtype: torch.dtype
-    shape: torch.Size
-    offset: int
-    nbytes: int
-
-
-@dataclass
-class _Entry:
-    """One tensor of a streamed block: where it lives in the host buffer and a slot."""
-
-    module: nn.Module
-    name: str
-    is_param: bool
-    dtype: torch.dtype
-    shape: torch.Size
-    offset: int  # within the block's span
-    nbytes: int
-    # a tensor subclass (quantized): its inner tensors' places, its wrapper on the host buffer and per slot
-    parts: tuple[_Part, ...] = ()
-    rebuild: Callable[[Sequence[torch.Tensor]], torch.Tensor] | None = None
-    host: torch.Tensor | None = None
-    bound: dict[int, torch.Tensor] = field(default_factory=dict)
-
-
 class BlockStreamer:
     def __init__(
         self,
@@ -195,7 +171,7 @@ class BlockStreamer:
         self._order_known = False
         self._host_tensors: dict[tuple[int, str], torch.Tensor] = {}  # rest/resident: their host copies
         self._host_objects: dict[tuple[int, str], torch.Tensor] = {}  # the same, tensor subclasses
-        self._entries: dict[int, list[_Entry]] = {}
+        self._entries: dict[int, list[Entry]] = {}
         self._span: dict[int, tuple[int, int]] = {}  # block -> (offset, nbytes) in the host buffer
         self._host: torch.Tensor | None = None
         self._slots: list[_Slot] = []
@@ -229,7 +205,7 @@ class BlockStreamer:
         return self.choice
 
     def _owned(self, module: nn.Module) -> list[tuple[nn.Module, str, bool, torch.Tensor]]:
-        return [entry for sub in module.modules() for entry in _direct(sub)]
+        return [entry for sub in module.modules() for entry in direct(sub)]
 
     def _place_resident(self, block_of: dict[int, int]) -> None:
         """Non-block tensors and resident blocks go to the device; their host tensors are kept."""
@@ -241,66 +217,26 @@ class BlockStreamer:
                 continue
             if id(module) in block_of and owner == "rest":
                 owner = f"resident:{self.layout.blocks[block_of[id(module)]][0]}"
-            for sub, name, is_param, tensor in _direct(module):
+            for sub, name, is_param, tensor in direct(module):
                 self.ledger.add(owner, storage_bytes(tensor))
                 inner = packed(tensor)
                 if inner is None:
                     self._host_tensors[(id(sub), name)] = tensor.data if is_param else tensor
-                    _bind(sub, name, is_param, tensor.data.to(self.device))
+                    bind(sub, name, is_param, tensor.data.to(self.device))
                 else:  # the storage moves as it is, in a wrapper rebuilt around it
                     self._host_objects[(id(sub), name)] = tensor
-                    _swap(sub, name, is_param, inner.rebuild([t.to(self.device) for t in inner.inner]))
+                    swap(sub, name, is_param, inner.rebuild([t.to(self.device) for t in inner.inner]))
             stack += [(child, owner) for child in module.children()]
 
     def _build_host_buffer(self) -> None:
-        offset = 0
-        sources: dict[int, Packed | None] = {}  # id(entry) -> how its tensor subclass is stored
-        for i in self.streamed:
-            start = offset
-            entries = []
-            for sub, name, is_param, tensor in self._owned(self.layout.blocks[i][1]):
-                inner = packed(tensor)
-                e = _Entry(sub, name, is_param, tensor.dtype, tensor.shape, offset - start, 0)
-                e.rebuild, sources[id(e)] = (inner.rebuild, inner) if inner is not None else (None, None)
-                for t in (tensor,) if inner is None else inner.inner:
-                    nbytes = t.numel() * t.element_size()
-                    if inner is not None:
-                        e.parts += (_Part(t.dtype, t.shape, offset - start, nbytes),)
-                    e.nbytes += nbytes
-                    offset += -(-nbytes // ALIGN) * ALIGN
-                entries.append(e)
-            self._entries[i] = entries
-            self._span[i] = (start, offset - start)
+        """The streamed blocks' tensors move into one host buffer (see ``host_buffer``)."""
+        self._entries, self._span, nbytes = lay_out([(i, self.layout.blocks[i][1]) for i in self.streamed])
         self.stats.streamed_bytes = sum(e.nbytes for v in self._entries.values() for e in v)
-        if not self.streamed:
-            return
-        self._host = self._allocate_host(offset)
-        for i in self.streamed:
-            start, _ = self._span[i]
-            for e in self._entries[i]:
-                if e.rebuild is None:
-                    view = self._view(self._host, start + e.offset, e)
-                    view.copy_(getattr(e.module, e.name).detach().reshape(e.shape))
-                    _bind(e.module, e.name, e.is_param, view)
-                    continue
-                views = self._part_views(self._host, start, e)
-                for view, t in zip(views, sources.pop(id(e)).inner, strict=True):  # type: ignore[union-attr]
-                    view.copy_(t.detach().reshape(view.shape))
-                e.host = e.rebuild(views)
-                _swap(e.module, e.name, e.is_param, e.host)
-        self.stats.host_bytes = offset
-
-    def _allocate_host(self, nbytes: int) -> torch.Tensor:
-        if self.cuda and self.want_pin:
-            try:
-                buffer = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-                self.stats.pinned = True
-                return buffer
-            except RuntimeError as exc:  # the OS or the driver caps pinned memory
-                log.warning(
-                    "Headroom: pinning %.2f GB failed (%s); streaming from pageable RAM", nbytes / 1e9, exc
-                )
-        return torch.empty(nbytes, dtype=torch.uint8)
+        if self.streamed:
+            self._host, self.stats.pinned = fill(
+                self._entries, self._span, nbytes, self.cuda and self.want_pin
+            )
+            self.stats.host_bytes = nbytes
 
     def _build_ring(self) -> None:
         if not self.streamed:
@@ -357,31 +293,20 @@ class BlockStreamer:
         return self.calibrate_steps is None or self.stats.steps <= self.calibrate_steps
 
     # --- the ring ----------------------------------------------------------------------------------
-    @staticmethod
-    def _view(buffer: torch.Tensor, offset: int, e: _Entry) -> torch.Tensor:
-        return buffer[offset : offset + e.nbytes].view(e.dtype).view(e.shape)
-
-    @staticmethod
-    def _part_views(buffer: torch.Tensor, start: int, e: _Entry) -> list[torch.Tensor]:
-        return [
-            buffer[start + p.offset : start + p.offset + p.nbytes].view(p.dtype).view(p.shape)
-            for p in e.parts
-        ]
-
-    def _bind_slot(self, e: _Entry, slot: _Slot) -> None:
+    def _bind_slot(self, e: Entry, slot: _Slot) -> None:
         if e.rebuild is None:
-            _bind(e.module, e.name, e.is_param, self._view(slot.buffer, e.offset, e))
+            bind(e.module, e.name, e.is_param, view(slot.buffer, e.offset, e))
             return
         bound = e.bound.get(slot.index)  # a slot's wrapper is built once: the same views every time
         if bound is None:
-            bound = e.bound[slot.index] = e.rebuild(self._part_views(slot.buffer, 0, e))
-        _swap(e.module, e.name, e.is_param, bound)
+            bound = e.bound[slot.index] = e.rebuild(part_views(slot.buffer, 0, e))
+        swap(e.module, e.name, e.is_param, bound)
 
-    def _bind_host(self, e: _Entry, start: int) -> None:
+    def _bind_host(self, e: Entry, start: int) -> None:
         if e.rebuild is not None:
-            return _swap(e.module, e.name, e.is_param, e.host)
+            return swap(e.module, e.name, e.is_param, e.host)
         assert self._host is not None
-        _bind(e.module, e.name, e.is_param, self._view(self._host, start + e.offset, e))
+        bind(e.module, e.name, e.is_param, view(self._host, start + e.offset, e))
 
     def _issue(self, block: int) -> None:
         """Upload ``block`` into a free slot (on the side stream, after the slot's last compute)."""
@@ -515,8 +440,9 @@ class BlockStreamer:
     def detach(self, release: bool = False) -> None:
         """Unhook and put every tensor back on the host (rebinding only: nothing is copied back).
 
-        Streamed blocks stay views of the host buffer (pinned memory is kept for the next run)
-        unless ``release``, which copies them into ordinary tensors and frees the buffer.
+        Streamed tensors that were a mapped file's pages get their originals back (``host_buffer``); the
+        others stay views of the host buffer (pinned memory is kept for the next run) unless ``release``,
+        which copies them into ordinary tensors and frees the buffer.
         """
         if self.cuda and self._side is not None:
             torch.cuda.current_stream(self.device).wait_stream(self._side)
@@ -526,25 +452,16 @@ class BlockStreamer:
         for sub, name, is_param, _ in self._owned(self.model):
             host = self._host_tensors.get((id(sub), name))
             if host is not None:
-                _bind(sub, name, is_param, host)
+                bind(sub, name, is_param, host)
             original = self._host_objects.get((id(sub), name))
             if original is not None:
-                _swap(sub, name, is_param, original)
+                swap(sub, name, is_param, original)
         self._host_tensors.clear()
         self._host_objects.clear()
         if (host := self._host) is not None:
             for i, entries in self._entries.items():
-                start = self._span[i][0]
                 for e in entries:
-                    e.bound.clear()
-                    if not release:
-                        self._bind_host(e, start)
-                    elif e.rebuild is None:
-                        _bind(e.module, e.name, e.is_param, self._view(host, start + e.offset, e).clone())
-                    else:  # storage of its own: each inner tensor cloned out of the buffer
-                        clones = [v.clone() for v in self._part_views(host, start, e)]
-                        e.host = None
-                        _swap(e.module, e.name, e.is_param, e.rebuild(clones))
+                    restore(e, host, self._span[i][0], release)
             if release:
                 self._host = None
         self._slots.clear()
@@ -577,24 +494,3 @@ class BlockStreamer:
             "bound_s": self.stats.bound_s(),
             "bound_kind": "busiest of compute and H2D copies" if self.cuda else "compute + RAM copies, CPU",
         }
-
-
-def _direct(module: nn.Module) -> list[tuple[nn.Module, str, bool, torch.Tensor]]:
-    """The module's own parameters and buffers (not its children's), as (module, name, is_param, tensor)."""
-    out = [(module, n, True, p) for n, p in module._parameters.items() if p is not None]
-    return out + [(module, n, False, b) for n, b in module._buffers.items() if b is not None]
-
-
-def _bind(module: nn.Module, name: str, is_param: bool, tensor: torch.Tensor) -> None:
-    if is_param:
-        module._parameters[name].data = tensor
-    else:
-        module._buffers[name] = tensor
-
-
-def _swap(module: nn.Module, name: str, is_param: bool, tensor: torch.Tensor) -> None:
-    """Put another object in place: a tensor subclass's ``.data`` cannot be rebound to other storage."""
-    if is_param:
-        module._parameters[name] = as_parameter(tensor)  # type: ignore[assignment]
-    else:
-        module._buffers[name] = tensor

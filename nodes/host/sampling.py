@@ -141,8 +141,9 @@ class _Session:
             depth=s.prefetch,
             resident_blocks=s.resident_blocks,
         )
-        if not choice.streamed_bytes and device.type == "cpu":
+        if not choice.streamed_bytes and device.type == "cpu":  # the host's own placement is already it
             self.run.note = "everything fits the budget: nothing streamed"
+            return
         streamer = BlockStreamer(diffusion, layout, choice, device, pin=s.pin)
         streamer.attach()
         self.streamer, self._module = streamer, diffusion

@@ -97,7 +97,7 @@ def test_a_host_loading_the_pack_gets_the_nodes_and_the_monitor(tmp_path: Path) 
     report = probe(HOST_LOAD.format(root=str(ROOT)), tmp_path)
     assert report["before"] == [], "executing the pack root imported the node layer"
     assert report["web"] == "./js" and report["entry"] is False
-    assert len(report["nodes"]) == 5 and report["names"] == report["nodes"]
+    assert len(report["nodes"]) == 6 and report["names"] == report["nodes"]
     assert report["installs"] == 1 and report["again"], "the monitor is installed once, on first access"
     assert report["listed"] and report["version"]
 

@@ -4,6 +4,7 @@ per streamed block per step, the order learnt, every tensor back on the host aft
 from __future__ import annotations
 
 import functools
+import os
 import threading
 
 import pytest
@@ -18,6 +19,7 @@ from comfyui_headroom.memory.streaming import (
     discover_blocks,
 )
 from comfyui_headroom.memory.streaming.discovery import module_bytes
+from comfyui_headroom.memory.streaming.host_buffer import FilePages
 from comfyui_headroom.memory.streaming.placement import step_time
 
 
@@ -427,6 +429,113 @@ def test_a_prefetch_the_budget_cannot_hold_is_lowered_to_the_deepest_ring_that_f
     assert (choice.depth, choice.requested_depth) == (2, 4)
     assert choice.device_bytes <= budget
     assert choose_streaming(blocks, 5, budget, depth=2).requested_depth is None  # asked what it got
+
+
+# --- weights served from their file ------------------------------------------------------------------
+def _file_ranges(path: str) -> list[tuple[int, int]]:
+    """Where this process maps ``path`` (read apart from the streamer's own reading)."""
+    with open("/proc/self/maps", encoding="utf-8") as f:
+        lines = [line.split() for line in f if line.rstrip().endswith(path)]
+    return [tuple(int(x, 16) for x in fields[0].split("-")) for fields in lines]  # type: ignore[misc]
+
+
+def _in_file(t: torch.Tensor, ranges: list[tuple[int, int]]) -> bool:
+    end = t.data_ptr() + t.numel() * t.element_size()
+    return any(a <= t.data_ptr() and end <= b for a, b in ranges)
+
+
+class _GGMLLike(torch.Tensor):
+    """ComfyUI-GGUF's weights in the two attributes the adapter knows them by (``gguf_storage``)."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads file mappings from /proc (Linux)")
+@pytest.mark.parametrize("opener", ["mapped_file", "safe_open"])
+def test_weights_that_view_their_file_come_back_as_views_of_it(tmp_path, opener: str) -> None:
+    """A "disk" component: its weights are views of its safetensors file. Streaming copies them into the
+    host buffer; detach (release) puts the very same views back, no private copy, the buffer let go. A
+    block made private RAM first comes back as a copy of its own (the old way), and a GGUF-like subclass
+    over the file's bytes comes back as the original object."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from comfyui_headroom.memory.residency.mapped import MappedFile, bind
+    from comfyui_headroom.memory.streaming.storage import as_parameter
+
+    model = _model()
+    path = str(tmp_path / "tiny.safetensors")
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, path)
+    if opener == "mapped_file":
+        mapped = MappedFile(path)
+        assert bind(model, [mapped]).kept == {}
+    else:
+        with safe_open(path, "pt") as f:
+            for name, t in [*model.named_parameters(), *model.named_buffers()]:
+                t.data = f.get_tensor(name)
+    private = model.blocks[5]
+    for t in [*private.parameters(), *private.buffers()]:
+        t.data = t.data.clone()
+    ggml = model.blocks[6].up
+    ggml._parameters["weight"] = as_parameter(ggml.weight.detach().as_subclass(_GGMLLike))
+    ggml.weight.tensor_type, ggml.weight.tensor_shape = "F32", ggml.weight.shape
+    ranges = _file_ranges(path)
+    named = dict([*model.named_parameters(), *model.named_buffers()])
+    before = {n: (t, t.data_ptr(), t.detach().clone()) for n, t in named.items()}
+    assert {n for n, t in named.items() if not _in_file(t, ranges)} == {
+        f"blocks.5.{n}" for n, _ in [*private.named_parameters(), *private.named_buffers()]
+    }
+    streamer, x, expected = _attached(model, 0.0)
+    assert streamer.streamed == list(range(8)) and streamer._host is not None
+    host = streamer._host.data_ptr(), streamer._host.data_ptr() + streamer._host.numel()
+    streaming = [*model.blocks.named_parameters(), *model.blocks.named_buffers()]
+    assert all(host[0] <= t.data_ptr() < host[1] for _, t in streaming), "streams from the host buffer"
+    with torch.no_grad():
+        got = [model(x) for _ in range(2)]
+    streamer.detach(release=True)
+    assert streamer._host is None
+    assert all(torch.equal(g, expected) for g in got)
+    after = dict([*model.named_parameters(), *model.named_buffers()])
+    for name, (obj, ptr, value) in before.items():
+        t = after[name]
+        assert torch.equal(t, value), name
+        assert t is obj or name == "blocks.5.scale", name  # a private buffer alone comes back a new tensor
+        if name.startswith("blocks.5."):
+            assert not _in_file(t, ranges) and not host[0] <= t.data_ptr() < host[1], name
+        else:
+            assert t.data_ptr() == ptr and _in_file(t, ranges), f"{name}: not the file's view it was"
+    assert type(ggml.weight) is _GGMLLike and ggml.weight.tensor_type == "F32"
+
+
+def test_file_pages_reads_only_regular_files(tmp_path) -> None:
+    maps = tmp_path / "maps"
+    maps.write_text(
+        "1000-2000 r--p 00000000 fe:00 1 /models/a.safetensors\n"
+        "2000-3000 r--p 00001000 fe:00 1 /models/a.safetensors\n"
+        "4000-5000 rw-p 00000000 00:00 0 \n"
+        "5000-6000 rw-s 00000000 00:05 2 /dev/shm/torch_1\n"
+        "6000-7000 rw-p 00000000 00:05 3 /tmp/gone (deleted)\n"
+        "7000-8000 rw-p 00000000 00:00 0 [heap]\n"
+    )
+    pages = FilePages(str(maps))
+
+    class At:  # a CPU tensor's address and size, without memory at that address
+        def __init__(self, ptr: int, nbytes: int) -> None:
+            self.device, self.ptr, self.nbytes = torch.device("cpu"), ptr, nbytes
+
+        def data_ptr(self) -> int:
+            return self.ptr
+
+        def numel(self) -> int:
+            return self.nbytes
+
+        def element_size(self) -> int:
+            return 1
+
+    assert pages.bytes_in([At(0x1800, 0x1000)]) == 0x1000, "a file mapped in two pieces is one range"
+    assert pages.bytes_in([At(0x2800, 0x1000)]) == 0, "not wholly in the file"
+    assert pages.bytes_in([At(p, 16) for p in (0x4000, 0x5000, 0x6000, 0x7000)]) == 0
+    assert FilePages(str(tmp_path / "absent")).bytes_in([At(0x1800, 16)]) == 0, "nothing readable: none"
 
 
 # --- the reported bound -----------------------------------------------------------------------------

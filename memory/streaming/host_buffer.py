@@ -1,0 +1,216 @@
+"""The streamed blocks' host side: one buffer, allocated once, that every streamed tensor is a view of.
+
+``lay_out`` places each streamed block's tensors in one span of it (each aligned for any dtype's view; a
+tensor subclass as its inner tensors, rebuilt around views of them: see ``storage``); ``fill`` allocates
+the buffer (pinned when asked and possible), copies the tensors in and points the modules at their views;
+``restore`` points them back at detach.
+
+A tensor whose bytes are pages of a file mapped into the process (a "disk" component's views of its
+safetensors file, see ``residency.mapped``; ComfyUI-GGUF's memory-mapped weights) keeps its original as
+well: holding it costs no RAM of its own (the pages are the file's: clean page cache), and ``restore``
+puts it back, so the component leaves streaming where its plan placed it. A tensor in private RAM gives
+its original up, else its bytes would be held twice while it streams; ``restore(release=True)`` clones it
+out of the buffer instead. Which pages are a file's is read from ``/proc/self/maps``; where that cannot be
+read (not Linux), no tensor counts as mapped and every one is cloned back.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from .storage import Packed, as_parameter, packed
+
+log = logging.getLogger(__name__)
+ALIGN = 64  # bytes: every tensor in the buffers starts aligned for any dtype's view
+
+
+class Part(NamedTuple):  # one inner tensor of a tensor subclass (see ``storage``), in the block's span
+    dtype: torch.dtype
+    shape: torch.Size
+    offset: int
+    nbytes: int
+
+
+@dataclass
+class Entry:
+    """One tensor of a streamed block: where it lives in the host buffer and a slot."""
+
+    module: nn.Module
+    name: str
+    is_param: bool
+    dtype: torch.dtype
+    shape: torch.Size
+    offset: int  # within the block's span
+    nbytes: int
+    # a tensor subclass (quantized): its inner tensors' places, its wrapper on the host buffer and per slot
+    parts: tuple[Part, ...] = ()
+    rebuild: Callable[[Sequence[torch.Tensor]], torch.Tensor] | None = None
+    host: torch.Tensor | None = None
+    bound: dict[int, torch.Tensor] = field(default_factory=dict)
+    original: torch.Tensor | None = None  # kept when its bytes are a mapped file's (module docstring)
+    source: Packed | None = None  # a subclass's inner tensors, until ``fill`` has copied them
+
+
+class FilePages:
+    """The address ranges this process maps from regular files (``/proc/self/maps``; none elsewhere).
+    Device files, shared memory and deleted files are left out: their pages are RAM of their own."""
+
+    def __init__(self, maps: str = "/proc/self/maps") -> None:
+        ranges: list[tuple[int, int]] = []
+        try:
+            with open(maps, encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    fields = line.split(maxsplit=5)
+                    path = fields[5].strip() if len(fields) == 6 else ""
+                    if not path.startswith("/") or path.startswith("/dev/") or path.endswith("(deleted)"):
+                        continue
+                    lo, hi = (int(x, 16) for x in fields[0].split("-"))
+                    ranges.append((lo, hi))
+        except (OSError, ValueError) as exc:
+            log.debug("Headroom: no file mappings read from %s (%s)", maps, exc)
+        merged: list[list[int]] = []
+        for lo, hi in sorted(ranges):  # a file mapped in pieces reads as one range
+            if merged and lo <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi])
+        self._starts = [lo for lo, _ in merged]
+        self._ends = [hi for _, hi in merged]
+
+    def bytes_in(self, tensors: Iterable[torch.Tensor]) -> int:
+        """How many of the tensors' bytes lie in a file mapping (each tensor wholly or not at all)."""
+        total = 0
+        for t in tensors:
+            nbytes = t.numel() * t.element_size()
+            if t.device.type != "cpu" or nbytes == 0:
+                continue
+            ptr = t.data_ptr()
+            k = bisect.bisect_right(self._starts, ptr) - 1
+            if k >= 0 and ptr + nbytes <= self._ends[k]:
+                total += nbytes
+        return total
+
+
+Spans = dict[int, tuple[int, int]]  # block -> (offset, bytes) in the host buffer
+
+
+def lay_out(blocks: Sequence[tuple[int, nn.Module]]) -> tuple[dict[int, list[Entry]], Spans, int]:
+    """Each block's entries, its span (offset, bytes) in the buffer, and the buffer's size. Entries whose
+    bytes are mostly a mapped file's pages keep their original (the module docstring)."""
+    pages = FilePages()
+    entries: dict[int, list[Entry]] = {}
+    span: Spans = {}
+    offset = 0
+    for i, block in blocks:
+        start = offset
+        entries[i] = []
+        for sub, name, is_param, tensor in (entry for m in block.modules() for entry in direct(m)):
+            inner = packed(tensor)
+            e = Entry(sub, name, is_param, tensor.dtype, tensor.shape, offset - start, 0)
+            if inner is not None:
+                e.rebuild, e.source = inner.rebuild, inner
+            plain = (tensor,) if inner is None else inner.inner
+            for t in plain:
+                nbytes = t.numel() * t.element_size()
+                if inner is not None:
+                    e.parts += (Part(t.dtype, t.shape, offset - start, nbytes),)
+                e.nbytes += nbytes
+                offset += -(-nbytes // ALIGN) * ALIGN
+            if e.nbytes and 2 * pages.bytes_in(plain) >= e.nbytes:  # a subclass's scales may be private
+                e.original = tensor if inner is not None else tensor.data if is_param else tensor
+            entries[i].append(e)
+        span[i] = (start, offset - start)
+    return entries, span, offset
+
+
+def fill(entries: dict[int, list[Entry]], span: Spans, nbytes: int, pin: bool) -> tuple[torch.Tensor, bool]:
+    """Allocate the buffer, copy every entry in and bind the modules to their views; returns the buffer
+    and whether it is pinned."""
+    host, pinned = allocate(nbytes, pin)
+    for i, block in entries.items():
+        start = span[i][0]
+        for e in block:
+            if e.rebuild is None:
+                v = view(host, start + e.offset, e)
+                v.copy_(getattr(e.module, e.name).detach().reshape(e.shape))
+                bind(e.module, e.name, e.is_param, v)
+                continue
+            views = part_views(host, start, e)
+            assert e.source is not None
+            for v, t in zip(views, e.source.inner, strict=True):
+                v.copy_(t.detach().reshape(v.shape))
+            e.source = None  # the inner tensors are not held: a private original's RAM goes
+            e.host = e.rebuild(views)
+            swap(e.module, e.name, e.is_param, e.host)
+    return host, pinned
+
+
+def restore(e: Entry, host: torch.Tensor, start: int, release: bool) -> None:
+    """Point ``e``'s module back at the host at detach: its original where it was kept (no copy); else its
+    view of the buffer, or with ``release`` a copy of its own so the buffer can go."""
+    e.bound.clear()
+    e.source = None
+    if e.original is not None:
+        put(e, e.original)
+        e.original = e.host = None
+    elif not release:
+        put(e, e.host if e.rebuild is not None else view(host, start + e.offset, e))
+    elif e.rebuild is None:
+        bind(e.module, e.name, e.is_param, view(host, start + e.offset, e).clone())
+    else:  # storage of its own: each inner tensor cloned out of the buffer
+        e.host = None
+        swap(e.module, e.name, e.is_param, e.rebuild([v.clone() for v in part_views(host, start, e)]))
+
+
+def allocate(nbytes: int, pin: bool) -> tuple[torch.Tensor, bool]:
+    if pin:
+        try:
+            return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True), True
+        except RuntimeError as exc:  # the OS or the driver caps pinned memory
+            log.warning(
+                "Headroom: pinning %.2f GB failed (%s); streaming from pageable RAM", nbytes / 1e9, exc
+            )
+    return torch.empty(nbytes, dtype=torch.uint8), False
+
+
+def view(buffer: torch.Tensor, offset: int, e: Entry) -> torch.Tensor:
+    return buffer[offset : offset + e.nbytes].view(e.dtype).view(e.shape)
+
+
+def part_views(buffer: torch.Tensor, start: int, e: Entry) -> list[torch.Tensor]:
+    return [
+        buffer[start + p.offset : start + p.offset + p.nbytes].view(p.dtype).view(p.shape) for p in e.parts
+    ]
+
+
+def put(e: Entry, tensor: torch.Tensor) -> None:
+    """Bind ``tensor`` (plain) or swap it in (a subclass's wrapper) where ``e`` lives."""
+    (bind if e.rebuild is None else swap)(e.module, e.name, e.is_param, tensor)
+
+
+def direct(module: nn.Module) -> list[tuple[nn.Module, str, bool, torch.Tensor]]:
+    """The module's own parameters and buffers (not its children's), as (module, name, is_param, tensor)."""
+    out = [(module, n, True, p) for n, p in module._parameters.items() if p is not None]
+    return out + [(module, n, False, b) for n, b in module._buffers.items() if b is not None]
+
+
+def bind(module: nn.Module, name: str, is_param: bool, tensor: torch.Tensor) -> None:
+    if is_param:
+        module._parameters[name].data = tensor
+    else:
+        module._buffers[name] = tensor
+
+
+def swap(module: nn.Module, name: str, is_param: bool, tensor: torch.Tensor) -> None:
+    """Put another object in place: a tensor subclass's ``.data`` cannot be rebound to other storage."""
+    if is_param:
+        module._parameters[name] = as_parameter(tensor)  # type: ignore[assignment]
+    else:
+        module._buffers[name] = tensor
