@@ -163,6 +163,8 @@ def conv_radius(module: nn.Module) -> int:
         raise Unsupported(f"{type(module).__name__} is strided or has an even kernel")
     radius = [d * (k - 1) // 2 for k, d in zip(kernel, dilation, strict=True)]
     manual = getattr(module, "_padding", None)
+    if isinstance(manual, int):  # Wan on the 0.18 core: the frames only; the conv pads space itself
+        manual = None
     if manual is None and module is not conv:
         # LTXV's CausalConv3d keeps no padding of its own: its conv pads in space itself
         wrapper = getattr(module, "padding", None)

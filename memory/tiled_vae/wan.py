@@ -89,6 +89,15 @@ def _time_upsamples(decoder: nn.Module) -> int:
     return sum(mode == "upsample3d" for mode in modes)
 
 
+def host_chunks(frames: int, paired: bool) -> list[tuple[int, int]]:
+    """The latent frames the host's decode() runs at a time: one by one, or (the 0.18 core's Wan 2.1
+    decoder, which has ``run_up``) the first alone and then pairs. Its caches keep only the last chunk's
+    frames, so the engine must feed the same chunks to be exact (and takes the same kernels)."""
+    if not paired:
+        return [(i, i + 1) for i in range(frames)]
+    return [(0, 1)] + [(a, min(frames, a + 2)) for a in range(1, frames, 2)]
+
+
 def _causal(layer: nn.Module, x: torch.Tensor, cache: list, idx: list[int]) -> torch.Tensor:
     """One cached causal convolution, with the host decoder's cache protocol (conv1 and head)."""
     i = idx[0]
@@ -134,6 +143,7 @@ class WanTiledDecoder:
         # convolution can fall under torch's oneDNN size line (tiles.CPU_NATIVE_CONV_MAX) where the
         # host's batch of clips does not, and the two kernels round differently.
         self.batched = self.strips
+        self.paired = callable(getattr(decoder, "run_up", None))
 
     # -- sizing -----------------------------------------------------------------------------------
     def tile_bytes(
@@ -183,7 +193,8 @@ class WanTiledDecoder:
         clips = self._clips(tuple(latent.shape))
         tile = self.latent_tile((height, width), dtype_bytes, clips)
         groups = [slice(None)] if self.batched else [slice(b, b + 1) for b in range(batch)]
-        progress = Progress(frames + len(groups) * frames * self._count(height, width, tile), opts.progress)
+        steps = len(host_chunks(frames, self.paired))
+        progress = Progress(steps + len(groups) * steps * self._count(height, width, tile), opts.progress)
         report.predicted_peak_bytes = self.predicted_peak(tuple(latent.shape), dtype_bytes)
         with torch.no_grad():
             parked = self._head(latent, progress)
@@ -205,14 +216,14 @@ class WanTiledDecoder:
         return len(tiles_of(height, width, tile, self.strips))
 
     def _head(self, latent: torch.Tensor, progress: Progress) -> list[torch.Tensor]:
-        """conv2, conv1 and the middle block on whole frames, one latent frame at a time (batched)."""
+        """conv2, conv1 and the middle block on whole frames, in the host's chunks of frames (batched)."""
         opts, dec = self.options, self.decoder
         x = self.model.conv2(latent.to(opts.device, opts.dtype))
         cache: list = [None] * self.cached_convs
         parked = []
-        for i in range(x.shape[2]):
+        for a, b in host_chunks(x.shape[2], self.paired):
             idx = [0]
-            h = _causal(dec.conv1, x[:, :, i : i + 1], cache, idx)
+            h = _causal(dec.conv1, x[:, :, a:b], cache, idx)
             for layer in dec.middle:
                 h = layer(h, cache, idx) if _name(layer) == "ResidualBlock" else layer(h)
             parked.append(h.to(opts.park_device))
@@ -234,13 +245,19 @@ class WanTiledDecoder:
                     opts.check_interrupt()
                 x = h[clips, :, :, c.y0 : c.y1, c.x0 : c.x1].to(opts.device)
                 idx = [0]
-                for layer in dec.upsamples:
-                    if self.family == "wan22":
-                        x = layer(x, cache, idx, first_chunk=i == 0)
-                    else:
-                        x = layer(x, cache, idx)
-                for layer in dec.head:
-                    x = _causal(layer, x, cache, idx) if _name(layer) == "CausalConv3d" else layer(x)
+                if self.paired:  # the host's own recursion: it cuts each chunk after a time upsample
+                    pieces: list[torch.Tensor] = []
+                    dec.run_up(0, [x], cache, idx, pieces)
+                    x = torch.cat(pieces, 2)
+                    del pieces
+                else:
+                    for layer in dec.upsamples:
+                        if self.family == "wan22":
+                            x = layer(x, cache, idx, first_chunk=i == 0)
+                        else:
+                            x = layer(x, cache, idx)
+                    for layer in dec.head:
+                        x = _causal(layer, x, cache, idx) if _name(layer) == "CausalConv3d" else layer(x)
                 if self.patch > 1:  # the host's unpatchify: a per-pixel rearrangement
                     x = rearrange(x, "b (c r q) f h w -> b c f (h q) (w r)", q=self.patch, r=self.patch)
                 core = x[..., (t.y0 - c.y0) * s : (t.y1 - c.y0) * s, (t.x0 - c.x0) * s : (t.x1 - c.x0) * s]

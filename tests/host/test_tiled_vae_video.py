@@ -6,6 +6,7 @@ float32 on the CPU, with tiles smaller than the image, and "exact" is ``headroom
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,38 @@ def min_budget_gb(host: Host, vae: Any, shape: tuple[int, ...]) -> str:
     return f"{(vae.patcher.model_size() + probe.minimum_peak(shape, 4) * 1.01) / (1 << 30):.4f}"
 
 
+# The layouts the engine refuses, with the reason it gives: the 0.18 core runs HunyuanVideo's up path
+# and LTXV's decoder in time chunks (GroupNorm per chunk; per-thread causal caches).
+REFUSALS = {
+    "hunyuan_video": "carried 3D decoder",
+    "ltxv": "LTXV decoder with chunked causal caches",
+}
+
+
+def refused(
+    host: Host,
+    vae: Any,
+    kind: str,
+    node: Callable[[], torch.Tensor] | None = None,
+    want: torch.Tensor | None = None,
+    reports: list | None = None,
+) -> bool:
+    """True where the engine refuses this host's ``kind`` decoder, after checking that the reason is the
+    known one (any other refusal fails) and that the node then falls back to the host's own decode:
+    ``node()`` is ``want`` bitwise and no engine ran (``reports`` stays empty)."""
+    tv = engine(host)
+    try:
+        tv.make_tiled_decoder(vae.first_stage_model, tv.DecodeOptions(torch.device("cpu"), torch.float32))
+    except tv.Unsupported as exc:
+        assert REFUSALS[kind] in str(exc), exc
+        if node is not None:
+            got = node()
+            assert got.shape == want.shape and torch.equal(got, want)
+        assert not reports
+        return True
+    return False
+
+
 def assert_raw_exact(got: torch.Tensor, want: torch.Tensor, *, split: bool) -> None:
     """The decoders' own outputs, before the host clamps them to 0..1 (which could hide a difference)."""
     assert_exact(got, want.float(), split=split)
@@ -186,6 +219,8 @@ def test_hunyuan_video_tiled_through_the_node_is_exactly_the_full_decode(
     reports = recorded_reports(monkeypatch, tv.KLTiledDecoder)
     z = latent((1, 16, 2, 3, 20), seed=11)  # 5 frames of 24x160
     want = stock_decode(host, hunyuan_vae, z)
+    if refused(host, hunyuan_vae, "hunyuan_video", lambda: tiled_decode(host, hunyuan_vae, z), want, reports):
+        return
     got = tiled_decode(host, hunyuan_vae, z, vram_budget=min_budget_gb(host, hunyuan_vae, tuple(z.shape)))
     assert len(reports) == 1 and reports[0].max_tiles_in_a_stage >= 2
     assert want.shape == (5, 24, 160, 3)
@@ -207,6 +242,8 @@ def test_hunyuan_video_cut_in_time_is_exactly_the_full_decode(
     reports = recorded_reports(monkeypatch, tv.KLTiledDecoder)
     z = latent((1, 16, 5, 6, 4), seed=14)  # 17 frames of 48x32
     want = stock_decode(host, hunyuan_vae, z)
+    if refused(host, hunyuan_vae, "hunyuan_video", lambda: tiled_decode(host, hunyuan_vae, z), want, reports):
+        return
     got = tiled_decode(host, hunyuan_vae, z, vram_budget=min_budget_gb(host, hunyuan_vae, tuple(z.shape)))
     assert want.shape == (17, 48, 32, 3)
     assert len(reports) == 1 and reports[0].chunks, "the smallest budget cuts some stage in time"
@@ -231,6 +268,8 @@ def test_a_batch_of_clips_through_the_node_is_exactly_the_stock_decode(
     reports = recorded_reports(monkeypatch, engine(host).KLTiledDecoder)
     z = latent((2, 16, 3, 4, 2), seed=16)  # 2 x 9 frames of 32x16
     want = stock_decode(host, hunyuan_vae, z)
+    if refused(host, hunyuan_vae, "hunyuan_video", lambda: tiled_decode(host, hunyuan_vae, z), want, reports):
+        return
     got = tiled_decode(host, hunyuan_vae, z, vram_budget=min_budget_gb(host, hunyuan_vae, tuple(z.shape)))
     assert want.shape == (18, 32, 16, 3) and len(reports) == 1
     assert_same_image(got, want, split=is_split(reports[0]))
@@ -244,13 +283,25 @@ def test_ltxv_batch_of_clips_through_the_node_is_exactly_the_stock_decode(
     engine then does: the stock pixels are those of the clips decoded one after the other."""
     z = latent((2, 128, 2, 3, 6), seed=17)
     torch.manual_seed(24)
+    stock_fails = False
     try:
         want = stock_decode(host, ltxv, z)
     except RuntimeError:
         assert ltxv.first_stage_model.timestep_conditioning
+        stock_fails = True
         torch.manual_seed(24)
         want = torch.cat([stock_decode(host, ltxv, z[b : b + 1]) for b in range(2)])
     reports = recorded_reports(monkeypatch, engine(host).LTXVTiledDecoder)
+
+    def fallback() -> torch.Tensor:
+        if not stock_fails:
+            return seeded(24, lambda: tiled_decode(host, ltxv, z))
+        with pytest.raises(RuntimeError):  # the host's own decode of this batch fails, as stock
+            tiled_decode(host, ltxv, z)
+        return want
+
+    if refused(host, ltxv, "ltxv", fallback, want, reports):
+        return
     torch.manual_seed(24)
     got = tiled_decode(host, ltxv, z, vram_budget=min_budget_gb(host, ltxv, tuple(z.shape)))
     assert want.shape[0] == 2 * 5 and reports
@@ -299,6 +350,8 @@ def test_ltxv_tiled_through_the_node_is_exactly_the_full_decode(
     z = latent((1, 128, 2, 3, 34), seed=13)
     torch.manual_seed(21)
     want = stock_decode(host, ltxv, z)
+    if refused(host, ltxv, "ltxv", lambda: seeded(21, lambda: tiled_decode(host, ltxv, z)), want, reports):
+        return
     torch.manual_seed(21)
     got = tiled_decode(host, ltxv, z, vram_budget=min_budget_gb(host, ltxv, tuple(z.shape)))
     assert len(reports) == 1 and reports[0].family == "ltxv" and reports[0].max_tiles_in_a_stage >= 2
@@ -307,6 +360,11 @@ def test_ltxv_tiled_through_the_node_is_exactly_the_full_decode(
     raw, report, raw_want = ltxv_raw_decodes(host, ltxv, z, 22, tile=16)
     assert all(n >= 2 for _, _, n in report.stages)  # every stage cut
     assert_raw_exact(raw, raw_want, split=True)
+
+
+def seeded(seed: int, run: Callable[[], torch.Tensor]) -> torch.Tensor:
+    torch.manual_seed(seed)
+    return run()
 
 
 def ltxv_raw_decodes(host: Host, ltxv: Any, z: torch.Tensor, seed: int, **options: Any) -> tuple:
@@ -328,6 +386,9 @@ def test_ltxv_cut_in_time_is_exactly_the_full_decode(host: Host, ltxv: Any, tmp_
     are memory-mapped files, removed at the end."""
     tv = engine(host)
     z = latent((1, 128, 4, 6, 6), seed=15)
+    want = seeded(23, lambda: stock_decode(host, ltxv, z))
+    if refused(host, ltxv, "ltxv", lambda: seeded(23, lambda: tiled_decode(host, ltxv, z)), want):
+        return
     raw, report, raw_want = ltxv_raw_decodes(
         host, ltxv, z, 23, frames=2, park_ram_bytes=0, park_dir=str(tmp_path)
     )
@@ -345,6 +406,8 @@ def test_ltxv_fast_mode_stays_close(host: Host, ltxv: Any) -> None:
     z = latent((1, 128, 2, 2, 34), seed=14)
     torch.manual_seed(23)
     want = stock_decode(host, ltxv, z)
+    if refused(host, ltxv, "ltxv", lambda: seeded(23, lambda: tiled_decode(host, ltxv, z)), want):
+        return
     torch.manual_seed(23)
     got = tiled_decode(host, ltxv, z, mode="fast", vram_budget=min_budget_gb(host, ltxv, tuple(z.shape)))
     assert got.shape == want.shape and (got - want).abs().max().item() < 1e-4
@@ -360,10 +423,15 @@ def test_video_stage_estimates_cover_the_measured_peak(host: Host, hunyuan_vae: 
 
     tv = engine(host)
     frames, rows, side = 2, 6, 20
-    kl = tv.make_tiled_decoder(
-        hunyuan_vae.first_stage_model, tv.DecodeOptions(torch.device("cpu"), torch.float32)
+    skip_kl = refused(host, hunyuan_vae, "hunyuan_video")
+    kl = (
+        None
+        if skip_kl
+        else tv.make_tiled_decoder(
+            hunyuan_vae.first_stage_model, tv.DecodeOptions(torch.device("cpu"), torch.float32)
+        )
     )
-    for stage in kl.stages:
+    for stage in [] if kl is None else kl.stages:
         n, height = stage.frames(frames), rows * 2**stage.level
         crops = [latent((1, c, n, height, side), seed=i) for i, c in enumerate(stage.in_channels)]
         stats = GroupStats(torch.zeros(1, stage.norm.num_groups), torch.ones(1, stage.norm.num_groups))
@@ -375,6 +443,8 @@ def test_video_stage_estimates_cover_the_measured_peak(host: Host, hunyuan_vae: 
         predicted = estimate_stage(stage, side - 2 * stage.halo, 4, True, n, height)
         assert 0.3 * predicted <= meter.peak <= 1.1 * predicted, stage.name
 
+    if refused(host, ltxv, "ltxv"):
+        return
     lt = tv.make_tiled_decoder(ltxv.first_stage_model, tv.DecodeOptions(torch.device("cpu"), torch.float32))
     shape = (1, 128, frames, rows, side)
     _, bodies = lt._head(latent(shape))

@@ -25,6 +25,7 @@ from comfyui_headroom.memory.tiled_vae.tiles import (
     tiles_of,
     time_reach,
 )
+from comfyui_headroom.memory.tiled_vae.wan import host_chunks
 from comfyui_headroom.memory.units import GiB, parse_vram_budget
 from headroom_testing.exactness import assert_exact
 
@@ -189,6 +190,15 @@ class CausalConv(nn.Conv3d):
         self.padding = (0, 0, 0)
 
 
+class CausalConvPadsSpace(nn.Conv3d):
+    """Wan's CausalConv3d on the 0.18 core: ``_padding`` is the frames only, the conv pads space itself."""
+
+    def __init__(self, k: int, space: int) -> None:
+        super().__init__(2, 2, k)
+        self._padding = 2 * (k // 2)
+        self.padding = (0, space, space)
+
+
 class LTXVCausalConv(nn.Module):
     """Pads time by hand but lets its conv pad space, with no padding attribute of its own (LTXV)."""
 
@@ -204,6 +214,9 @@ def test_conv_radius_is_read_from_the_layer() -> None:
     assert conv_radius(nn.Conv2d(2, 2, 1)) == 0
     assert conv_radius(VideoConv(3)) == 1
     assert conv_radius(CausalConv(3)) == 1
+    assert conv_radius(CausalConvPadsSpace(3, 1)) == 1 and conv_radius(CausalConvPadsSpace(1, 0)) == 0
+    with pytest.raises(Unsupported):
+        conv_radius(CausalConvPadsSpace(3, 0))  # pads time only: not 'same' in space
     for bad in (nn.Conv2d(2, 2, 3, padding=0), nn.Conv2d(2, 2, 3, stride=2, padding=1), nn.Conv2d(2, 2, 2)):
         with pytest.raises(Unsupported):
             conv_radius(bad)
@@ -306,3 +319,12 @@ def test_oom_retry_halves_the_tile_then_the_frames_and_frees_between_tries() -> 
 
     with pytest.raises(KeyError):  # anything else is not retried
         run_with_oom_retry(bug, Layout(64), options, DecodeReport("kl"))
+
+
+def test_wan_chunks_follow_the_hosts_decode() -> None:
+    """One latent frame at a time, or (a decoder with ``run_up``: the 0.18 core's Wan 2.1) the first
+    alone and then pairs, the last maybe single: every frame once, in order."""
+    assert host_chunks(3, paired=False) == [(0, 1), (1, 2), (2, 3)]
+    assert host_chunks(1, paired=True) == [(0, 1)]
+    assert host_chunks(3, paired=True) == [(0, 1), (1, 3)]
+    assert host_chunks(4, paired=True) == [(0, 1), (1, 3), (3, 4)]
