@@ -35,13 +35,26 @@ function canvasState() {
 
 try {
   await openCategory();
+  // the dialog loads a card's thumbnail only while the card is in view (and may drop it again when the
+  // card scrolls out): read each card while it is shown, after its image has loaded or 10 s have passed
+  const cardsShown = page.locator("[data-testid^=template-workflow-]");
+  result.cards = [];
+  for (let i = 0; i < await cardsShown.count(); i++) {
+    const card = cardsShown.nth(i);
+    await card.scrollIntoViewIfNeeded();
+    result.cards.push(await card.evaluate(async (el) => {
+      const loaded = () => [...el.querySelectorAll("img")].every((img) => img.complete && (img.currentSrc || img.src));
+      for (let t = 0; t < 100 && !loaded(); t++) await new Promise((done) => setTimeout(done, 100));
+      return {
+        name: el.dataset.testid.replace(/^template-workflow-/, ""),
+        title: el.querySelector("h3")?.textContent.trim(),
+        thumbnail: [...el.querySelectorAll("img")].map((img) => ({ src: img.currentSrc || img.src, width: img.naturalWidth })),
+      };
+    }));
+  }
+  await cardsShown.first().scrollIntoViewIfNeeded(); // the screenshot shows the dialog as it opens
   await page.waitForFunction(() => [...document.querySelectorAll("[data-testid^=template-workflow-] img")]
-    .every((img) => img.complete), null, { timeout: 30_000 }).catch(() => {});
-  result.cards = await page.evaluate(() => [...document.querySelectorAll("[data-testid^=template-workflow-]")].map((card) => ({
-    name: card.dataset.testid.replace(/^template-workflow-/, ""),
-    title: card.querySelector("h3")?.textContent.trim(),
-    thumbnail: [...card.querySelectorAll("img")].map((img) => ({ src: img.currentSrc || img.src, width: img.naturalWidth })),
-  })));
+    .slice(0, 3).every((img) => img.complete && img.naturalWidth > 0), null, { timeout: 10_000 }).catch(() => {});
   await page.screenshot({ path: `${artifacts}/templates-dialog.png` });
   result.steps.push("templates dialog");
   await closeDialogs(page);
