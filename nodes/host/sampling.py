@@ -107,7 +107,7 @@ class _Session:
     def _attach(self, base_model: Any, args: dict[str, Any]) -> None:
         import torch
 
-        from ...memory.streaming import BlockStreamer, choose_streaming, discover_blocks
+        from ...memory.streaming import BlockStreamer, discover_blocks
         from ...memory.streaming.discovery import module_bytes
 
         diffusion = base_model.diffusion_model
@@ -125,22 +125,10 @@ class _Session:
         on_gpu = device.type == "cuda"
         estimate = _activation_bytes(base_model, args["input"].shape) if on_gpu else 0  # none on a CPU
         activation = activation_reserve(estimate, on_gpu=on_gpu)
-        free = None
-        if on_gpu:
-            if not hasattr(patcher, "partially_unload"):
-                self.run.note = "this host has no partial unload; sampling without streaming"
-                return
-            patcher.partially_unload(patcher.offload_device, memory_to_free=patcher.loaded_size())
-            free = host_module("comfy.model_management").get_free_memory(device)
-        requested = s.budget + activation if s.weights_only and s.budget is not None else s.budget
-        choice = choose_streaming(
-            sizes,
-            total - sum(sizes),
-            streaming_budget(requested, device_free=free, model_bytes=total, activation=activation),
-            activation,
-            depth=s.prefetch,
-            resident_blocks=s.resident_blocks,
-        )
+        choice = streaming_choice(patcher, device, sizes, total, activation, s)
+        if isinstance(choice, str):
+            self.run.note = f"{choice}; sampling without streaming"
+            return
         if not choice.streamed_bytes and device.type == "cpu":  # the host's own placement is already it
             self.run.note = "everything fits the budget: nothing streamed"
             return
@@ -165,6 +153,33 @@ class _Session:
                 del _ACTIVE[id(self._module)]
         _log.info("Headroom: %s", streamed_line(self.run.summary) or self.run.note)
         return self.run
+
+
+def streaming_choice(
+    patcher: Any, device: Any, sizes: list[int], total: int, activation: int, s: StreamSettings
+) -> Any:
+    """The streamer's choice (``choose_streaming``) for a module of ``total`` bytes with these block sizes.
+    On CUDA the host's loaded part goes back first (``partially_unload``: its accounting stays right) and
+    the device's free memory bounds the auto budget. Returns why not (a str) where the host cannot unload;
+    raises BudgetExceeded when the budget cannot hold it."""
+    from ...memory.streaming import choose_streaming
+
+    free = None
+    if device.type == "cuda":
+        if not hasattr(patcher, "partially_unload"):
+            return "this host has no partial unload"
+        patcher.partially_unload(patcher.offload_device, memory_to_free=patcher.loaded_size())
+        free = host_module("comfy.model_management").get_free_memory(device)
+    # the controller's budget is the weights' share of the plan (``weights_only``); the node's holds both
+    requested = s.budget + activation if s.weights_only and s.budget is not None else s.budget
+    return choose_streaming(
+        sizes,
+        total - sum(sizes),
+        streaming_budget(requested, device_free=free, model_bytes=total, activation=activation),
+        activation,
+        depth=s.prefetch,
+        resident_blocks=s.resident_blocks,
+    )
 
 
 class StreamedModel:

@@ -29,11 +29,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...memory.streaming.budget import activation_reserve, streaming_budget
+from ...memory.streaming.budget import activation_reserve
 from ...memory.streaming.text_layouts import TEXT_ACTIVATION_FLOOR, discover_text_blocks, in_call_order
 from ...memory.units import format_bytes
-from .lookups import host_module
-from .sampling import StreamSettings
+from .sampling import StreamSettings, streaming_choice
 
 _log = logging.getLogger("headroom")
 
@@ -101,7 +100,7 @@ class ClipStreaming:
     def _attach(self, first: str) -> None:
         import torch
 
-        from ...memory.streaming import BlockStreamer, BudgetExceeded, choose_streaming
+        from ...memory.streaming import BlockStreamer, BudgetExceeded
         from ...memory.streaming.discovery import module_bytes
 
         patcher, s, model = self.patcher, self.settings, self.model
@@ -112,24 +111,11 @@ class ClipStreaming:
         sizes = layout.block_bytes()
         total = module_bytes(model)
         activation = activation_reserve(max(TEXT_ACTIVATION_FLOOR, self._estimate(device)), on_gpu=on_gpu)
-        free = None
-        if on_gpu:
-            if not hasattr(patcher, "partially_unload"):
-                self.run.note = "this host has no partial unload; encoding without streaming"
-                return
-            patcher.partially_unload(patcher.offload_device, memory_to_free=patcher.loaded_size())
-            free = host_module("comfy.model_management").get_free_memory(device)
-        # the controller's budget is the weights' share of the plan (``weights_only``); the node's holds both
-        requested = s.budget + activation if s.weights_only and s.budget is not None else s.budget
         try:
-            choice = choose_streaming(
-                sizes,
-                total - sum(sizes),
-                streaming_budget(requested, device_free=free, model_bytes=total, activation=activation),
-                activation,
-                depth=s.prefetch,
-                resident_blocks=s.resident_blocks,
-            )
+            choice = streaming_choice(patcher, device, sizes, total, activation, s)
+            if isinstance(choice, str):
+                self.run.note = f"{choice}; encoding without streaming"
+                return
         except BudgetExceeded as exc:  # the host's own (partial) load encodes instead
             self.run.note = f"not streamed: {exc}"
             _log.warning("Headroom: text encoder %s", self.run.note)
