@@ -399,15 +399,20 @@ class Controller:
         if cid in run.streams:  # armed already (a retry after an OOM applies the step again)
             return
         budget = run_log.stream_budget(run.workload, sp, cid, run.plan.budget.vram)
+        source = target_tier(sp, cid).host  # the plan's stream<-pinned ("P") or from RAM/disk
         try:
-            why = self.ops.stream(m.handle, budget)
+            why = self.ops.stream(m.handle, budget, source)
         except Exception as exc:  # fail open: the host loads it as it would without Headroom
             why = repr(exc)
         run.streams[cid] = (m, why)
         if why:
             self._event(run, node_id, "note", "stream", cid, m.label, detail=f"not armed: {why}")
         else:
-            detail = f"streams when the node samples it, its weights within {format_bytes(budget)}"
+            copy = "a pinned" if source == "P" else "a pageable"  # the streamer uploads from a host copy
+            detail = (
+                f"streams when the node samples it, its weights within {format_bytes(budget)}, "
+                f"from {copy} copy of its streamed blocks"
+            )
             self._event(run, node_id, "armed", "stream", cid, m.label, budget, detail)
 
     def _streams_ended(self, run: Run, node_id: str) -> None:

@@ -30,7 +30,7 @@ class HostOps(Protocol):
     def free_device(self) -> None: ...  # unload every model through the host
     # stream it whenever the running node samples it, its weights within ``budget`` device bytes (the
     # activations come on top); "" or why it cannot
-    def stream(self, handle: Any, budget: int) -> str: ...
+    def stream(self, handle: Any, budget: int, source: str = "P") -> str: ...  # source: the host tier
     def stream_ended(self, handle: Any) -> Streamed: ...  # undo ``stream``: what the node's sampling did
 
 

@@ -167,19 +167,20 @@ class _HostOps:
             if lm.model is not None and lm.device == device
         )
 
-    def stream(self, handle: Handle, budget: int) -> str:
+    def stream(self, handle: Handle, budget: int, source: str = "P") -> str:
+        pin = source == "P"  # the plan's stream<-pinned; from RAM or disk: a pageable host copy
         if dynamic_vram.is_dynamic(handle.patcher):
             return dynamic_vram.stream_note(True)
 
         if handle.kind == "text_encoder":  # hooks the encoder itself: every clone's encode streams
             streaming = text_encoders.arm_clip_streaming(
-                handle.patcher, sampling.StreamSettings(budget, weights_only=True)
+                handle.patcher, sampling.StreamSettings(budget, pin=pin, weights_only=True)
             )
             self.armed[id(handle)] = (streaming, lambda armed, _clones: [armed.end()])
             return ""
         if handle.kind != "diffusion_model":
             return f"a {handle.kind.replace('_', ' ')} does not stream"
-        settings = sampling.StreamSettings(budget, weights_only=True)
+        settings = sampling.StreamSettings(budget, pin=pin, weights_only=True)
         self.armed[id(handle)] = (
             sampling.arm(handle.patcher, handle.live_clones(), settings),
             sampling.disarm,

@@ -38,6 +38,7 @@ class FakeHost:
         self.host: dict[str, str] = {}
         self.can_pin = True
         self.armed: dict[str, int] = {}  # component -> the weights budget it streams within
+        self.sources: dict[str, str] = {}  # component -> the host tier it streams from (the plan's)
         # what a streamed node's sampling does: streamed by Headroom, a host partial load, or nothing
         self.sampling = Streamed("streamed", 2**30, "streamed 40/57 blocks by Headroom, 1.00 GiB per step")
         self.refuse_stream = ""
@@ -85,10 +86,11 @@ class FakeHost:
         self.calls.append(("free", "*"))
         self.loaded.clear()
 
-    def stream(self, handle: Any, budget: int) -> str:
+    def stream(self, handle: Any, budget: int, source: str = "P") -> str:
         if self.refuse_stream:
             return self.refuse_stream
         self.calls.append(("stream", handle[0]))
+        self.sources[handle[0]] = source
         self.armed[handle[0]] = budget
         return ""
 
@@ -433,6 +435,12 @@ def test_a_streamed_step_arms_the_streamer_at_its_start_and_disarms_it_at_its_en
     ) + sum(p.bytes for p in sampler.prefetched)
     assert armed.nbytes == run.plan.budget.vram - sampler.step.activation_min - others
     assert 0 < armed.nbytes < run.workload.component(DM).bytes
+    # the host copy it streams from is the plan's: pinned for stream<-pinned, else a pageable one
+    source = sampler.placements[DM].tier.host
+    assert host.sources[DM] == source
+    assert armed.detail.endswith(
+        f"from {'a pinned' if source == 'P' else 'a pageable'} copy of its streamed blocks"
+    )
     summary = controller.summary("p1")
     assert ("4", "stream", DM) in summary["applied"] and summary["applied"] == summary["planned"]
 
