@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..planning.planner import StepPlan
-from .ram_guard import size
+from .ram_guard import needed_again, next_use, size
 
 ORDER, WARM = "deprioritize", "warm"
 
@@ -67,23 +67,9 @@ class Move:
     )
 
 
-def next_use(steps: Sequence[StepPlan], s: int, cid: str, after: Sequence[Sequence[str]] = ()) -> int | None:
-    """Nodes from step ``s`` until the next one that computes with ``cid``: later steps of this prompt,
-    then ``after`` (the uses of the nodes run after it); None: not needed again as far as is known."""
-    for t in range(s + 1, len(steps)):
-        if cid in steps[t].step.uses:
-            return t - s
-    for k, uses in enumerate(after):
-        if cid in uses:
-            return len(steps) - s + k
-    return None
-
-
 def _again(n: int | None, in_prompt: int) -> str:
-    if n is None:
-        return "not needed again in this prompt"
-    where = "" if n < in_prompt else " (in the next queued run of this workflow)"
-    return f"needed again in {n} node{'s' if n != 1 else ''}{where}"
+    where = "" if n is None or n < in_prompt else " (in the next queued run of this workflow)"
+    return needed_again(n) + where
 
 
 def boundary_moves(

@@ -84,12 +84,23 @@ class Held:
         return self.pageable + self.pinned
 
 
-def next_use(steps: Sequence[StepPlan], s: int, cid: str) -> int | None:
-    """Nodes from step ``s`` until the next step after it that computes with ``cid``."""
+def next_use(steps: Sequence[StepPlan], s: int, cid: str, after: Sequence[Sequence[str]] = ()) -> int | None:
+    """Nodes from step ``s`` until the next one that computes with ``cid``: later steps of this prompt,
+    then ``after`` (the uses of the nodes run after it); None: not needed again as far as is known."""
     for t in range(s + 1, len(steps)):
         if cid in steps[t].step.uses:
             return t - s
+    for k, uses in enumerate(after):
+        if cid in uses:
+            return len(steps) - s + k
     return None
+
+
+def needed_again(n: int | None) -> str:
+    """ "needed again in N nodes", or that it is not (``n`` from ``next_use``)."""
+    if n is None:
+        return "not needed again in this prompt"
+    return f"needed again in {n} node{'s' if n != 1 else ''}"
 
 
 def to_disk_order(held: Iterable[Held]) -> list[Held]:
@@ -122,9 +133,7 @@ def size(n: float) -> str:
 
 def reason(h: Held, budget: int, left: int, after: str) -> str:
     """One line: why this component's copy goes to disk now."""
-    again = "not needed again in this prompt" if h.next_use is None else (
-        f"needed again in {h.next_use} node{'s' if h.next_use != 1 else ''}"
-    )  # fmt: skip
+    again = needed_again(h.next_use)
     return f"on disk: RAM budget {size(budget)} leaves {size(max(left, 0))} after {after}; {again}"
 
 

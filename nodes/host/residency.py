@@ -10,6 +10,7 @@ budget comes from a function (``card_budget``) and its applied moves go to liste
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import sys
 import time
@@ -168,19 +169,16 @@ class _HostOps:
         )
 
     def stream(self, handle: Handle, budget: int, source: str = "P") -> str:
-        pin = source == "P"  # the plan's stream<-pinned; from RAM or disk: a pageable host copy
         if dynamic_vram.is_dynamic(handle.patcher):
             return dynamic_vram.stream_note(True)
-
+        # the plan's stream<-pinned uploads from a pinned host copy; from RAM or disk, a pageable one
+        settings = sampling.StreamSettings(budget, pin=source == "P", weights_only=True)
         if handle.kind == "text_encoder":  # hooks the encoder itself: every clone's encode streams
-            streaming = text_encoders.arm_clip_streaming(
-                handle.patcher, sampling.StreamSettings(budget, pin=pin, weights_only=True)
-            )
+            streaming = text_encoders.arm_clip_streaming(handle.patcher, settings)
             self.armed[id(handle)] = (streaming, lambda armed, _clones: [armed.end()])
             return ""
         if handle.kind != "diffusion_model":
             return f"a {handle.kind.replace('_', ' ')} does not stream"
-        settings = sampling.StreamSettings(budget, pin=pin, weights_only=True)
         self.armed[id(handle)] = (
             sampling.arm(handle.patcher, handle.live_clones(), settings),
             sampling.disarm,
@@ -188,7 +186,8 @@ class _HostOps:
         return ""
 
     def stream_ended(self, handle: Handle) -> Streamed:
-        line = text_encoders.streamed_clip_line if handle.kind == "text_encoder" else sampling.streamed_line
+        per = "encode" if handle.kind == "text_encoder" else "step"
+        line = functools.partial(sampling.streamed_line, per=per)
         state, disarm = self.armed.pop(id(handle), (None, None))
         runs = disarm(state, handle.live_clones()) if disarm is not None else []
         streamed = [r for r in runs if line(r.summary)]

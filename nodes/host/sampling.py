@@ -369,14 +369,19 @@ class Armed:
     seen: list[StreamingRun] = field(default_factory=list)  # the 2024 host: another's sessions met
 
 
-def _add_wrappers(patcher: Any, wrappers_mp: Any, stream: StreamedModel) -> None:
-    hooks = [("OUTER_SAMPLE", KEY, stream.outer_sample)]
+def _hooks(wrappers_mp: Any, stream: StreamedModel) -> list[tuple[Any, str, Callable]]:
+    """Our wrappers: (host wrapper type, our key, wrapper); CALC_COND_BATCH where the host has it."""
+    hooks = [(wrappers_mp.OUTER_SAMPLE, KEY, stream.outer_sample)]
     if hasattr(wrappers_mp, "CALC_COND_BATCH"):
-        hooks.append(("CALC_COND_BATCH", SharedUploads.KEY, stream.calc_cond_batch))
-    for kind, key, wrapper in hooks:
+        hooks.append((wrappers_mp.CALC_COND_BATCH, SharedUploads.KEY, stream.calc_cond_batch))
+    return hooks
+
+
+def _add_wrappers(patcher: Any, wrappers_mp: Any, stream: StreamedModel) -> None:
+    for kind, key, wrapper in _hooks(wrappers_mp, stream):
         if hasattr(patcher, "remove_wrappers_with_key"):
-            patcher.remove_wrappers_with_key(getattr(wrappers_mp, kind), key)
-        patcher.add_wrapper_with_key(getattr(wrappers_mp, kind), key, wrapper)
+            patcher.remove_wrappers_with_key(kind, key)
+        patcher.add_wrapper_with_key(kind, key, wrapper)
 
 
 def arm(patcher: Any, clones: list[Any], settings: StreamSettings) -> Armed:
@@ -421,9 +426,8 @@ def disarm(armed: Armed, clones: list[Any]) -> list[StreamingRun]:
     if wrappers_mp is not None:
         for p in [*armed.patchers, *clones]:  # and the clones made from an armed one since
             if streamed_model_of(p) is armed.stream and hasattr(p, "remove_wrappers_with_key"):
-                p.remove_wrappers_with_key(wrappers_mp.OUTER_SAMPLE, KEY)
-                if hasattr(wrappers_mp, "CALC_COND_BATCH"):
-                    p.remove_wrappers_with_key(wrappers_mp.CALC_COND_BATCH, SharedUploads.KEY)
+                for kind, key, _ in _hooks(wrappers_mp, armed.stream):
+                    p.remove_wrappers_with_key(kind, key)
     if armed.module is not None:
         armed.module.__dict__.pop("apply_model", None)
         armed.scope.__exit__(None, None, None)
@@ -448,20 +452,27 @@ def streamed_model_of(model: Any) -> StreamedModel | None:
 def _precheck(model: Any, settings: StreamSettings) -> None:
     """A model with nothing to stream, or an explicit budget that cannot hold the non-block weights and
     one slot, fails at the node (on a CPU this is the sampling's own choice, exactly)."""
-    from ...memory.streaming import choose_streaming, discover_blocks
-    from ...memory.streaming.discovery import module_bytes
+    from ...memory.streaming import discover_blocks
 
     diffusion = getattr(getattr(model, "model", None), "diffusion_model", None)
     if diffusion is None:
         raise ValueError("not a diffusion model (it has no diffusion_model to stream)")
-    if settings.budget is None:
+    if settings.budget is not None:
+        check_budget(diffusion, discover_blocks(diffusion).block_bytes(), settings)
+
+
+def check_budget(module: Any, sizes: list[int], settings: StreamSettings) -> None:
+    """Raise BudgetExceeded now when the explicit budget cannot hold ``module``'s non-block weights and
+    one slot of these block sizes (no activations counted: the node's check, before any sampling)."""
+    from ...memory.streaming import choose_streaming
+    from ...memory.streaming.discovery import module_bytes
+
+    if settings.budget is None or not sizes:
         return
-    sizes = discover_blocks(diffusion).block_bytes()
-    if sizes:
-        rest = module_bytes(diffusion) - sum(sizes)
-        choose_streaming(
-            sizes, rest, settings.budget, 0, depth=settings.prefetch, resident_blocks=settings.resident_blocks
-        )
+    rest = module_bytes(module) - sum(sizes)
+    choose_streaming(
+        sizes, rest, settings.budget, 0, depth=settings.prefetch, resident_blocks=settings.resident_blocks
+    )
 
 
 def streaming_ksample(
@@ -481,14 +492,15 @@ def streaming_ksample(
     return latent, stream.last_run
 
 
-def streamed_line(summary: dict[str, Any]) -> str:
-    """ "streamed K/N blocks by Headroom, X per step", or "" when nothing streamed."""
+def streamed_line(summary: dict[str, Any], per: str = "step") -> str:
+    """ "streamed K/N blocks by Headroom, X per step" (``per``: "encode" for a text encoder), or "" when
+    nothing streamed."""
     if not summary or not summary.get("streamed_bytes"):
         return ""
     streamed = summary["blocks"] - summary["resident_blocks"]
     return (
         f"streamed {streamed}/{summary['blocks']} blocks by Headroom, "
-        f"{format_bytes(summary['streamed_bytes'])} per step"
+        f"{format_bytes(summary['streamed_bytes'])} per {per}"
     )
 
 

@@ -31,8 +31,7 @@ from typing import Any
 
 from ...memory.streaming.budget import activation_reserve
 from ...memory.streaming.text_layouts import TEXT_ACTIVATION_FLOOR, discover_text_blocks, in_call_order
-from ...memory.units import format_bytes
-from .sampling import StreamSettings, streaming_choice
+from .sampling import StreamSettings, check_budget, streamed_line, streaming_choice
 
 _log = logging.getLogger("headroom")
 
@@ -265,25 +264,12 @@ def streamed_clip_of(clip: Any) -> StreamedClip | None:
 
 
 def _precheck(model: Any, settings: StreamSettings) -> None:
-    from ...memory.streaming import choose_streaming
-    from ...memory.streaming.discovery import module_bytes
-
     sizes = discover_text_blocks(model).block_bytes()
     if len(sizes) < 2:
         raise ValueError("no transformer layers found in this text encoder")
-    if settings.budget is not None:
-        rest = module_bytes(model) - sum(sizes)
-        choose_streaming(
-            sizes, rest, settings.budget, 0, depth=settings.prefetch, resident_blocks=settings.resident_blocks
-        )
+    check_budget(model, sizes, settings)
 
 
 def streamed_clip_line(summary: dict[str, Any]) -> str:
     """ "streamed K/N blocks by Headroom, X per encode", or "" when nothing streamed."""
-    if not summary or not summary.get("streamed_bytes"):
-        return ""
-    streamed = summary["blocks"] - summary["resident_blocks"]
-    return (
-        f"streamed {streamed}/{summary['blocks']} blocks by Headroom, "
-        f"{format_bytes(summary['streamed_bytes'])} per encode"
-    )
+    return streamed_line(summary, per="encode")
