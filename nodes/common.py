@@ -65,8 +65,9 @@ def streaming_inputs() -> dict[str, tuple[str, dict]]:
             "BOOLEAN",
             {
                 "default": True,
-                "tooltip": "On (default): stream from pinned RAM, about twice as fast; off: from "
-                "ordinary (pageable) RAM, for machines short of RAM",
+                "tooltip": "On (default): stream from a pinned RAM copy of the streamed blocks, about "
+                "twice as fast, kept for the next run; off: no copy, each weight streams from where it "
+                "is (its RAM, or its file for a model kept on disk), for machines short of RAM",
             },
         ),
     }

@@ -45,6 +45,12 @@ from .ram_guard import RamGuard
 from .run_log import HOST_ACTIONS, Event, HostOps, Managed, Run, ancestors, target_tier, tier_of
 
 _log = logging.getLogger("headroom")
+# where the streamer uploads from for the plan's stream<-pinned, stream<-RAM and stream<-disk
+_STREAM_SOURCES = {
+    "P": "a pinned copy of its streamed blocks",
+    "R": "its own RAM, no copy",
+    "D": "its file's pages, no copy",
+}
 
 
 class Controller:
@@ -408,10 +414,9 @@ class Controller:
         if why:
             self._event(run, node_id, "note", "stream", cid, m.label, detail=f"not armed: {why}")
         else:
-            copy = "a pinned" if source == "P" else "a pageable"  # the streamer uploads from a host copy
             detail = (
                 f"streams when the node samples it, its weights within {format_bytes(budget)}, "
-                f"from {copy} copy of its streamed blocks"
+                f"from {_STREAM_SOURCES.get(source, 'its host copy')}"
             )
             self._event(run, node_id, "armed", "stream", cid, m.label, budget, detail)
 

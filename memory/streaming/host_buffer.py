@@ -3,7 +3,9 @@
 ``lay_out`` places each streamed block's tensors in one span of it (each aligned for any dtype's view; a
 tensor subclass as its inner tensors, rebuilt around views of them: see ``storage``); ``fill`` allocates
 the buffer (pinned when asked and possible), copies the tensors in and points the modules at their views;
-``restore`` points them back at detach.
+``restore`` points them back at detach. Streamed in place (``lay_out(in_place=True)``) there is no
+buffer: every tensor keeps its original (a CPU copy where it was not in host memory) and uploads from it
+(``in_place_copies``).
 
 A tensor whose bytes are pages of a file mapped into the process (a "disk" component's views of its
 safetensors file, see ``residency.mapped``; ComfyUI-GGUF's memory-mapped weights) keeps its original as
@@ -54,8 +56,10 @@ class Entry:
     rebuild: Callable[[Sequence[torch.Tensor]], torch.Tensor] | None = None
     host: torch.Tensor | None = None
     bound: dict[int, torch.Tensor] = field(default_factory=dict)
-    original: torch.Tensor | None = None  # kept when its bytes are a mapped file's (module docstring)
-    source: Packed | None = None  # a subclass's inner tensors, until ``fill`` has copied them
+    # kept when its bytes are a mapped file's (module docstring); streaming in place, always
+    original: torch.Tensor | None = None
+    # a subclass's inner tensors until ``fill`` has copied them; streaming in place, its original's
+    source: Packed | None = None
 
 
 class FilePages:
@@ -101,9 +105,13 @@ class FilePages:
 Spans = dict[int, tuple[int, int]]  # block -> (offset, bytes) in the host buffer
 
 
-def lay_out(blocks: Sequence[tuple[int, nn.Module]]) -> tuple[dict[int, list[Entry]], Spans, int]:
-    """Each block's entries, its span (offset, bytes) in the buffer, and the buffer's size. Entries whose
-    bytes are mostly a mapped file's pages keep their original (the module docstring)."""
+def lay_out(
+    blocks: Sequence[tuple[int, nn.Module]], in_place: bool = False
+) -> tuple[dict[int, list[Entry]], Spans, int]:
+    """Each block's entries, its span (offset, bytes) in the buffer (the same in a ring slot), and the
+    buffer's size. Entries whose bytes are mostly a mapped file's pages keep their original (the module
+    docstring). ``in_place``: no buffer (size 0); every entry keeps its original to upload from, a CPU copy
+    of it where it is not in host memory."""
     pages = FilePages()
     entries: dict[int, list[Entry]] = {}
     span: Spans = {}
@@ -123,36 +131,100 @@ def lay_out(blocks: Sequence[tuple[int, nn.Module]]) -> tuple[dict[int, list[Ent
                     e.parts += (Part(t.dtype, t.shape, offset - start, nbytes),)
                 e.nbytes += nbytes
                 offset += -(-nbytes // ALIGN) * ALIGN
-            if e.nbytes and 2 * pages.bytes_in(plain) >= e.nbytes:  # a subclass's scales may be private
+            if in_place:
+                e.original = on_host(tensor, inner, is_param)
+                e.source = packed(e.original) if inner is not None else None
+            elif e.nbytes and 2 * pages.bytes_in(plain) >= e.nbytes:  # a subclass's scales may be private
                 e.original = tensor if inner is not None else tensor.data if is_param else tensor
             entries[i].append(e)
         span[i] = (start, offset - start)
-    return entries, span, offset
+    return entries, span, 0 if in_place else offset
+
+
+def on_host(tensor: torch.Tensor, inner: Packed | None, is_param: bool) -> torch.Tensor:
+    """``tensor`` itself where it is in host memory, else a CPU copy of it (a subclass rebuilt around
+    copies of its inner tensors)."""
+    plain = (tensor,) if inner is None else inner.inner
+    if all(t.device.type == "cpu" for t in plain):
+        return tensor.data if inner is None and is_param else tensor
+    if inner is None:
+        return tensor.detach().to("cpu")
+    return inner.rebuild([t.to("cpu") for t in inner.inner])
+
+
+def in_place_copies(entries: Sequence[Entry]) -> list[tuple[Part, torch.Tensor]]:
+    """What uploads a block streamed in place: (where in the slot, the host tensor) per plain tensor."""
+    out: list[tuple[Part, torch.Tensor]] = []
+    for e in entries:
+        assert e.original is not None
+        if e.source is None:
+            out.append((Part(e.dtype, e.shape, e.offset, e.nbytes), e.original))
+        else:
+            out += zip(e.parts, e.source.inner, strict=True)
+    return out
 
 
 def fill(entries: dict[int, list[Entry]], span: Spans, nbytes: int, pin: bool) -> tuple[torch.Tensor, bool]:
     """Allocate the buffer, copy every entry in and bind the modules to their views; returns the buffer
-    and whether it is pinned."""
-    host, pinned = allocate(nbytes, pin)
+    and whether it is pinned. Where a previous streamer left every tensor in its buffer at the same place
+    (``restore`` without release: a pinned copy kept for the next run), that buffer is taken again and
+    nothing is copied (``left_in_place``)."""
+    reused = left_in_place(entries, span, nbytes)
+    if reused is not None and (not pin or reused.is_pinned()):
+        host, pinned = reused, reused.is_pinned()
+    else:
+        host, pinned = allocate(nbytes, pin)
     for i, block in entries.items():
         start = span[i][0]
         for e in block:
             if e.rebuild is None:
                 v = view(host, start + e.offset, e)
-                v.copy_(getattr(e.module, e.name).detach().reshape(e.shape))
+                t = getattr(e.module, e.name).detach()
+                if v.data_ptr() != t.data_ptr():
+                    v.copy_(t.reshape(e.shape))
                 bind(e.module, e.name, e.is_param, v)
                 continue
             views = part_views(host, start, e)
             assert e.source is not None
             for v, t in zip(views, e.source.inner, strict=True):
-                v.copy_(t.detach().reshape(v.shape))
+                if v.data_ptr() != t.data_ptr():
+                    v.copy_(t.detach().reshape(v.shape))
             e.source = None  # the inner tensors are not held: a private original's RAM goes
             e.host = e.rebuild(views)
             swap(e.module, e.name, e.is_param, e.host)
     return host, pinned
 
 
-def restore(e: Entry, host: torch.Tensor, start: int, release: bool) -> None:
+def left_in_place(entries: dict[int, list[Entry]], span: Spans, nbytes: int) -> torch.Tensor | None:
+    """The buffer every entry's tensors are still views of, each at its place in this layout, or None."""
+    storage = None
+    for i, block in entries.items():
+        start = span[i][0]
+        for e in block:
+            if e.original is not None:  # a file's pages, or an original kept: not in a buffer
+                return None
+            if e.rebuild is None:
+                placed = [(getattr(e.module, e.name), e.offset)]
+            else:
+                assert e.source is not None
+                placed = list(zip(e.source.inner, (p.offset for p in e.parts), strict=True))
+            for t, offset in placed:
+                if t.device.type != "cpu":
+                    return None
+                if storage is None:
+                    storage = t.untyped_storage()
+                    if storage.nbytes() != nbytes:
+                        return None
+                if t.untyped_storage().data_ptr() != storage.data_ptr():
+                    return None
+                if t.data_ptr() != storage.data_ptr() + start + offset:
+                    return None
+    if storage is None:
+        return None
+    return torch.empty(0, dtype=torch.uint8).set_(storage, 0, (nbytes,))
+
+
+def restore(e: Entry, host: torch.Tensor | None, start: int, release: bool) -> None:
     """Point ``e``'s module back at the host at detach: its original where it was kept (no copy); else its
     view of the buffer, or with ``release`` a copy of its own so the buffer can go."""
     e.bound.clear()
@@ -160,6 +232,8 @@ def restore(e: Entry, host: torch.Tensor, start: int, release: bool) -> None:
     if e.original is not None:
         put(e, e.original)
         e.original = e.host = None
+    elif host is None:
+        raise ValueError("Headroom: a streamed tensor has neither its original nor a host buffer")
     elif not release:
         put(e, e.host if e.rebuild is not None else view(host, start + e.offset, e))
     elif e.rebuild is None:
@@ -180,7 +254,7 @@ def allocate(nbytes: int, pin: bool) -> tuple[torch.Tensor, bool]:
     return torch.empty(nbytes, dtype=torch.uint8), False
 
 
-def view(buffer: torch.Tensor, offset: int, e: Entry) -> torch.Tensor:
+def view(buffer: torch.Tensor, offset: int, e: Entry | Part) -> torch.Tensor:
     return buffer[offset : offset + e.nbytes].view(e.dtype).view(e.shape)
 
 

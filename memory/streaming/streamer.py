@@ -1,16 +1,24 @@
 """Stream a model's blocks through a fixed ring of device slots, uploads ahead of compute.
 
 ``attach`` puts the non-block weights and the resident blocks on the device (their host tensors
-are kept, so ``detach`` only rebinds: nothing is ever copied back), and moves every streamed
-block's tensors into one host buffer allocated once (pinned when the device is CUDA and pinning
-works; pinned bytes = streamed bytes plus alignment; a tensor that is a mapped file's pages also
-keeps its original, which ``detach`` puts back: see ``host_buffer``). It then hooks each streamed
-block: when it is entered (its forward or a direct child's), compute waits for its upload's event and
-its parameters become views of its ring slot; when it is left, they point back at the host buffer and the slot
-takes the next upload. Model calls of one step that the host runs separately (cond and uncond) can
-share each upload through ``run_together`` (see ``lockstep``). Uploads go on a
-side CUDA stream into ``depth + 1`` slots, each the size of the largest streamed block, so once
-warm nothing is allocated per step. The order of uploads is learnt from the first step (a block
+are kept, so ``detach`` only rebinds: nothing is ever copied back). Where the streamed blocks upload
+from is ``pin``'s choice:
+
+- ``pin=True``: every streamed block's tensors move into one host buffer allocated once (pinned when
+  the device is CUDA and pinning works; pinned bytes = streamed bytes plus alignment; a tensor that is a
+  mapped file's pages also keeps its original, which ``detach`` puts back: see ``host_buffer``), and a
+  block uploads as one copy. The plan's ``stream<-pinned``.
+- ``pin=False``: no copy at all. Each tensor uploads from where it lives: its RAM, or the pages of its
+  file for a mapped (disk) component, read as the upload needs them. The plan's ``stream<-RAM`` and
+  ``stream<-disk``. On CUDA these copies come from pageable memory, which blocks the thread issuing
+  them, so they run on one worker thread and the compute thread never waits on the disk.
+
+It then hooks each streamed block: when it is entered (its forward or a direct child's), compute waits
+for its upload's event and its parameters become views of its ring slot; when it is left, they point
+back at the host and the slot takes the next upload. Model calls of one step that the host runs
+separately (cond and uncond) can share each upload through ``run_together`` (see ``lockstep``).
+Uploads go on a side CUDA stream into ``depth + 1`` slots, each the size of the largest streamed
+block, so once warm nothing is allocated per step. The order of uploads is learnt from the first step (a block
 called out of order is uploaded on demand and counted as a miss). On a CPU device the same code
 runs with synchronous copies, which is how the tests check it bit for bit. Quantized weights (tensor
 subclasses) stream their inner tensors, and are rebuilt around the copies: see ``storage``.
@@ -24,112 +32,35 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
 from .discovery import BlockLayout
-from .host_buffer import Entry, bind, direct, fill, lay_out, part_views, restore, swap, view
+from .host_buffer import (
+    Entry,
+    FilePages,
+    bind,
+    direct,
+    fill,
+    in_place_copies,
+    lay_out,
+    part_views,
+    put,
+    restore,
+    swap,
+    view,
+)
 from .ledger import DeviceLedger
 from .lockstep import LockStep
 from .placement import StreamingChoice
 from .storage import packed, storage_bytes
+from .stream_stats import StreamStats
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class StreamStats:
-    uploads: int = 0
-    uploaded_bytes: int = 0
-    misses: int = 0  # blocks called out of the learnt order (uploaded on demand)
-    calls_together: int = 0  # model calls that shared their uploads with another call (run_together)
-    steps: int = 0
-    pinned: bool = False
-    cuda: bool = False
-    host_bytes: int = 0  # the streamed blocks' host buffer
-    streamed_bytes: int = 0
-    block_compute_s: dict[int, list[float]] = field(default_factory=dict)
-    upload_s: list[tuple[int, float]] = field(default_factory=list)  # (bytes, seconds)
-    step_s: list[float] = field(default_factory=list)
-    # the same as intervals in seconds from ``_origin``, and the steps (start, end, all of it timed)
-    compute_iv: list[tuple[float, float]] = field(default_factory=list)
-    upload_iv: list[tuple[float, float]] = field(default_factory=list)
-    steps_iv: list[tuple[float, float, bool]] = field(default_factory=list)
-    # timing marks not yet read: perf_counter floats on CPU, CUDA events (read after a sync) on GPU
-    _origin: Any = None
-    _compute_marks: list[tuple[int, Any, Any]] = field(default_factory=list)
-    _upload_marks: list[tuple[int, Any, Any]] = field(default_factory=list)
-    _step_marks: list[tuple[Any, bool]] = field(default_factory=list)  # (mark, timed)
-
-    def resolve(self) -> None:
-        """Turn the timing marks into seconds (synchronises the device once, after the fact)."""
-        marks = [m for _, a, b in self._compute_marks + self._upload_marks for m in (a, b)]
-        marks += [m for m, _ in self._step_marks]
-        if any(not isinstance(m, float) for m in marks):
-            torch.cuda.synchronize()
-        at = functools.partial(_seconds, self._origin)
-        for block, a, b in self._compute_marks:
-            self.block_compute_s.setdefault(block, []).append(_seconds(a, b))
-            self.compute_iv.append((at(a), at(b)))
-        for nbytes, a, b in self._upload_marks:
-            self.upload_s.append((nbytes, _seconds(a, b)))
-            self.upload_iv.append((at(a), at(b)))
-        steps = self._step_marks
-        for (a, timed), (b, _) in zip(steps, steps[1:], strict=False):
-            self.step_s.append(_seconds(a, b))
-            self.steps_iv.append((at(a), at(b), timed))
-        self._compute_marks, self._upload_marks = [], []
-        self._step_marks = steps[-1:]
-
-    def bandwidth(self) -> float | None:
-        """Measured host-to-device bytes per second (median of the timed uploads)."""
-        rates = [b / s for b, s in self.upload_s if s > 0]
-        return statistics.median(rates) if rates else None
-
-    def compute_s(self) -> float:
-        """Median compute per step of the streamed blocks."""
-        return sum(statistics.median(v) for v in self.block_compute_s.values() if v)
-
-    def step_bounds(self) -> list[tuple[float, float]]:
-        """(step time, lower bound) of every timed step. The bound is the time measured busy inside
-        that step's own interval, so it cannot exceed the step: on CUDA the busier of the compute
-        stream and the copy stream (they overlap), on a CPU compute and the RAM copies together (one
-        thread does both; there is no PCIe link to overlap)."""
-        out = []
-        for a, b, timed in self.steps_iv:
-            if not timed:
-                continue
-            compute = _busy(self.compute_iv, a, b)
-            upload = _busy(self.upload_iv, a, b)
-            both = _busy(self.compute_iv + self.upload_iv, a, b)
-            out.append((b - a, max(compute, upload) if self.cuda else both))
-        return out
-
-    def bound_s(self) -> float | None:
-        """The median of the per-step bounds: no step ran faster than its own bound, so this is at most
-        the median step time (None until a step is timed, or when some steps were not timed)."""
-        bounds = self.step_bounds()
-        if not bounds or len(bounds) < len(self.steps_iv):
-            return None
-        return statistics.median(bound for _, bound in bounds)
-
-
-def _busy(intervals: Sequence[tuple[float, float]], a: float, b: float) -> float:
-    """Length of the union of ``intervals`` clipped to [a, b]."""
-    total, end = 0.0, a
-    for lo, hi in sorted(intervals):
-        lo, hi = max(lo, end), min(hi, b)
-        if hi > lo:
-            total += hi - lo
-            end = hi
-    return total
-
-
-def _seconds(a: Any, b: Any) -> float:
-    return b - a if isinstance(a, float) else a.elapsed_time(b) / 1000
 
 
 @dataclass
@@ -144,6 +75,13 @@ class _Upload:
     block: int
     slot: _Slot
     ready: Any  # CUDA event recorded after the copy (a time or None on CPU)
+    issued: Future | None = None  # on the upload thread: done once the copies are issued (gives ``ready``)
+
+    def wait_issued(self) -> Any:
+        """The copy's ``ready``, once the upload thread has issued it (at once without a thread)."""
+        if self.issued is not None:
+            self.ready, self.issued = self.issued.result(), None
+        return self.ready
 
 
 class BlockStreamer:
@@ -157,11 +95,17 @@ class BlockStreamer:
         pin: bool = True,
         ledger: DeviceLedger | None = None,
         calibrate_steps: int | None = None,
+        upload_thread: bool | None = None,
     ) -> None:
         self.model, self.layout, self.choice = model, layout, choice
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
         self.want_pin = pin
+        self.in_place = not pin  # upload each tensor from where it lives (module docstring)
+        # None: a thread where copies block the issuing thread (from pageable memory to a GPU)
+        self.upload_thread = self.in_place and self.cuda if upload_thread is None else upload_thread
+        self._pool: ThreadPoolExecutor | None = None
+        self._copies: dict[int, list[tuple[Any, torch.Tensor]]] = {}  # in place: block -> (where, from)
         self.ledger = ledger or DeviceLedger()
         self.calibrate_steps = calibrate_steps
         self.stats = StreamStats(cuda=self.cuda)
@@ -229,14 +173,24 @@ class BlockStreamer:
             stack += [(child, owner) for child in module.children()]
 
     def _build_host_buffer(self) -> None:
-        """The streamed blocks' tensors move into one host buffer (see ``host_buffer``)."""
-        self._entries, self._span, nbytes = lay_out([(i, self.layout.blocks[i][1]) for i in self.streamed])
+        """The streamed blocks' tensors move into one host buffer (see ``host_buffer``), or with
+        ``in_place`` stay where they are."""
+        blocks = [(i, self.layout.blocks[i][1]) for i in self.streamed]
+        self._entries, self._span, nbytes = lay_out(blocks, in_place=self.in_place)
         self.stats.streamed_bytes = sum(e.nbytes for v in self._entries.values() for e in v)
-        if self.streamed:
+        if self.in_place:
+            for i, entries in self._entries.items():
+                self._copies[i] = in_place_copies(entries)
+                for e in entries:
+                    self._bind_host(e, 0)  # a CPU copy where the tensor was not in host memory
+            if self.streamed and self.upload_thread:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="headroom-upload")
+        elif self.streamed:
             self._host, self.stats.pinned = fill(
                 self._entries, self._span, nbytes, self.cuda and self.want_pin
             )
             self.stats.host_bytes = nbytes
+        self.stats.uploads_from = self._uploads_from()
 
     def _build_ring(self) -> None:
         if not self.streamed:
@@ -303,35 +257,53 @@ class BlockStreamer:
         swap(e.module, e.name, e.is_param, bound)
 
     def _bind_host(self, e: Entry, start: int) -> None:
+        if self.in_place:
+            assert e.original is not None
+            return put(e, e.original)
         if e.rebuild is not None:
             return swap(e.module, e.name, e.is_param, e.host)
         assert self._host is not None
         bind(e.module, e.name, e.is_param, view(self._host, start + e.offset, e))
 
     def _issue(self, block: int) -> None:
-        """Upload ``block`` into a free slot (on the side stream, after the slot's last compute)."""
+        """Upload ``block`` into a free slot (on the side stream, after the slot's last compute), on the
+        upload thread where there is one."""
         slot = self._free.popleft()
         start, nbytes = self._span[block]
-        assert self._host is not None
-        source = self._host[start : start + nbytes]
-        timing = self._timing
+        if self.in_place:
+            pairs = [(view(slot.buffer, part.offset, part), t) for part, t in self._copies[block]]
+        else:
+            assert self._host is not None
+            pairs = [(slot.buffer[:nbytes], self._host[start : start + nbytes])]
+        copy = functools.partial(self._copy, pairs, nbytes, slot.done, self._timing)
+        if self._pool is not None:
+            self._inflight.append(_Upload(block, slot, None, self._pool.submit(copy)))
+        else:
+            self._inflight.append(_Upload(block, slot, copy()))
+        self.stats.uploads += 1
+        self.stats.uploaded_bytes += nbytes
+
+    def _copy(
+        self, pairs: list[tuple[torch.Tensor, torch.Tensor]], nbytes: int, after: Any, timing: bool
+    ) -> Any:
+        """The copies of one upload; returns its ``ready`` (a CUDA event, a time on a CPU, or None)."""
         if self.cuda:
-            with torch.cuda.stream(self._side):
-                if slot.done is not None:
-                    self._side.wait_event(slot.done)
+            with torch.cuda.device(self.device), torch.cuda.stream(self._side):
+                if after is not None:
+                    self._side.wait_event(after)
                 began = self._mark(self._side) if timing else None
-                slot.buffer[:nbytes].copy_(source, non_blocking=True)
+                for dst, src in pairs:
+                    dst.copy_(src, non_blocking=True)
                 ready = torch.cuda.Event(enable_timing=timing)
                 ready.record(self._side)
         else:
             began = self._mark() if timing else None
-            slot.buffer[:nbytes].copy_(source)
+            for dst, src in pairs:
+                dst.copy_(src)
             ready = self._mark() if timing else None
         if timing:
             self.stats._upload_marks.append((nbytes, began, ready))
-        self._inflight.append(_Upload(block, slot, ready))
-        self.stats.uploads += 1
-        self.stats.uploaded_bytes += nbytes
+        return ready
 
     def _top_up(self) -> None:
         n = len(self.order)
@@ -369,8 +341,9 @@ class BlockStreamer:
         if not self._inflight or self._inflight[0].block != block:
             self._miss(block)
         upload = self._inflight.popleft()
+        ready = upload.wait_issued()
         if self.cuda:
-            torch.cuda.current_stream(self.device).wait_event(upload.ready)
+            torch.cuda.current_stream(self.device).wait_event(ready)
         for e in self._entries[block]:
             self._bind_slot(e, upload.slot)
         self._current[block] = (upload.slot, None)
@@ -396,6 +369,8 @@ class BlockStreamer:
     def _miss(self, block: int) -> None:
         """``block`` is not next in the ring: drop the prefetched uploads and fetch it now."""
         self.stats.misses += 1
+        for upload in self._inflight:  # their copies are issued before the slots are reused
+            upload.wait_issued()
         if self.cuda:
             torch.cuda.current_stream(self.device).wait_stream(self._side)
         while self._inflight:
@@ -440,10 +415,18 @@ class BlockStreamer:
     def detach(self, release: bool = False) -> None:
         """Unhook and put every tensor back on the host (rebinding only: nothing is copied back).
 
-        Streamed tensors that were a mapped file's pages get their originals back (``host_buffer``); the
-        others stay views of the host buffer (pinned memory is kept for the next run) unless ``release``,
-        which copies them into ordinary tensors and frees the buffer.
+        Streamed tensors that were a mapped file's pages get their originals back (``host_buffer``), as
+        does every one with ``in_place``; the others stay views of the host buffer (pinned memory is kept
+        for the next run) unless ``release``, which copies them into ordinary tensors and frees the buffer.
         """
+        for upload in self._inflight:
+            try:
+                upload.wait_issued()
+            except Exception:  # the upload's error was or will be the caller's; detaching goes on
+                log.debug("Headroom: an upload failed before detach", exc_info=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         if self.cuda and self._side is not None:
             torch.cuda.current_stream(self.device).wait_stream(self._side)
         for hook in self._hooks:
@@ -458,12 +441,13 @@ class BlockStreamer:
                 swap(sub, name, is_param, original)
         self._host_tensors.clear()
         self._host_objects.clear()
-        if (host := self._host) is not None:
+        if (host := self._host) is not None or self.in_place:
             for i, entries in self._entries.items():
                 for e in entries:
                     restore(e, host, self._span[i][0], release)
             if release:
                 self._host = None
+        self._copies.clear()
         self._slots.clear()
         self._free.clear()
         self._inflight.clear()
@@ -484,6 +468,7 @@ class BlockStreamer:
             "streamed_bytes": self.stats.streamed_bytes,
             "host_bytes": self.stats.host_bytes,
             "pinned": self.stats.pinned,
+            "uploads_from": self.stats.uploads_from,
             "device_peak_bytes": self.ledger.peak,
             "uploads": self.stats.uploads,
             "misses": self.stats.misses,
@@ -494,3 +479,18 @@ class BlockStreamer:
             "bound_s": self.stats.bound_s(),
             "bound_kind": "busiest of compute and H2D copies" if self.cuda else "compute + RAM copies, CPU",
         }
+
+    def _uploads_from(self) -> str:
+        """Where the streamed blocks upload from: "pinned RAM", "RAM" (a pageable buffer, or the weights'
+        own RAM), "file pages" (a mapped component's file), or both of the last two with their bytes."""
+        if not self.in_place:
+            return "pinned RAM" if self.stats.pinned else "RAM"
+        tensors = [t for copies in self._copies.values() for _, t in copies]
+        mapped, total = FilePages().bytes_in(tensors), sum(t.numel() * t.element_size() for t in tensors)
+        if mapped and mapped < total:
+            return f"file pages ({_gb(mapped)}) and RAM ({_gb(total - mapped)})"
+        return "file pages" if mapped else "RAM"
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"

@@ -171,7 +171,7 @@ class _HostOps:
     def stream(self, handle: Handle, budget: int, source: str = "P") -> str:
         if dynamic_vram.is_dynamic(handle.patcher):
             return dynamic_vram.stream_note(True)
-        # the plan's stream<-pinned uploads from a pinned host copy; from RAM or disk, a pageable one
+        # the plan's stream<-pinned uploads from a pinned host copy; from RAM or disk, in place (no copy)
         settings = sampling.StreamSettings(budget, pin=source == "P", weights_only=True)
         if handle.kind == "text_encoder":  # hooks the encoder itself: every clone's encode streams
             streaming = text_encoders.arm_clip_streaming(handle.patcher, settings)

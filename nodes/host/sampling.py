@@ -44,6 +44,7 @@ from ...memory.residency.dynamic_policy import stream_note
 from ...memory.streaming.budget import activation_reserve, streaming_budget
 from ...memory.streaming.shared_uploads import SharedUploads
 from ...memory.units import format_bytes
+from . import host_load
 from .events import Subscriber
 from .lookups import host_module
 
@@ -90,6 +91,7 @@ class _Session:
         self._tried = False
         self.ended = False
         self.shared = SharedUploads(lambda: self.streamer, self._call_model)
+        self.originals: host_load.Captured = {}  # the host copies from before the host's load
 
     def _call_model(self, apply_model: Any, args: dict[str, Any]) -> Any:
         if self.previous is not None:
@@ -125,7 +127,8 @@ class _Session:
         on_gpu = device.type == "cuda"
         estimate = _activation_bytes(base_model, args["input"].shape) if on_gpu else 0  # none on a CPU
         activation = activation_reserve(estimate, on_gpu=on_gpu)
-        choice = streaming_choice(patcher, device, sizes, total, activation, s)
+        originals, self.originals = self.originals, {}
+        choice = streaming_choice(patcher, device, sizes, total, activation, s, originals)
         if isinstance(choice, str):
             self.run.note = f"{choice}; sampling without streaming"
             return
@@ -138,8 +141,10 @@ class _Session:
         _ACTIVE[id(diffusion)] = self
 
     def end(self) -> StreamingRun:
-        """Detach (idempotent): the model's tensors back on the host, ring and host buffer released."""
+        """Detach (idempotent): the model's tensors back on the host, the ring released; a pinned host
+        buffer stays the streamed blocks' host copy, for the next sampling."""
         self.ended = True
+        self.originals = {}
         streamer, self.streamer = self.streamer, None
         if streamer is None:
             return self.run
@@ -148,7 +153,8 @@ class _Session:
         except Exception:
             _log.warning("Headroom: the streaming summary failed", exc_info=True)
         finally:
-            streamer.detach(release=True)
+            # a pinned copy stays for the next run (taken again without a copy: ``host_buffer.fill``)
+            streamer.detach(release=not streamer.stats.pinned)
             if _ACTIVE.get(id(self._module)) is self:
                 del _ACTIVE[id(self._module)]
         _log.info("Headroom: %s", streamed_line(self.run.summary) or self.run.note)
@@ -156,10 +162,17 @@ class _Session:
 
 
 def streaming_choice(
-    patcher: Any, device: Any, sizes: list[int], total: int, activation: int, s: StreamSettings
+    patcher: Any,
+    device: Any,
+    sizes: list[int],
+    total: int,
+    activation: int,
+    s: StreamSettings,
+    originals: host_load.Captured | None = None,
 ) -> Any:
     """The streamer's choice (``choose_streaming``) for a module of ``total`` bytes with these block sizes.
-    On CUDA the host's loaded part goes back first (``partially_unload``: its accounting stays right) and
+    On CUDA the host's loaded part goes back first (``partially_unload``: its accounting stays right; what
+    it loaded unchanged points back at ``originals`` first, so nothing is copied back: ``host_load``) and
     the device's free memory bounds the auto budget. Returns why not (a str) where the host cannot unload;
     raises BudgetExceeded when the budget cannot hold it."""
     from ...memory.streaming import choose_streaming
@@ -168,6 +181,8 @@ def streaming_choice(
     if device.type == "cuda":
         if not hasattr(patcher, "partially_unload"):
             return "this host has no partial unload"
+        if originals:
+            host_load.give_back(patcher.model, originals, getattr(patcher, "patches", None))
         patcher.partially_unload(patcher.offload_device, memory_to_free=patcher.loaded_size())
         free = host_module("comfy.model_management").get_free_memory(device)
     # the controller's budget is the weights' share of the plan (``weights_only``); the node's holds both
@@ -221,6 +236,8 @@ class StreamedModel:
             return executor(*args, **kwargs)  # nested sampling, or a guider we cannot reach into
         session = self._begin(patcher, options.get("model_function_wrapper"))
         options["model_function_wrapper"] = session.model_call  # this sampling's copy of the options
+        if str(getattr(patcher, "load_device", "cpu")).startswith("cuda"):  # before the host loads it
+            session.originals = host_load.capture(patcher.model)
         try:
             return executor(*args, **kwargs)
         finally:
@@ -498,9 +515,10 @@ def streamed_line(summary: dict[str, Any], per: str = "step") -> str:
     if not summary or not summary.get("streamed_bytes"):
         return ""
     streamed = summary["blocks"] - summary["resident_blocks"]
+    source = f", from {summary['uploads_from']}" if summary.get("uploads_from") else ""
     return (
         f"streamed {streamed}/{summary['blocks']} blocks by Headroom, "
-        f"{format_bytes(summary['streamed_bytes'])} per {per}"
+        f"{format_bytes(summary['streamed_bytes'])} per {per}{source}"
     )
 
 

@@ -14,7 +14,9 @@ methods each run in one ``ClipStreaming`` session, and whose ``clone`` keeps the
 and CLIPSetLastLayer clone). A session arms forward pre-hooks on the modules that run each layer list;
 the first one entered attaches the streamer (so after the host's ``load_model``: its patches are applied
 and, on a GPU, what it loaded is offloaded again through ``partially_unload``, as for diffusion models),
-and ``end`` detaches it however the encode ended: every byte comes back (``BlockStreamer.detach``).
+and ``end`` detaches it however the encode ended: every byte comes back (``BlockStreamer.detach``); a
+pinned host copy stays the streamed layers' home, so the next encode uploads from it without pinning and
+copying again.
 
 The encoders run in their wrapper's order (SDXL: CLIP-G, then CLIP-L): the list entered first leads the
 upload order, and the order seen is kept for the clone's next encode, so the ring prefetches right.
@@ -31,6 +33,7 @@ from typing import Any
 
 from ...memory.streaming.budget import activation_reserve
 from ...memory.streaming.text_layouts import TEXT_ACTIVATION_FLOOR, discover_text_blocks, in_call_order
+from . import host_load
 from .sampling import StreamSettings, check_budget, streamed_line, streaming_choice
 
 _log = logging.getLogger("headroom")
@@ -64,6 +67,7 @@ class ClipStreaming:
         self.order = list(order or [])
         self.run = ClipRun()
         self.streamer: Any = None
+        self._originals: host_load.Captured = {}  # the host copies from before the host's load
         self._handles: list[Any] = []
         self._tried = False
         self.ended = False
@@ -81,6 +85,8 @@ class ClipStreaming:
             self.run.note = "not streamed: no transformer layers found in this text encoder"
             return self
         self._layout = layout
+        if str(getattr(self.patcher, "load_device", "cpu")).startswith("cuda"):  # before the host loads it
+            self._originals = host_load.capture(self.patcher.model)
         lists = list(dict.fromkeys(name.rsplit(".", 1)[0] for name, _ in layout.blocks))
         for name in lists:
             parent = self.model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else self.model
@@ -111,7 +117,8 @@ class ClipStreaming:
         total = module_bytes(model)
         activation = activation_reserve(max(TEXT_ACTIVATION_FLOOR, self._estimate(device)), on_gpu=on_gpu)
         try:
-            choice = streaming_choice(patcher, device, sizes, total, activation, s)
+            originals, self._originals = self._originals, {}
+            choice = streaming_choice(patcher, device, sizes, total, activation, s, originals)
             if isinstance(choice, str):
                 self.run.note = f"{choice}; encoding without streaming"
                 return
@@ -140,6 +147,7 @@ class ClipStreaming:
         if self.ended:
             return self.run
         self.ended = True
+        self._originals = {}
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
@@ -155,7 +163,8 @@ class ClipStreaming:
         except Exception:
             _log.warning("Headroom: the text-encoder streaming summary failed", exc_info=True)
         finally:
-            streamer.detach(release=True)
+            # a pinned copy stays for the next run (taken again without a copy: ``host_buffer.fill``)
+            streamer.detach(release=not streamer.stats.pinned)
         _log.info("Headroom: text encoder %s", streamed_clip_line(self.run.summary) or self.run.note)
         return self.run
 

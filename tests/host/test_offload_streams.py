@@ -213,3 +213,31 @@ def test_the_plan_streams_the_offloaded_model_at_any_sampler(
         # (the first one's freed buffers may hold the file's pages now)
         spy.watched = [w for w in spy.watched if w.streamer.model is diffusion][1:]
         assert_restored(diffusion, before, spy)
+
+
+def test_a_plan_that_streams_from_disk_uploads_from_the_file_pages(
+    tiny: Host, streaming_budget: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``model_residency="disk"``: the plan streams the model from disk, and that is what runs. The
+    streamer makes no host copy (0 bytes of host buffer) and uploads each tensor from the pages of the
+    model's file; the log says so when armed and after. The latent is the stock one."""
+    controller = streaming_budget.residency().controller
+    seed, prompt_id = 57, "offload-streams-from-disk"
+    expected = latent(tiny.run(stock(tiny, "KSamplerAdvanced", seed, False)))
+    tiny.free()
+    spy = StreamSpy(tiny, monkeypatch)
+    loader = offload_loader(diffusion_model=UNET, text_encoder_1=CLIP, model_residency="disk")
+    prompt = {"11": loader, **sampling_nodes("KSamplerAdvanced", ["11", 0], ["11", 1], seed)}
+    assert torch.equal(latent(tiny.run(prompt, prompt_id=prompt_id)), expected)
+    placement = next(sp for sp in controller.runs[prompt_id].plan.steps if sp.step.node_id == "5").placements[
+        DM
+    ]
+    assert (placement.tier.gpu, placement.tier.host) == ("S", "D"), placement
+    events = [e for e in controller.log(prompt_id) if e.action == "stream" and e.component == DM]
+    assert [e.kind for e in events] == ["planned", "armed", "applied"]
+    assert "from its file's pages, no copy" in events[1].detail, events[1].detail
+    assert events[2].detail.endswith("per step, from file pages"), events[2].detail
+    diffusion = controller.managed[DM].handle.module.diffusion_model
+    (sampled,) = [w for w in spy.watched if w.streamer.model is diffusion]
+    assert sampled.streamer.stats.host_bytes == 0 and sampled.streamer.stats.uploads_from == "file pages"
+    assert_streamed(sampled, STEPS)

@@ -237,7 +237,7 @@ def test_clones_stream_and_streaming_again_replaces_the_settings(host: Host, nod
     )
     line = text_encoders.streamed_clip_line(summary)
     assert line.startswith(f"streamed {summary['blocks']}/{summary['blocks']} blocks by Headroom, ")
-    assert line.endswith(" per encode")
+    assert line.endswith(" per encode, from RAM"), line  # a CPU host: the buffer is not pinned
     assert text_encoders.streamed_clip_of(clip) is None  # the input CLIP is untouched
 
 

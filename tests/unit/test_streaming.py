@@ -99,13 +99,14 @@ def test_streamed_forward_is_bitwise_the_resident_forward(share: float) -> None:
     seen: list[int] = []  # where a streamed block's weight lives while it computes
     streamed = [i for i in range(len(blocks)) if i not in choice.resident]
     if streamed:
-        model.blocks[streamed[-1]].down.register_forward_pre_hook(
-            lambda m, a: seen.append(m.weight.data_ptr())
+        model.blocks[streamed[-1]].register_forward_pre_hook(  # runs after the streamer's own
+            lambda m, a: seen.append(m.down.weight.data_ptr())
         )
     slots = [(s.buffer.data_ptr(), s.buffer.data_ptr() + s.buffer.numel()) for s in streamer._slots]
     with torch.no_grad():
         got = [model(x * (s + 1)) for s in range(3)]
     assert all(any(a <= ptr < b for a, b in slots) for ptr in seen), "computes from a ring slot"
+    assert len(seen) == (3 if streamed else 0)
     summary = streamer.summary()
     ahead = len(streamer._inflight)  # the next step's first uploads, already issued
     streamer.detach(release=True)

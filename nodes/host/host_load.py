@@ -1,0 +1,64 @@
+"""The host copies a model the streamer takes over: keep them across the host's own load.
+
+On a GPU the host loads the model before the streamer can attach (``load_models_gpu`` inside the
+sampling, ``load_model`` inside an encode), and the streamer then hands the loaded part back through the
+host's ``partially_unload``, which copies it to fresh pageable RAM (``Module.to``). For a component the
+plan keeps on disk (views of its file's pages) or in pinned RAM, that copy is not where the plan put it,
+and it is RAM the plan did not count. So the host tensors are captured before the host loads
+(``capture``: references only) and, just before ``partially_unload``, every tensor the host put on the
+device unchanged is pointed back at its original (``give_back``): the unload then moves nothing (``to``
+the CPU of a CPU tensor is that tensor) and its accounting stays the host's. A weight the host patched
+(a LoRA) is left to the host, which restores its own backup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...memory.streaming.host_buffer import bind, direct, swap
+from ...memory.streaming.storage import packed, storage_bytes
+
+Captured = dict[str, torch.Tensor]  # "module.path.name" (the patcher's keys) -> host tensor
+
+
+def capture(model: nn.Module) -> Captured:
+    """``model``'s tensors that are in host memory now, by the keys the host patches them by."""
+    out: Captured = {}
+    for path, module in model.named_modules():
+        for _, name, is_param, tensor in direct(module):
+            inner = packed(tensor)
+            plain = (tensor,) if inner is None else inner.inner
+            if all(t.device.type == "cpu" for t in plain):  # a parameter's data: the object stays, moved
+                key = f"{path}.{name}" if path else name
+                out[key] = tensor.data if inner is None and is_param else tensor
+    return out
+
+
+def give_back(
+    model: nn.Module,
+    captured: Captured,
+    patches: Any = None,
+    loaded: Callable[[torch.Tensor], bool] = lambda t: t.device.type != "cpu",
+) -> int:
+    """Point each of ``model``'s tensors the host has ``loaded`` (on a device) and left unchanged (same
+    type, dtype and shape, no patch in ``patches``, the patcher's dict) back at its captured host
+    original; returns the bytes."""
+    patched = set(patches or ())
+    moved = 0
+    for path, module in model.named_modules():
+        for sub, name, is_param, tensor in direct(module):
+            key = f"{path}.{name}" if path else name
+            original = captured.get(key)
+            if original is None or key in patched or not loaded(tensor):
+                continue
+            inner = packed(original)
+            now = tensor.data if inner is None and is_param else tensor
+            if type(original) is not type(now) or (original.dtype, original.shape) != (now.dtype, now.shape):
+                continue
+            (bind if inner is None else swap)(sub, name, is_param, original)
+            moved += storage_bytes(original)
+    return moved
