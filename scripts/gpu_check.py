@@ -3,6 +3,7 @@
     scripts/gpu-check --prepare [--current-host]   # here, with network: wheels into .gpu-wheels/
     scripts/gpu-check --dry-run                    # the plan: steps, timeouts, run or skip and why
     scripts/gpu-check [--only tests/gpu,bench/] [--budget 1500] [--results-dir DIR] [--copy-to DIR]
+    scripts/gpu-check --part 1 --budget 570        # the first part that fits 570 s (a device call)
 
 Steps are discovered by glob, so new files are picked up: each ``tests/gpu/test_*.py`` (pytest), then
 each ``bench/*_gpu.py`` and the benchmarks in CUDA_BENCHES (scripts that also run on a CPU but measure
@@ -227,6 +228,25 @@ def plan(steps: list[Step], only: list[str], wheels: dict[str, Path]) -> tuple[s
     return host_desc, host_problem
 
 
+def split(steps: list[Step], part: int, budget: int) -> int:
+    """Keep part ``part`` of the steps that would run: consecutive steps packed in order into parts whose
+    timeouts add up to at most ``budget`` (a step longer than that is a part of its own), so each part
+    fits one device call; the others are skipped. Returns how many parts there are."""
+    runnable = [s for s in steps if s.skip is None]
+    parts, used, where = 1, 0, []
+    for step in runnable:
+        if used and used + step.timeout > budget:
+            parts, used = parts + 1, 0
+        used += step.timeout
+        where.append(parts)
+    if not 1 <= part <= parts:
+        raise ValueError(f"--part {part}: there are {parts} parts of at most {budget} s")
+    for step, k in zip(runnable, where, strict=True):
+        if k != part:
+            step.skip = f"in part {k} of {parts}"
+    return parts
+
+
 def prepare(current_host: bool, python_version: str) -> int:
     """Download (here, with network) the wheels the GPU image lacks into .gpu-wheels/."""
     WHEELS.mkdir(exist_ok=True)
@@ -416,6 +436,8 @@ def main(argv: list[str] | None = None) -> int:
     only_help = "comma-separated substrings of step names to run (others are skipped)"
     parser.add_argument("--only", default=os.environ.get("HEADROOM_GPU_CHECK_ONLY", ""), help=only_help)
     parser.add_argument("--budget", type=int, default=1500, help="seconds for all steps together")
+    part_help = "run the K-th part: consecutive steps whose timeouts fit --budget (see --dry-run)"
+    parser.add_argument("--part", type=int, default=0, help=part_help)
     parser.add_argument("--results-dir", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--copy-to", type=Path, help="copy gpu-check.md, the log and each results file here")
     args = parser.parse_args(argv)
@@ -431,6 +453,12 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(SITE))
     steps = discover(results)
     host_desc, host_problem = plan(steps, only, wheels)
+    if args.part:
+        try:
+            parts = split(steps, args.part, args.budget)
+        except ValueError as exc:
+            parser.error(str(exc))
+        print(f"part {args.part} of {parts} (each at most {args.budget} s of timeouts)")
     command = "scripts/gpu-check " + " ".join(argv if argv is not None else sys.argv[1:])
     print("\n".join(setup))
     print(f"host: {host_desc}" + (f" (unusable: {host_problem})" if host_problem else ""))
@@ -447,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SITE), str(ROOT / "tests"), env.get("PYTHONPATH")]))
     started = datetime.datetime.now(datetime.timezone.utc)
     deadline = time.monotonic() + args.budget
-    log_path = results / "gpu-check.log"
+    log_path = results / ("gpu-check.log" if not args.part else f"gpu-check-part{args.part}.log")
     with log_path.open("w", encoding="utf-8") as log:
         for step in steps:
             left = int(deadline - time.monotonic())

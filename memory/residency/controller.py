@@ -370,10 +370,13 @@ class Controller:
             if tier.gpu == "G" and not self.ops.fully_loaded(m.handle):
                 self._load(run, node_id, m, "load")
             elif tier.gpu == "S":
+                if tier.host in "RD" and not self.ops.on_gpu(m.handle):  # it streams from where it is
+                    self._host_tier(run, node_id, m, tier.host)
                 self._stream(run, sp, m)
             # A host copy exists only off the device (the host moves weights, it keeps none behind). It moves
             # where the plan places a live component, and to the user's choice after its last use; an auto
-            # one then stays where it is (the next prompt may want it). A streamed one's is the streamer's.
+            # one then stays where it is (the next prompt may want it). A streamed one streams from RAM or
+            # its file in place (moved there above) or from the streamer's pinned copy.
             if tier.gpu == "S" or self.ops.on_gpu(m.handle):
                 continue
             pin = run.workload.component(m.component_id).pin

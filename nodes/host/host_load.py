@@ -9,10 +9,15 @@ and it is RAM the plan did not count. So the host tensors are captured before th
 device unchanged is pointed back at its original (``give_back``): the unload then moves nothing (``to``
 the CPU of a CPU tensor is that tensor) and its accounting stays the host's. A weight the host patched
 (a LoRA) is left to the host, which restores its own backup.
+
+Better still, the host need not load at all: ``hold_back`` makes its load of a patcher that is about to
+stream load nothing, so the streamer's uploads are the only ones.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -62,3 +67,45 @@ def give_back(
             (bind if inner is None else swap)(sub, name, is_param, original)
             moved += storage_bytes(original)
     return moved
+
+
+def hold_back(patcher: Any) -> Callable[[], None] | None:
+    """Make the host's own load of ``patcher`` load nothing until the returned undo is called: its
+    ``load`` runs with a 1-byte budget, so every weight stays where it is, in the host's low-VRAM mode
+    (the state its ``partially_unload`` of everything would leave; LoRA patches then apply per operation)
+    and the streamer, which attaches right after, is the only upload. None where the patcher's class has
+    no ``load(device_to, lowvram_model_memory, force_patch_weights, full_load)`` (the 2024 host) or its
+    ``load`` is overridden on the instance already."""
+    load = getattr(type(patcher), "load", None)
+    if load is None or "load" in vars(patcher):
+        return None
+    try:
+        names = inspect.signature(load).parameters
+    except (TypeError, ValueError):
+        return None
+    if "lowvram_model_memory" not in names or "full_load" not in names:
+        return None
+
+    @functools.wraps(load)
+    def nothing(device_to: Any = None, lowvram_model_memory: int = 0, *args: Any, **kwargs: Any) -> Any:
+        kwargs["full_load"] = False
+        return load(patcher, device_to, 1, *args[:1], **kwargs)  # args[:1]: force_patch_weights
+
+    patcher.load = nothing
+
+    def undo() -> None:
+        if vars(patcher).get("load") is nothing:
+            del patcher.load
+
+    return undo
+
+
+def before_host_load(patcher: Any) -> tuple[Captured, Callable[[], None] | None]:
+    """What a streaming session does before the host loads ``patcher`` on a GPU: capture its host copies
+    and hold the host's load back (``capture``, ``hold_back``); nothing on a CPU or for a DynamicVRAM
+    patcher (the host pages that one itself)."""
+    if not str(getattr(patcher, "load_device", "cpu")).startswith("cuda"):
+        return {}, None
+    if getattr(patcher, "is_dynamic", lambda: False)():
+        return {}, None
+    return capture(patcher.model), hold_back(patcher)

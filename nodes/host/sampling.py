@@ -236,11 +236,12 @@ class StreamedModel:
             return executor(*args, **kwargs)  # nested sampling, or a guider we cannot reach into
         session = self._begin(patcher, options.get("model_function_wrapper"))
         options["model_function_wrapper"] = session.model_call  # this sampling's copy of the options
-        if str(getattr(patcher, "load_device", "cpu")).startswith("cuda"):  # before the host loads it
-            session.originals = host_load.capture(patcher.model)
+        session.originals, release = host_load.before_host_load(patcher)
         try:
             return executor(*args, **kwargs)
         finally:
+            if release is not None:
+                release()
             self._end(session)
 
     def calc_cond_batch(self, executor: Any, *args: Any, **kwargs: Any) -> Any:

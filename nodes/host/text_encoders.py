@@ -68,6 +68,7 @@ class ClipStreaming:
         self.run = ClipRun()
         self.streamer: Any = None
         self._originals: host_load.Captured = {}  # the host copies from before the host's load
+        self._release: Any = None  # undoes ``host_load.hold_back``
         self._handles: list[Any] = []
         self._tried = False
         self.ended = False
@@ -85,22 +86,30 @@ class ClipStreaming:
             self.run.note = "not streamed: no transformer layers found in this text encoder"
             return self
         self._layout = layout
-        if str(getattr(self.patcher, "load_device", "cpu")).startswith("cuda"):  # before the host loads it
-            self._originals = host_load.capture(self.patcher.model)
+        self._originals, self._release = host_load.before_host_load(self.patcher)
         lists = list(dict.fromkeys(name.rsplit(".", 1)[0] for name, _ in layout.blocks))
         for name in lists:
             parent = self.model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else self.model
             entered = functools.partial(self._entered, name)
             self._handles.append(parent.register_forward_pre_hook(lambda m, a, f=entered: f()))
+        if self._release is not None:  # the host loads nothing: attach before the first encoder runs
+            for root in dict.fromkeys(name.split(".", 1)[0] for name in lists if "." in name):
+                first = next(name for name in lists if name.startswith(f"{root}."))
+                early = functools.partial(self._attach_once, first)
+                module = self.model.get_submodule(root)
+                self._handles.append(module.register_forward_pre_hook(lambda m, a, f=early: f()))
         _ACTIVE[id(self.model)] = self
         return self
+
+    def _attach_once(self, first: str) -> None:
+        if not self._tried:
+            self._tried = True
+            self._attach(first)
 
     def _entered(self, name: str) -> None:
         if name not in self.run.lists_in_order:
             self.run.lists_in_order.append(name)
-        if not self._tried:
-            self._tried = True
-            self._attach(name)
+        self._attach_once(name)
 
     def _attach(self, first: str) -> None:
         import torch
@@ -148,6 +157,9 @@ class ClipStreaming:
             return self.run
         self.ended = True
         self._originals = {}
+        release, self._release = self._release, None
+        if release is not None:
+            release()
         for handle in self._handles:
             handle.remove()
         self._handles.clear()

@@ -22,6 +22,7 @@ from headroom_testing.tiny_models import TINY_SD15_UNET, _init_state_dict, _on_m
 pytestmark = pytest.mark.host
 
 UNET, CLIP = "streams_unet.safetensors", "streams_clip_l.safetensors"
+CLIP16 = "streams_clip_l_fp16.safetensors"  # the dtype the host keeps CLIP-L's layers in: they map
 STEPS = 2
 DM = "11:diffusion_model:diffusion_model"
 
@@ -44,6 +45,7 @@ def tiny(host: Host) -> Host:
     # fp32: on CPU the host computes in fp32, so file bytes are the bytes the plan and the streamer see
     build_deep_unet(host.models_dir, UNET, seed=21)
     build_clip_l(host.models_dir, name=CLIP, seed=22, dtype=torch.float32)
+    build_clip_l(host.models_dir, name=CLIP16, seed=23, dtype=torch.float16)
     host.register_models_dir(host.models_dir)
     return host
 
@@ -109,8 +111,8 @@ def with_clone(prompt: dict[str, Any], model: list) -> dict[str, Any]:
     return prompt | {"12": clone}
 
 
-def stock(host: Host, sampler: str, seed: int, clone: bool) -> dict[str, Any]:
-    clip_inputs: dict[str, Any] = {"clip_name": CLIP}
+def stock(host: Host, sampler: str, seed: int, clone: bool, clip: str = CLIP) -> dict[str, Any]:
+    clip_inputs: dict[str, Any] = {"clip_name": clip}
     if "type" in host.node_class("CLIPLoader").INPUT_TYPES()["required"]:
         clip_inputs["type"] = "stable_diffusion"
     unet_inputs: dict[str, Any] = {"unet_name": UNET}
@@ -220,13 +222,16 @@ def test_a_plan_that_streams_from_disk_uploads_from_the_file_pages(
 ) -> None:
     """``model_residency="disk"``: the plan streams the model from disk, and that is what runs. The
     streamer makes no host copy (0 bytes of host buffer) and uploads each tensor from the pages of the
-    model's file; the log says so when armed and after. The latent is the stock one."""
+    model's file; the log says so when armed and after. The text encoder, kept on disk too, streams from
+    its file's pages at the encode. The latent is the stock one."""
     controller = streaming_budget.residency().controller
     seed, prompt_id = 57, "offload-streams-from-disk"
-    expected = latent(tiny.run(stock(tiny, "KSamplerAdvanced", seed, False)))
+    expected = latent(tiny.run(stock(tiny, "KSamplerAdvanced", seed, False, clip=CLIP16)))
     tiny.free()
     spy = StreamSpy(tiny, monkeypatch)
-    loader = offload_loader(diffusion_model=UNET, text_encoder_1=CLIP, model_residency="disk")
+    loader = offload_loader(
+        diffusion_model=UNET, text_encoder_1=CLIP16, model_residency="disk", text_encoder_residency="disk"
+    )
     prompt = {"11": loader, **sampling_nodes("KSamplerAdvanced", ["11", 0], ["11", 1], seed)}
     assert torch.equal(latent(tiny.run(prompt, prompt_id=prompt_id)), expected)
     placement = next(sp for sp in controller.runs[prompt_id].plan.steps if sp.step.node_id == "5").placements[
@@ -237,6 +242,9 @@ def test_a_plan_that_streams_from_disk_uploads_from_the_file_pages(
     assert [e.kind for e in events] == ["planned", "armed", "applied"]
     assert "from its file's pages, no copy" in events[1].detail, events[1].detail
     assert events[2].detail.endswith("per step, from file pages"), events[2].detail
+    encoder = [e for e in controller.log(prompt_id) if e.action == "stream" and e.component != DM]
+    assert [(e.kind, e.node_id) for e in encoder] == [("planned", "2"), ("armed", "2"), ("applied", "2")]
+    assert encoder[2].detail.endswith("per encode, from file pages"), encoder[2].detail
     diffusion = controller.managed[DM].handle.module.diffusion_model
     (sampled,) = [w for w in spy.watched if w.streamer.model is diffusion]
     assert sampled.streamer.stats.host_bytes == 0 and sampled.streamer.stats.uploads_from == "file pages"

@@ -350,3 +350,30 @@ def test_a_clip_with_lora_patches_streams_its_patched_weights(
     plain = _conditioning(host.run(_encode_prompt(_put(clip), None)))
     out, stock, _ = _streamed_encode(host, patched, monkeypatch)
     assert not torch.equal(stock[0][0], plain[0][0]), "the patch changes the conditioning"
+
+
+@torch.inference_mode()
+def test_the_hosts_load_held_back_loads_nothing_and_encodes_the_same(host: Host, nodes: None) -> None:
+    """On a GPU a streamed encoder's own host load is held back (``host_load.hold_back``) so the streamer's
+    uploads are the only ones. That runs the host's real ``ModelPatcher.load`` with a 1-byte budget: here
+    it takes those arguments, loads nothing (0 bytes, the host's low-VRAM mode) and the conditioning is
+    the stock one; undone, the host loads it all again."""
+    clip = _clip(host, "clip_l")
+    host_load = host.pack_module("nodes.host.host_load")
+    encode = host.node_class("CLIPTextEncode")()
+    (stock,) = encode.encode(clip, PROMPT)
+    host.free()
+    held = clip.clone()
+    undo = host_load.hold_back(held.patcher)
+    if undo is None:
+        pytest.skip("the 2024 host's patcher has no load(lowvram_model_memory, full_load) to hold back")
+    try:
+        (conditioning,) = encode.encode(held, PROMPT)
+        loaded = held.patcher.loaded_size()
+    finally:
+        undo()
+    assert_same_conditioning(conditioning, stock)
+    assert loaded == 0 < held.patcher.model_size()
+    host.free()
+    encode.encode(held, PROMPT)
+    assert held.patcher.loaded_size() == held.patcher.model_size(), "undone: the host's own full load"

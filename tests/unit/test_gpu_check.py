@@ -114,3 +114,30 @@ def test_pytest_summary_becomes_the_result(tmp_path: Path) -> None:
     with (tmp_path / "log").open("w") as log:
         gc.run_step(step, 60, dict(os.environ), log)
     assert step.rc == 0 and step.outcome == "ok: 2 passed, 1 skipped in 0.10s"
+
+
+def test_parts_cover_every_runnable_step_once_in_order_within_the_budget() -> None:
+    gpu_check = load_module()
+    timeouts = [420, 240, 240, 300, 420, 300, 300, 360, 300, 300, 300, 700]
+    for budget in (570, 1000, 5000):
+        parts, k, count = [], 1, None
+        while count is None or k <= count:
+            steps = [gpu_check.Step(f"s{i}", "bench", [], t, "") for i, t in enumerate(timeouts)]
+            steps[3].skip = "missing package gguf"  # not runnable: in no part
+            count = gpu_check.split(steps, k, budget)
+            parts.append([i for i, s in enumerate(steps) if s.skip is None])
+            k += 1
+        assert [i for part in parts for i in part] == [i for i in range(12) if i != 3], budget
+        assert all(sum(timeouts[i] for i in p) <= budget or len(p) == 1 for p in parts), (budget, parts)
+        pairs = zip(parts, parts[1:], strict=False)
+        assert all(sum(timeouts[i] for i in p + [q[0]]) > budget for p, q in pairs), "packed as it goes"
+    assert count == 1
+    with pytest.raises(ValueError, match="there are 1 parts"):
+        gpu_check.split([gpu_check.Step("s", "bench", [], 10, "")], 2, 570)
+
+
+def test_a_part_is_parsed_and_a_bad_one_refused(tmp_path: Path) -> None:
+    out = run_script("--dry-run", "--part", "1", tmp_path=tmp_path)
+    assert out.returncode == 0, out.stderr
+    bad = run_script("--dry-run", "--part", "x", tmp_path=tmp_path)
+    assert bad.returncode == 2 and "--part" in bad.stderr

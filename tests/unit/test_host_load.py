@@ -55,3 +55,50 @@ def test_what_is_on_a_device_is_not_captured_and_nothing_comes_back_without_a_ca
     assert set(captured) == {"1.weight", "1.bias", "1.scale", "2.weight", "2.bias"}
     assert host_load.give_back(model, {}, None) == 0
     assert model[0].weight.device.type == "meta"
+
+
+class _Patcher:
+    """The current hosts' ``ModelPatcher.load`` signature, recording its calls."""
+
+    def __init__(self, load_device: str = "cuda:0", dynamic: bool = False) -> None:
+        self.calls: list[tuple] = []
+        self.load_device, self.model, self._dynamic = load_device, _model(), dynamic
+
+    def load(self, device_to=None, lowvram_model_memory=0, force_patch_weights=False, full_load=False):  # noqa: ANN001, ANN201
+        self.calls.append((device_to, lowvram_model_memory, force_patch_weights, full_load))
+
+    def is_dynamic(self) -> bool:
+        return self._dynamic
+
+
+def test_the_hosts_load_held_back_loads_nothing_until_undone() -> None:
+    patcher = _Patcher()
+    undo = host_load.hold_back(patcher)
+    assert undo is not None and host_load.hold_back(patcher) is None, "held back once"
+    patcher.load("cuda:0", 0, True, True)  # patch_model's full load
+    patcher.load("cuda:0", lowvram_model_memory=5 << 30, force_patch_weights=False, full_load=True)
+    patcher.load("cuda:0")
+    assert patcher.calls == [
+        ("cuda:0", 1, True, False),
+        ("cuda:0", 1, False, False),
+        ("cuda:0", 1, False, False),
+    ]
+    undo()
+    assert "load" not in vars(patcher)
+    patcher.load("cuda:0", 0, False, True)
+    assert patcher.calls[-1] == ("cuda:0", 0, False, True)
+
+
+def test_nothing_is_held_back_on_a_cpu_for_a_dynamic_patcher_or_another_signature() -> None:
+    assert host_load.before_host_load(_Patcher("cpu")) == ({}, None)
+    assert host_load.before_host_load(_Patcher(dynamic=True)) == ({}, None)
+    captured, undo = host_load.before_host_load(_Patcher())
+    assert set(captured) == set(_model().state_dict()) and undo is not None
+
+    class Legacy:  # the 2024 host: patch_model_lowvram, no load(lowvram_model_memory, full_load)
+        load_device, model = "cuda:0", _model()
+
+        def load(self, device_to=None):  # noqa: ANN001, ANN201
+            raise AssertionError("not called")
+
+    assert host_load.hold_back(Legacy()) is None
