@@ -11,7 +11,8 @@ from is ``pin``'s choice:
 - ``pin=False``: no copy at all. Each tensor uploads from where it lives: its RAM, or the pages of its
   file for a mapped (disk) component, read as the upload needs them. The plan's ``stream<-RAM`` and
   ``stream<-disk``. On CUDA these copies come from pageable memory, which blocks the thread issuing
-  them, so they run on one worker thread and the compute thread never waits on the disk.
+  them, so they run on one worker thread and the compute thread never waits on the disk (as do a
+  buffer's whose pinning failed).
 
 It then hooks each streamed block: when it is entered (its forward or a direct child's), compute waits
 for its upload's event and its parameters become views of its ring slot; when it is left, they point
@@ -103,7 +104,7 @@ class BlockStreamer:
         self.want_pin = pin
         self.in_place = not pin  # upload each tensor from where it lives (module docstring)
         # None: a thread where copies block the issuing thread (from pageable memory to a GPU)
-        self.upload_thread = self.in_place and self.cuda if upload_thread is None else upload_thread
+        self.upload_thread = upload_thread  # None: a thread where the copies come from pageable memory
         self._pool: ThreadPoolExecutor | None = None
         self._copies: dict[int, list[tuple[Any, torch.Tensor]]] = {}  # in place: block -> (where, from)
         self.ledger = ledger or DeviceLedger()
@@ -183,14 +184,16 @@ class BlockStreamer:
                 self._copies[i] = in_place_copies(entries)
                 for e in entries:
                     self._bind_host(e, 0)  # a CPU copy where the tensor was not in host memory
-            if self.streamed and self.upload_thread:
-                self._pool = ThreadPoolExecutor(1, thread_name_prefix="headroom-upload")
         elif self.streamed:
             self._host, self.stats.pinned = fill(
                 self._entries, self._span, nbytes, self.cuda and self.want_pin
             )
             self.stats.host_bytes = nbytes
         self.stats.uploads_from = self._uploads_from()
+        # a copy from pageable memory to a GPU blocks the thread issuing it: that is the upload thread
+        threaded = self.cuda and not self.stats.pinned if self.upload_thread is None else self.upload_thread
+        if self.streamed and threaded:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="headroom-upload")
 
     def _build_ring(self) -> None:
         if not self.streamed:
