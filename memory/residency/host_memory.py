@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..streaming.storage import storage_bytes
 from .mapped import MappedFile, _named_tensors
 
 
@@ -30,7 +31,7 @@ def footprint(module: torch.nn.Module, files: Iterable[MappedFile] = ()) -> Foot
     files = list(files)
     device = pinned = mapped = ram = 0
     for _, t in _named_tensors(module):
-        n = t.numel() * t.element_size()
+        n = storage_bytes(t)  # a quantized subclass holds its inner tensors' bytes, not its dtype's
         if t.device.type != "cpu":
             device += n
         elif any(f.owns(t) for f in files):

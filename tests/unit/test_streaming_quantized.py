@@ -119,6 +119,9 @@ def test_the_bytes_of_a_quantized_weight_are_its_data_and_scale() -> None:
     assert storage.packed(torch.ones(3)) is None and storage.packed(nn.Parameter(torch.ones(3))) is None
     model = _quantized()
     assert 3 * module_bytes(model) < _logical_bytes(model), "blocks are planned by their real bytes"
+    from comfyui_headroom.memory.residency.host_memory import footprint
+
+    assert footprint(model).ram == module_bytes(model), "and the residency measures their real bytes"
 
 
 @pytest.mark.parametrize("release", [False, True])
