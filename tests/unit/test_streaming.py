@@ -451,6 +451,20 @@ class _GGMLLike(torch.Tensor):
     __torch_function__ = torch._C._disabled_torch_function_impl
 
 
+def _mixed(model: TinyDiT, path: str) -> tuple[nn.Module, nn.Module, list[tuple[int, int]]]:
+    """A model whose weights view ``path`` made mixed: block 5 in private RAM, block 6's ``up`` weight a
+    GGUF-like subclass over the file. Returns block 5, that module and where the file is mapped."""
+    from comfyui_headroom.memory.streaming.storage import as_parameter
+
+    private = model.blocks[5]
+    for t in [*private.parameters(), *private.buffers()]:
+        t.data = t.data.clone()
+    ggml = model.blocks[6].up
+    ggml._parameters["weight"] = as_parameter(ggml.weight.detach().as_subclass(_GGMLLike))
+    ggml.weight.tensor_type, ggml.weight.tensor_shape = "F32", ggml.weight.shape
+    return private, ggml, _file_ranges(path)
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads file mappings from /proc (Linux)")
 @pytest.mark.parametrize("opener", ["mapped_file", "safe_open"])
 def test_weights_that_view_their_file_come_back_as_views_of_it(tmp_path, opener: str) -> None:
@@ -462,7 +476,6 @@ def test_weights_that_view_their_file_come_back_as_views_of_it(tmp_path, opener:
     from safetensors.torch import save_file
 
     from comfyui_headroom.memory.residency.mapped import MappedFile, bind
-    from comfyui_headroom.memory.streaming.storage import as_parameter
 
     model = _model()
     path = str(tmp_path / "tiny.safetensors")
@@ -474,13 +487,7 @@ def test_weights_that_view_their_file_come_back_as_views_of_it(tmp_path, opener:
         with safe_open(path, "pt") as f:
             for name, t in [*model.named_parameters(), *model.named_buffers()]:
                 t.data = f.get_tensor(name)
-    private = model.blocks[5]
-    for t in [*private.parameters(), *private.buffers()]:
-        t.data = t.data.clone()
-    ggml = model.blocks[6].up
-    ggml._parameters["weight"] = as_parameter(ggml.weight.detach().as_subclass(_GGMLLike))
-    ggml.weight.tensor_type, ggml.weight.tensor_shape = "F32", ggml.weight.shape
-    ranges = _file_ranges(path)
+    private, ggml, ranges = _mixed(model, path)
     named = dict([*model.named_parameters(), *model.named_buffers()])
     before = {n: (t, t.data_ptr(), t.detach().clone()) for n, t in named.items()}
     assert {n for n, t in named.items() if not _in_file(t, ranges)} == {

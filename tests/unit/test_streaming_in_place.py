@@ -9,10 +9,9 @@ import threading
 
 import pytest
 import torch
-from unit.test_streaming import _budget, _file_ranges, _GGMLLike, _in_file, _model
+from unit.test_streaming import _budget, _GGMLLike, _in_file, _mixed, _model
 
 from comfyui_headroom.memory.streaming import BlockStreamer, choose_streaming, discover_blocks
-from comfyui_headroom.memory.streaming.storage import as_parameter
 
 
 def _streamer(model: torch.nn.Module, share: float, **kwargs: object) -> BlockStreamer:
@@ -112,13 +111,7 @@ def test_a_disk_component_streams_from_its_file_pages(tmp_path) -> None:
     path = str(tmp_path / "tiny.safetensors")
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, path)
     assert bind(model, [MappedFile(path)]).kept == {}
-    private = model.blocks[5]
-    for t in [*private.parameters(), *private.buffers()]:
-        t.data = t.data.clone()
-    ggml = model.blocks[6].up
-    ggml._parameters["weight"] = as_parameter(ggml.weight.detach().as_subclass(_GGMLLike))
-    ggml.weight.tensor_type, ggml.weight.tensor_shape = "F32", ggml.weight.shape
-    ranges = _file_ranges(path)
+    _, ggml, ranges = _mixed(model, path)
     x = torch.randn(2, 8)
     with torch.no_grad():
         expected = model(x)
