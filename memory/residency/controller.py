@@ -409,8 +409,10 @@ class Controller:
             return
         budget = run_log.stream_budget(run.workload, sp, cid, run.plan.budget.vram)
         source = target_tier(sp, cid).host  # the plan's stream<-pinned ("P") or from RAM/disk
+        placement = sp.placements.get(cid)
+        pinned = placement.pinned_bytes if placement is not None and source == "P" else None
         try:
-            why = self.ops.stream(m.handle, budget, source)
+            why = self.ops.stream(m.handle, budget, source, pinned)
         except Exception as exc:  # fail open: the host loads it as it would without Headroom
             why = repr(exc)
         run.streams[cid] = (m, why)

@@ -30,7 +30,8 @@ class HostOps(Protocol):
     def free_device(self) -> None: ...  # unload every model through the host
     # stream it whenever the running node samples it, its weights within ``budget`` device bytes (the
     # activations come on top); "" or why it cannot
-    def stream(self, handle: Any, budget: int, source: str = "P") -> str: ...  # source: the host tier
+    # source: the plan's host tier; pinned: the bytes of the streamed blocks it pins (None: all)
+    def stream(self, handle: Any, budget: int, source: str = "P", pinned: int | None = None) -> str: ...
     def stream_ended(self, handle: Any) -> Streamed: ...  # undo ``stream``: what the node's sampling did
 
 

@@ -94,6 +94,7 @@ class BlockStreamer:
         device: torch.device | str,
         *,
         pin: bool = True,
+        pin_bytes: int | None = None,
         ledger: DeviceLedger | None = None,
         calibrate_steps: int | None = None,
         upload_thread: bool | None = None,
@@ -103,7 +104,7 @@ class BlockStreamer:
         self.cuda = self.device.type == "cuda"
         self.want_pin = pin
         self.in_place = not pin  # upload each tensor from where it lives (module docstring)
-        # None: a thread where copies block the issuing thread (from pageable memory to a GPU)
+        self.pin_bytes = pin_bytes  # with ``pin``: the blocks past this many bytes stream in place
         self.upload_thread = upload_thread  # None: a thread where the copies come from pageable memory
         self._pool: ThreadPoolExecutor | None = None
         self._copies: dict[int, list[tuple[Any, torch.Tensor]]] = {}  # in place: block -> (where, from)
@@ -174,20 +175,30 @@ class BlockStreamer:
             stack += [(child, owner) for child in module.children()]
 
     def _build_host_buffer(self) -> None:
-        """The streamed blocks' tensors move into one host buffer (see ``host_buffer``), or with
-        ``in_place`` stay where they are."""
+        """The streamed blocks' tensors move into one host buffer (see ``host_buffer``), as many blocks
+        as ``pin_bytes`` holds; the others (all of them with ``in_place``) stay where they are."""
         blocks = [(i, self.layout.blocks[i][1]) for i in self.streamed]
-        self._entries, self._span, nbytes = lay_out(blocks, in_place=self.in_place)
+        buffered: list[tuple[int, nn.Module]] = []
+        if not self.in_place:
+            sizes = self.layout.block_bytes()
+            cap, used = self.pin_bytes, 0
+            for i, block in blocks:
+                if cap is not None and used + sizes[i] > cap:
+                    break
+                buffered.append((i, block))
+                used += sizes[i]
+        self._entries, self._span, nbytes = lay_out(buffered)
+        entries, span, _ = lay_out(blocks[len(buffered) :], in_place=True)
+        self._entries.update(entries)
+        self._span.update(span)
         self.stats.streamed_bytes = sum(e.nbytes for v in self._entries.values() for e in v)
-        if self.in_place:
-            for i, entries in self._entries.items():
-                self._copies[i] = in_place_copies(entries)
-                for e in entries:
-                    self._bind_host(e, 0)  # a CPU copy where the tensor was not in host memory
-        elif self.streamed:
-            self._host, self.stats.pinned = fill(
-                self._entries, self._span, nbytes, self.cuda and self.want_pin
-            )
+        for i, _ in blocks[len(buffered) :]:
+            self._copies[i] = in_place_copies(self._entries[i])
+            for e in self._entries[i]:
+                self._bind_host(e, i)  # a CPU copy where the tensor was not in host memory
+        if buffered:
+            buffer = {i: self._entries[i] for i, _ in buffered}
+            self._host, self.stats.pinned = fill(buffer, self._span, nbytes, self.cuda and self.want_pin)
             self.stats.host_bytes = nbytes
         self.stats.uploads_from = self._uploads_from()
         # a copy from pageable memory to a GPU blocks the thread issuing it: that is the upload thread
@@ -259,21 +270,21 @@ class BlockStreamer:
             bound = e.bound[slot.index] = e.rebuild(part_views(slot.buffer, 0, e))
         swap(e.module, e.name, e.is_param, bound)
 
-    def _bind_host(self, e: Entry, start: int) -> None:
-        if self.in_place:
+    def _bind_host(self, e: Entry, block: int) -> None:
+        if block in self._copies:  # streamed in place
             assert e.original is not None
             return put(e, e.original)
         if e.rebuild is not None:
             return swap(e.module, e.name, e.is_param, e.host)
         assert self._host is not None
-        bind(e.module, e.name, e.is_param, view(self._host, start + e.offset, e))
+        bind(e.module, e.name, e.is_param, view(self._host, self._span[block][0] + e.offset, e))
 
     def _issue(self, block: int) -> None:
         """Upload ``block`` into a free slot (on the side stream, after the slot's last compute), on the
         upload thread where there is one."""
         slot = self._free.popleft()
         start, nbytes = self._span[block]
-        if self.in_place:
+        if block in self._copies:
             pairs = [(view(slot.buffer, part.offset, part), t) for part, t in self._copies[block]]
         else:
             assert self._host is not None
@@ -363,9 +374,8 @@ class BlockStreamer:
             slot.done.record(torch.cuda.current_stream(self.device))
         if began is not None:
             self.stats._compute_marks.append((block, began, self._mark()))
-        start = self._span[block][0]
         for e in self._entries[block]:
-            self._bind_host(e, start)
+            self._bind_host(e, block)
         self._free.append(slot)
         self._top_up()
 
@@ -444,12 +454,11 @@ class BlockStreamer:
                 swap(sub, name, is_param, original)
         self._host_tensors.clear()
         self._host_objects.clear()
-        if (host := self._host) is not None or self.in_place:
-            for i, entries in self._entries.items():
-                for e in entries:
-                    restore(e, host, self._span[i][0], release)
-            if release:
-                self._host = None
+        for i, entries in self._entries.items():
+            for e in entries:
+                restore(e, self._host, self._span[i][0], release)
+        if release:
+            self._host = None
         self._copies.clear()
         self._slots.clear()
         self._free.clear()
@@ -484,15 +493,24 @@ class BlockStreamer:
         }
 
     def _uploads_from(self) -> str:
-        """Where the streamed blocks upload from: "pinned RAM", "RAM" (a pageable buffer, or the weights'
-        own RAM), "file pages" (a mapped component's file), or both of the last two with their bytes."""
-        if not self.in_place:
-            return "pinned RAM" if self.stats.pinned else "RAM"
+        """Where the streamed blocks upload from: "pinned RAM" (the buffer), "RAM" (a pageable buffer, or
+        the weights' own RAM), "file pages" (a mapped component's file); with their bytes when mixed."""
         tensors = [t for copies in self._copies.values() for _, t in copies]
-        mapped, total = FilePages().bytes_in(tensors), sum(t.numel() * t.element_size() for t in tensors)
-        if mapped and mapped < total:
-            return f"file pages ({_gb(mapped)}) and RAM ({_gb(total - mapped)})"
-        return "file pages" if mapped else "RAM"
+        mapped = FilePages().bytes_in(tensors)
+        own = sum(t.numel() * t.element_size() for t in tensors) - mapped
+        buffer = self.stats.host_bytes
+        parts = [
+            ("pinned RAM" if self.stats.pinned else "RAM", buffer),
+            ("file pages", mapped),
+            ("RAM", own),
+        ]
+        merged: dict[str, int] = {}
+        for name, n in parts:
+            if n:
+                merged[name] = merged.get(name, 0) + n
+        if len(merged) == 1:
+            return next(iter(merged))
+        return " and ".join(f"{name} ({_gb(n)})" for name, n in merged.items())
 
 
 def _gb(n: int) -> str:

@@ -168,11 +168,11 @@ class _HostOps:
             if lm.model is not None and lm.device == device
         )
 
-    def stream(self, handle: Handle, budget: int, source: str = "P") -> str:
+    def stream(self, handle: Handle, budget: int, source: str = "P", pinned: int | None = None) -> str:
         if dynamic_vram.is_dynamic(handle.patcher):
             return dynamic_vram.stream_note(True)
         # the plan's stream<-pinned uploads from a pinned host copy; from RAM or disk, in place (no copy)
-        settings = sampling.StreamSettings(budget, pin=source == "P", weights_only=True)
+        settings = sampling.StreamSettings(budget, pin=source == "P", pin_bytes=pinned, weights_only=True)
         if handle.kind == "text_encoder":  # hooks the encoder itself: every clone's encode streams
             streaming = text_encoders.arm_clip_streaming(handle.patcher, settings)
             self.armed[id(handle)] = (streaming, lambda armed, _clones: [armed.end()])

@@ -65,6 +65,7 @@ class StreamSettings:
     prefetch: int | None = None
     resident_blocks: int | None = None
     pin: bool = True
+    pin_bytes: int | None = None  # with ``pin``: at most this many bytes pinned, the rest in place
     # ``budget`` holds weights only (the controller's share of the plan): the activations come on top
     weights_only: bool = False
 
@@ -135,7 +136,7 @@ class _Session:
         if not choice.streamed_bytes and device.type == "cpu":  # the host's own placement is already it
             self.run.note = "everything fits the budget: nothing streamed"
             return
-        streamer = BlockStreamer(diffusion, layout, choice, device, pin=s.pin)
+        streamer = BlockStreamer(diffusion, layout, choice, device, pin=s.pin, pin_bytes=s.pin_bytes)
         streamer.attach()
         self.streamer, self._module = streamer, diffusion
         _ACTIVE[id(diffusion)] = self

@@ -137,7 +137,7 @@ class ClipStreaming:
             return
         if not choice.streamed_bytes and not on_gpu:
             self.run.note = "everything fits the budget: nothing streamed"
-        streamer = BlockStreamer(model, layout, choice, device, pin=s.pin)
+        streamer = BlockStreamer(model, layout, choice, device, pin=s.pin, pin_bytes=s.pin_bytes)
         streamer.attach()
         self.streamer = streamer
 

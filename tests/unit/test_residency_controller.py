@@ -38,7 +38,7 @@ class FakeHost:
         self.host: dict[str, str] = {}
         self.can_pin = True
         self.armed: dict[str, int] = {}  # component -> the weights budget it streams within
-        self.sources: dict[str, str] = {}  # component -> the host tier it streams from (the plan's)
+        self.sources: dict[str, tuple] = {}  # component -> (the plan's host tier, the bytes it pins)
         # what a streamed node's sampling does: streamed by Headroom, a host partial load, or nothing
         self.sampling = Streamed("streamed", 2**30, "streamed 40/57 blocks by Headroom, 1.00 GiB per step")
         self.refuse_stream = ""
@@ -86,11 +86,11 @@ class FakeHost:
         self.calls.append(("free", "*"))
         self.loaded.clear()
 
-    def stream(self, handle: Any, budget: int, source: str = "P") -> str:
+    def stream(self, handle: Any, budget: int, source: str = "P", pinned: int | None = None) -> str:
         if self.refuse_stream:
             return self.refuse_stream
         self.calls.append(("stream", handle[0]))
-        self.sources[handle[0]] = source
+        self.sources[handle[0]] = (source, pinned)
         self.armed[handle[0]] = budget
         return ""
 
@@ -413,6 +413,30 @@ def stream_events(controller: Controller) -> list[tuple[str, str, str]]:
     return [(e.kind, e.node_id, e.detail) for e in controller.log("p1") if e.action == "stream"]
 
 
+def test_a_component_streamed_from_disk_is_mapped_before_it_is_armed() -> None:
+    """The streamer streams in place from where the weights are: the plan's stream<-disk maps them first."""
+    controller, fake, budget = setup(12)
+    run = controller.prompt_started("p1", prompt(model_residency="disk"), budget, HW)
+    register(controller, run.workload)
+    controller.runs.clear()
+    run = controller.prompt_started("p1", prompt(model_residency="disk"), budget, HW)
+    sampler = next(sp for sp in run.plan.steps if sp.placements.get(DM) and sp.placements[DM].tier.gpu == "S")
+    assert sampler.placements[DM].tier.host == "D"
+    for sp in run.plan.steps:
+        if sp is sampler:
+            fake.host[DM] = "R"  # the host's own load (another workflow's) left a pageable copy
+        controller.node_started("p1", sp.step.node_id)
+        controller.node_finished("p1", sp.step.node_id)
+    controller.prompt_finished("p1")
+    moves = [
+        (e.kind, e.action)
+        for e in controller.log("p1")
+        if e.component == DM and e.node_id == sampler.step.node_id
+    ]
+    assert moves.index(("applied", "map")) < moves.index(("armed", "stream")), moves
+    assert fake.sources[DM] == ("D", None)
+
+
 def test_a_streamed_step_arms_the_streamer_at_its_start_and_disarms_it_at_its_end() -> None:
     controller, host, run = streamed_run()
     sampler = next(sp for sp in run.plan.steps if sp.placements.get(DM) and sp.placements[DM].tier.gpu == "S")
@@ -435,12 +459,18 @@ def test_a_streamed_step_arms_the_streamer_at_its_start_and_disarms_it_at_its_en
     ) + sum(p.bytes for p in sampler.prefetched)
     assert armed.nbytes == run.plan.budget.vram - sampler.step.activation_min - others
     assert 0 < armed.nbytes < run.workload.component(DM).bytes
-    # the host copy it streams from is the plan's: pinned for stream<-pinned, else a pageable one
-    source = sampler.placements[DM].tier.host
-    assert host.sources[DM] == source
-    assert armed.detail.endswith(
-        f"from {'a pinned' if source == 'P' else 'a pageable'} copy of its streamed blocks"
+    # it streams from the plan's host tier: a pinned copy of as many bytes as the plan pins, else in place
+    placement = sampler.placements[DM]
+    assert host.sources[DM] == (
+        placement.tier.host,
+        placement.pinned_bytes if placement.tier.host == "P" else None,
     )
+    said = {
+        "P": "a pinned copy of its streamed blocks",
+        "R": "its own RAM, no copy",
+        "D": "its file's pages, no copy",
+    }
+    assert armed.detail.endswith(f"from {said[placement.tier.host]}")
     summary = controller.summary("p1")
     assert ("4", "stream", DM) in summary["applied"] and summary["applied"] == summary["planned"]
 

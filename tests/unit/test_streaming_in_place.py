@@ -178,3 +178,36 @@ def test_a_host_buffer_left_in_place_is_taken_again_without_a_copy(same_layout: 
     with torch.no_grad():
         assert torch.equal(model(x), expected)
     second.detach(release=True)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads file mappings from /proc (Linux)")
+def test_a_pinned_cap_buffers_the_blocks_it_holds_and_streams_the_rest_in_place(tmp_path) -> None:
+    """The plan's stream<-pinned+ram: ``pin_bytes`` holds three blocks; they upload from the buffer, the
+    other five from where they are (their file's pages, block 5 its RAM). Bitwise, and every object back."""
+    from safetensors.torch import save_file
+
+    from comfyui_headroom.memory.residency.mapped import MappedFile, bind
+
+    model = _model()
+    path = str(tmp_path / "tiny.safetensors")
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, path)
+    assert bind(model, [MappedFile(path)]).kept == {}
+    _mixed(model, path)
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        expected = model(x)
+    before = {n: t for n, t in _tensors(model).items()}
+    budget, rest, blocks = _budget(model, 0.0)
+    choice = choose_streaming(blocks, rest, budget)
+    streamer = BlockStreamer(model, discover_blocks(model), choice, "cpu", pin=True, pin_bytes=3 * blocks[0])
+    streamer.attach()
+    with torch.no_grad():
+        got = [model(x) for _ in range(2)]
+    summary = streamer.summary()
+    streamer.detach(release=True)
+    assert all(torch.equal(g, expected) for g in got)
+    assert sorted(streamer.streamed) == list(range(8)) and summary["misses"] == 0
+    assert blocks[0] <= summary["host_bytes"] <= 3 * blocks[0] + 64 * 32, "three blocks in the buffer"
+    assert summary["uploads_from"].startswith("RAM (") and "and file pages (" in summary["uploads_from"]
+    after = _tensors(model)
+    assert all(after[n] is t for n, t in before.items() if not n.startswith("blocks.5."))
