@@ -46,9 +46,10 @@ INF = math.inf
 class Placement:
     """A component's tier during one step; for a streamed one, how many blocks stay resident.
 
-    ``pinned_bytes`` and ``pageable_bytes`` are its host copy during the step: a streamed component
-    keeps only its streamed blocks in RAM, and a stream from pinned RAM pins what the pinned cap
-    leaves, the rest staying pageable.
+    ``pinned_bytes`` and ``pageable_bytes`` are its host copy during the step. A streamed component
+    keeps all of it in its host tier, the resident blocks and the rest included (the streamer copies
+    nothing back at detach); a stream from pinned RAM pins as many streamed blocks as the pinned cap
+    leaves, and the rest of its copy stays pageable.
     """
 
     tier: Tier
@@ -61,8 +62,9 @@ class Placement:
 
     @property
     def label(self) -> str:
-        """The tier's label, with "+ram" where the pinned cap left part of a pinned copy pageable."""
-        return self.tier.label + ("+ram" if self.tier.host == "P" and self.pageable_bytes else "")
+        """The tier's label, with "+ram" where the pinned cap left some streamed blocks pageable."""
+        capped = self.tier.host == "P" and self.tier.gpu == "S" and self.pinned_bytes < self.streamed_bytes
+        return self.tier.label + ("+ram" if capped else "")
 
 
 @dataclass(frozen=True)
@@ -227,9 +229,9 @@ class _Problem:
     def _step_cost(self, s: int) -> np.ndarray:
         """Joint array over the live components' allowed tiers: streaming cost, inf where infeasible.
 
-        A streamed component keeps in RAM (pinned or pageable) only the blocks it streams: the
-        resident ones were uploaded once and live on the GPU. Streaming "from pinned" pins what the
-        pinned cap leaves and streams the rest from pageable RAM. Streamed components share one ring
+        A streamed component keeps its whole host copy in its host tier, the resident blocks too.
+        Streaming "from pinned" pins as many streamed blocks as the pinned cap leaves and streams the
+        rest from pageable RAM. Streamed components share one ring
         (the largest of theirs) and take resident blocks from the room left, in component order.
         """
         step, depth = self.w.steps[s], self.depth
@@ -246,7 +248,7 @@ class _Problem:
             on_gpu = [c.bytes if t.gpu == "G" else c.rest if t.gpu == "S" else 0 for t in tiers]
             vram = vram + np.reshape(on_gpu, view)
             ring = np.maximum(ring, np.reshape([c.ring(depth) if t.gpu == "S" else 0 for t in tiers], view))
-            ram = ram + np.reshape([c.bytes if t.host in "PR" and t.gpu != "S" else 0 for t in tiers], view)
+            ram = ram + np.reshape([c.bytes if t.host in "PR" else 0 for t in tiers], view)
             pinned = pinned + np.reshape(
                 [c.bytes if t.host == "P" and t.gpu != "S" else 0 for t in tiers], view
             )
@@ -264,8 +266,6 @@ class _Problem:
                 resident = np.vectorize(lambda r, c=c: c.resident_fit(int(r))[1], otypes=[float])(room[at])
                 room[at] -= resident
                 streamed = sum(c.blocks) - resident
-                if t.host in "PR":
-                    ram[at] += streamed
                 pinned_part = 0.0
                 if t.host == "P":  # pin what the cap allows; the rest streams from pageable RAM
                     pinned_part = np.clip(self.budget.pinned - pinned[at], 0, streamed)
@@ -437,7 +437,8 @@ def _describe(problem: _Problem, states: list[tuple[int, ...]]) -> list[StepPlan
             fast = min(streamed, max(0, budget.pinned - pinned)) if t.host == "P" else 0
             pinned += fast
             slow = streamed - fast if t.host in "PR" else 0
-            placements[c.id] = Placement(t, k, len(c.blocks), streamed, fast, slow)
+            kept = c.bytes - fast if t.host in "PR" else 0
+            placements[c.id] = Placement(t, k, len(c.blocks), streamed, fast, kept)
             seconds = float(stream_seconds(hw, t.host, c.rest + resident, streamed, fast, step.evaluations))
             streams.append(
                 Action("stream", c.id, streamed, seconds, _HOST[t.host], "", fast, slow, k, len(c.blocks),

@@ -186,10 +186,10 @@ class _Explainer:
             else:
                 text = f"{WHERE[t]}: in the room the other components of this node leave"
             text += f"; {p.resident_blocks} of {p.total_blocks} blocks resident"
-            if p.pinned_bytes and p.pageable_bytes:
+            if p.pinned_bytes and p.pinned_bytes < p.streamed_bytes:
                 text += (
-                    f"; pinned cap {gib(self.budget.pinned)}: {gib(p.pinned_bytes)} of it pinned, "
-                    f"{gib(p.pageable_bytes)} pageable"
+                    f"; pinned cap {gib(self.budget.pinned)}: {gib(p.pinned_bytes)} of its streamed blocks "
+                    f"pinned, {gib(p.streamed_bytes - p.pinned_bytes)} pageable"
                 )
         again = self._again(s, c.id)
         if again and t.host in "PR":
@@ -219,7 +219,7 @@ class _Explainer:
         best: tuple[float, str] | None = None
         blocked = ""
         for a in pinned_tiers(c.pin, same):
-            need = (p.streamed_bytes if t.gpu == "S" else c.bytes) if a.host in "PR" else 0
+            need = c.bytes if a.host in "PR" else 0  # a streamed one keeps its whole copy there too
             # a stream from pinned RAM pins what the cap leaves: only the RAM budget can block it
             why = self.blocked(s, c.id, "R" if t.gpu == "S" else a.host, need)
             if why:

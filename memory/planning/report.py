@@ -50,11 +50,8 @@ def action_text(a: Action, workload: Workload) -> str:
     host = "RAM" if a.pageable_bytes else a.source if a.kind == "stream" else a.target
     if a.kind == "copy":
         text = f"copy {label} from {a.source} to {host} ({format_bytes(a.bytes)}, {a.seconds:.2f} s)"
-        kept = a.pinned_bytes + a.pageable_bytes
         if a.pinned_bytes and a.pageable_bytes:
             text += f", keeping {_split(a.pinned_bytes, a.pageable_bytes)}"
-        elif kept != a.bytes:  # a stream keeps only its streamed blocks in RAM
-            text += f", keeping {format_bytes(kept)}"
         return text
     if a.kind == "load":
         return f"load {label} to GPU from {a.source} ({format_bytes(a.bytes)}, {a.seconds:.2f} s)"

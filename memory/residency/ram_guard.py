@@ -179,12 +179,10 @@ def predict(
         for cid, h in host.items():
             c, p = comps[cid], sp.placements.get(cid)
             if p is not None and p.tier.gpu == "S" and cid in movable:  # the streamer's host copy
-                # the streamed blocks as the plan places them (read from the file each step for "D");
-                # what goes on the device (the rest, the resident blocks) keeps its host copy in the
-                # plan's host tier: the streamer copies nothing back at detach
-                kept = max(0, c.bytes - p.streamed_bytes)
-                anon += p.pageable_bytes + (kept if p.tier.host == "R" else 0)
-                pinned += p.pinned_bytes + (kept if p.tier.host == "P" else 0)
+                # the whole copy as the plan places it (the streamer copies nothing back at detach);
+                # from disk, the streamed blocks are read from the file's pages each step
+                anon += p.pageable_bytes
+                pinned += p.pinned_bytes
                 mapped += p.streamed_bytes if p.tier.host == "D" else 0
             elif h in ("R", "P"):
                 anon, pinned = (anon + c.bytes, pinned) if h == "R" else (anon, pinned + c.bytes)

@@ -95,14 +95,13 @@ def _brute_force(w: Workload, budget: Budget, hw: Hardware, depth: int) -> float
             room = budget.vram - vram  # resident blocks take what is left, component by component
             for c in comps:
                 t = tier[c.id, s]
-                if t.gpu == "S":  # only the streamed blocks stay in RAM
+                if t.host in "PR":  # a streamed one keeps its whole copy there, resident blocks too
+                    ram += c.bytes
+                if t.gpu == "S":
                     resident = _resident(c.blocks, room)
                     room -= resident
                     streamed[c.id] = sum(c.blocks) - resident
-                    ram += streamed[c.id] if t.host in "PR" else 0
                     continue
-                if t.host in "PR":
-                    ram += c.bytes
                 if t.host == "P":
                     pinned += c.bytes
             pinned_part = {}  # a stream from pinned RAM pins what the cap leaves; the rest is pageable

@@ -109,6 +109,23 @@ def test_two_models_of_one_step_stream_together_sharing_one_ring() -> None:
     assert brute_force(w, budget, HW) == pytest.approx(p.transfer_s, rel=1e-9)
 
 
+def test_a_streamed_component_needs_room_for_its_whole_host_copy() -> None:
+    """The streamer keeps the host copy of the resident blocks and the rest: a stream from RAM needs
+    RAM for the whole component, not for its streamed blocks only."""
+    block = 1 * GB
+    model = Component("m", "model", 10 * GB, (block,) * 9)  # 1 GB outside the blocks
+    w = Workload((model,), (Step("1", "KSampler", ("m",), evaluations=4),))
+    roomy = plan(w, Budget(vram=7 * GB, ram=32 * GB, pinned=0), HW)
+    p = roomy.steps[0].placements["m"]
+    assert p.tier.gpu == "S" and p.tier.host in "PR" and 0 < p.resident_blocks < 9  # pinning nothing
+    assert (p.pinned_bytes, p.pageable_bytes) == (0, model.bytes) and roomy.steps[0].ram == model.bytes
+    # RAM for the streamed blocks only, not for the resident ones: it streams from its file instead
+    tight = Budget(vram=7 * GB, ram=p.streamed_bytes + block, pinned=0)
+    capped = plan(w, tight, HW)
+    assert capped.steps[0].placements["m"].tier == Tier.STREAM_DISK and capped.steps[0].ram == 0
+    assert brute_force(w, tight, HW) == pytest.approx(capped.transfer_s, rel=1e-9)
+
+
 def test_synchronous_streaming_is_the_last_resort_below_a_ring_of_two_blocks() -> None:
     block = 1 * GB
     model = Component("m", "model", 10 * GB, (block,) * 9)  # 1 GB outside the blocks
