@@ -61,10 +61,14 @@ class Placement:
     reason: str = ""  # why it is there, in one line from the plan's figures (``reasons.py``)
 
     @property
+    def capped(self) -> bool:
+        """A stream from pinned RAM whose pinned cap left some of its streamed blocks pageable."""
+        return self.tier.host == "P" and self.tier.gpu == "S" and self.pinned_bytes < self.streamed_bytes
+
+    @property
     def label(self) -> str:
         """The tier's label, with "+ram" where the pinned cap left some streamed blocks pageable."""
-        capped = self.tier.host == "P" and self.tier.gpu == "S" and self.pinned_bytes < self.streamed_bytes
-        return self.tier.label + ("+ram" if capped else "")
+        return self.tier.label + ("+ram" if self.capped else "")
 
 
 @dataclass(frozen=True)

@@ -186,7 +186,7 @@ class _Explainer:
             else:
                 text = f"{WHERE[t]}: in the room the other components of this node leave"
             text += f"; {p.resident_blocks} of {p.total_blocks} blocks resident"
-            if p.pinned_bytes and p.pinned_bytes < p.streamed_bytes:
+            if p.pinned_bytes and p.capped:
                 text += (
                     f"; pinned cap {gib(self.budget.pinned)}: {gib(p.pinned_bytes)} of its streamed blocks "
                     f"pinned, {gib(p.streamed_bytes - p.pinned_bytes)} pageable"

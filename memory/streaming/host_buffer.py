@@ -135,18 +135,28 @@ def lay_out(
                 e.original = on_host(tensor, inner, is_param)
                 e.source = packed(e.original) if inner is not None else None
             elif e.nbytes and 2 * pages.bytes_in(plain) >= e.nbytes:  # a subclass's scales may be private
-                e.original = tensor if inner is not None else tensor.data if is_param else tensor
+                e.original = held(tensor, inner, is_param)
             entries[i].append(e)
         span[i] = (start, offset - start)
     return entries, span, 0 if in_place else offset
 
 
+def held(tensor: torch.Tensor, inner: Packed | None, is_param: bool) -> torch.Tensor:
+    """What to keep of a module's ``tensor`` to put back later: a parameter's data (the Parameter object
+    stays and is rebound: ``bind``), else the tensor itself (a subclass is swapped whole: ``swap``)."""
+    return tensor.data if inner is None and is_param else tensor
+
+
+def in_host_memory(tensor: torch.Tensor, inner: Packed | None) -> bool:
+    """Whether ``tensor`` (a subclass: every inner tensor) is in host memory."""
+    return all(t.device.type == "cpu" for t in ((tensor,) if inner is None else inner.inner))
+
+
 def on_host(tensor: torch.Tensor, inner: Packed | None, is_param: bool) -> torch.Tensor:
     """``tensor`` itself where it is in host memory, else a CPU copy of it (a subclass rebuilt around
     copies of its inner tensors)."""
-    plain = (tensor,) if inner is None else inner.inner
-    if all(t.device.type == "cpu" for t in plain):
-        return tensor.data if inner is None and is_param else tensor
+    if in_host_memory(tensor, inner):
+        return held(tensor, inner, is_param)
     if inner is None:
         return tensor.detach().to("cpu")
     return inner.rebuild([t.to("cpu") for t in inner.inner])

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..units import format_bytes
 from .discovery import BlockLayout
 from .host_buffer import (
     Entry,
@@ -510,8 +511,4 @@ class BlockStreamer:
                 merged[name] = merged.get(name, 0) + n
         if len(merged) == 1:
             return next(iter(merged))
-        return " and ".join(f"{name} ({_gb(n)})" for name, n in merged.items())
-
-
-def _gb(n: int) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+        return " and ".join(f"{name} ({format_bytes(n)})" for name, n in merged.items())

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ...memory.streaming.host_buffer import bind, direct, swap
+from ...memory.streaming.host_buffer import bind, direct, held, in_host_memory, swap
 from ...memory.streaming.storage import packed, storage_bytes
 
 Captured = dict[str, torch.Tensor]  # "module.path.name" (the patcher's keys) -> host tensor
@@ -36,10 +36,9 @@ def capture(model: nn.Module) -> Captured:
     for path, module in model.named_modules():
         for _, name, is_param, tensor in direct(module):
             inner = packed(tensor)
-            plain = (tensor,) if inner is None else inner.inner
-            if all(t.device.type == "cpu" for t in plain):  # a parameter's data: the object stays, moved
+            if in_host_memory(tensor, inner):  # a parameter's data: the object stays, moved
                 key = f"{path}.{name}" if path else name
-                out[key] = tensor.data if inner is None and is_param else tensor
+                out[key] = held(tensor, inner, is_param)
     return out
 
 
@@ -61,7 +60,7 @@ def give_back(
             if original is None or key in patched or not loaded(tensor):
                 continue
             inner = packed(original)
-            now = tensor.data if inner is None and is_param else tensor
+            now = held(tensor, inner, is_param)
             if type(original) is not type(now) or (original.dtype, original.shape) != (now.dtype, now.shape):
                 continue
             (bind if inner is None else swap)(sub, name, is_param, original)
