@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from .memory.optional import optional_module
+from .memory.planning.host_settings import add_host_flags
 from .memory.units import GB, GiB, format_bytes, parse_bytes
 from .version import __version__
 
@@ -109,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=GiB // 2,
         help="VRAM kept for the driver and host (default 0.5GB)",
     )
+    add_host_flags(plan)
     return parser
 
 
@@ -141,6 +143,8 @@ def _check_paths(args: argparse.Namespace) -> str | None:
 def cmd_plan(args: argparse.Namespace) -> int:
     from .memory.planning.baselines import BASELINES
     from .memory.planning.costmodel import Budget, Hardware
+    from .memory.planning.host_advice import host_lines, host_report, hosts_json, rerun_nodes
+    from .memory.planning.host_settings import settings_from_args
     from .memory.planning.pipeline import plan_workflow
     from .memory.planning.report import plan_json, plan_text, timeline_png
     from .memory.workflow.graph import WorkflowError
@@ -156,6 +160,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         )
         ram = _default_ram() if args.ram is None else args.ram
         budget = Budget.from_card(args.vram, ram, reserve=args.reserve)
+        settings = settings_from_args(args)
         planned = plan_workflow(args.workflow, budget, hw, models_dir=args.models_dir)
     except (WorkflowError, ValueError) as exc:
         print(f"error: {_one_line(exc)}", file=sys.stderr)
@@ -169,11 +174,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
     order, workload, result = planned.order, planned.workload, planned.plan
     assert result is not None  # planned under a budget
     baselines = {name: policy(workload, budget, hw) for name, policy in BASELINES.items()}
+    hosts, advice = host_report(workload, budget, hw, settings, rerun_nodes(planned.graph, order))
     if args.json:
-        print(json.dumps(plan_json(result, workload, baselines), indent=2))
+        print(
+            json.dumps(
+                {**plan_json(result, workload, baselines), "hosts": hosts_json(hosts, advice, settings)},
+                indent=2,
+            )
+        )
     else:
         print(f"{args.workflow}: {len(order)} nodes will run, {len(workload.components)} model components")
         print(plan_text(result, workload, baselines, why=args.why))
+        print("\n".join(host_lines(hosts, advice, settings, why=args.why)))
     if args.png:
         if not result.feasible:
             print(f"note: no timeline drawn to {args.png}: the workflow does not fit", file=sys.stderr)

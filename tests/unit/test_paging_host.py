@@ -1,0 +1,181 @@
+"""The 2026 host model (memory/planning/paging_host.py, host_settings.py, host_advice.py): the host's own
+formulas, what it uploads from where, what the repeat run reloads, and Headroom's retention."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from comfyui_headroom.cli import main
+from comfyui_headroom.memory.planning.costmodel import Budget, Hardware
+from comfyui_headroom.memory.planning.host_advice import host_advice, host_report, rerun_nodes
+from comfyui_headroom.memory.planning.host_settings import HostSettings, parse_host_flags
+from comfyui_headroom.memory.planning.paging_host import paging_host
+from comfyui_headroom.memory.planning.workload import Component, Step, Workload
+from comfyui_headroom.memory.units import GB, GiB, MiB
+from comfyui_headroom.memory.workflow.graph import parse_workflow
+
+HW = Hardware.pcie(4)
+
+
+def two_experts(te: int = 6 * GiB, expert: int = 12 * GiB) -> Workload:
+    """A text encoder, two experts sampling one after the other, a VAE: Wan 2.2's shape."""
+    blocks = tuple([expert // 40] * 40)
+    comps = (
+        Component("te", "te", te, kind="text_encoder"),
+        Component("hi", "high", expert, blocks, kind="diffusion_model"),
+        Component("lo", "low", expert, blocks, kind="diffusion_model"),
+        Component("vae", "vae", 256 * MiB, kind="vae"),
+    )
+    steps = (
+        Step("1", "CLIPTextEncode", ("te",), activation=GiB),
+        Step("2", "KSamplerAdvanced", ("hi",), evaluations=10, activation=4 * GiB),
+        Step("3", "KSamplerAdvanced", ("lo",), evaluations=10, activation=4 * GiB),
+        Step("4", "VAEDecode", ("vae",), activation=2 * GiB),
+    )
+    return Workload(comps, steps)
+
+
+def budget(vram_gb: float = 16, ram_gb: float = 32) -> Budget:
+    return Budget.from_card(int(vram_gb * GB), int(ram_gb * GB))
+
+
+# -- the host's own formulas
+
+
+def test_pinned_cap_reserve_and_cache_headroom_follow_the_host_source() -> None:
+    linux, windows = HostSettings(), HostSettings(windows=True)
+    ram = 32 * GiB
+    assert linux.pinned_cap(ram) == 16 * GiB  # max(0.4R, min(0.9R, R-4G, R+0-16G)) with no swap
+    assert linux.with_(swap=16 * GiB).pinned_cap(ram) == 28 * GiB  # R - 4 GiB
+    assert windows.pinned_cap(ram) == int(0.4 * ram)
+    assert HostSettings(pinned_memory=False).pinned_cap(ram) == 0
+    assert linux.reserve(16 * GiB) == 400 * MiB
+    assert windows.reserve(16 * GiB) == 700 * MiB and windows.reserve(8 * GiB) == 600 * MiB
+    assert HostSettings(reserve_vram=1.5).reserve(16 * GiB) == int(1.5 * GiB)
+    assert linux.ram_headroom(ram) == int(3.2 * GiB)  # 10% of RAM, within 2..10 GB
+    assert linux.ram_headroom(8 * GiB) == 2 * GiB and linux.ram_headroom(256 * GiB) == 10 * GiB
+    assert HostSettings(cache="classic").ram_headroom(ram) == 0
+    assert linux.pin_margin(ram) == 2 * GiB  # max(active / 2, 2 GiB)
+    assert HostSettings(vram_headroom=2).usable_vram(16 * GiB) == 16 * GiB - 400 * MiB - 2 * GiB
+
+
+def test_the_hosts_flags_parse_as_the_host_reads_them() -> None:
+    s = parse_host_flags("--listen 0.0.0.0 --high-ram --reserve-vram 1 --vram-headroom 2 --fast-disk")
+    assert s.high_ram and s.cache == "classic" and s.fast_disk  # --high-ram implies --cache-classic
+    assert s.reserve_vram == 1 and s.vram_headroom == 2
+    assert s.flags() == ["--fast-disk", "--high-ram", "--reserve-vram 1", "--vram-headroom 2"]
+    assert parse_host_flags("--cache-ram 4 64").cache_ram == (4.0, 64.0)
+    assert not parse_host_flags("--disable-dynamic-vram").paging
+    assert not parse_host_flags("--cpu").dynamic_vram
+    with pytest.raises(ValueError):
+        HostSettings(cache="mru")
+
+
+# -- the paging host
+
+
+def test_first_run_pins_on_the_way_and_streams_what_the_activations_leave() -> None:
+    o = paging_host(two_experts(), budget(), HW)
+    hi = next(n for n in o.run(1) if n.node_id == "2")
+    assert hi.disk_read == 12 * GiB  # read from the file once, into its host buffer
+    assert hi.streamed > 0 and hi.vram_weights + hi.streamed == 12 * GiB
+    assert sum(hi.uploads.values()) == pytest.approx(12 * GiB + 9 * hi.streamed, rel=1e-6)
+    assert o.fits
+
+
+def test_fast_disk_uploads_from_the_file_at_every_pass_and_pins_nothing() -> None:
+    o = paging_host(two_experts(), budget(), HW, HostSettings(fast_disk=True))
+    assert o.ram_peak == 0
+    hi = next(n for n in o.run(1) if n.node_id == "2")
+    assert set(hi.uploads) == {"disk"} and hi.disk_read == sum(hi.uploads.values())
+
+
+def test_repeat_run_under_the_ram_pressure_cache_reloads_and_retention_keeps_what_the_budget_holds() -> None:
+    w, b = two_experts(), budget()
+    host = paging_host(w, b, HW)
+    # the text encoder's node is cached in the repeat run; the experts' pins did not all survive run 1
+    assert [n.node_id for n in host.run(2)] == ["2", "3", "4"]
+    assert host.reloads, "the plan predicts the host's reload"
+    kept = paging_host(w, b, HW, headroom=True)
+    # what the budget holds: the two experts and the VAE beside the host's free-RAM floor
+    holds = 2 * 12 * GiB + 256 * MiB <= b.ram - HostSettings().ram_headroom(b.ram)
+    assert holds
+    assert kept.reloads == {}
+    assert kept.runs_s[1] < host.runs_s[1]
+    # and the text encoder's pins went back as soon as its last use passed
+    encode = next(n for n in kept.run(1) if n.node_id == "1")
+    assert encode.freed_ram.get("te") == 6 * GiB
+
+
+def test_classic_cache_keeps_pins_the_ram_pressure_cache_frees() -> None:
+    w, b = two_experts(), budget()
+    ram = paging_host(w, b, HW)
+    classic = paging_host(w, b, HW, HostSettings(cache="classic"))
+    assert sum(classic.reloads.values()) <= sum(ram.reloads.values())
+
+
+def test_settings_lines_carry_their_figures() -> None:
+    lines = host_advice(two_experts(), budget(), HW, HostSettings())
+    settings = [a.setting for a in lines]
+    assert {"--high-ram", "--fast-disk", "--vram-headroom", "--reserve-vram", "pinned cap"} <= set(settings)
+    for a in lines:
+        assert any(ch.isdigit() for ch in a.line), a.line
+    retention = next(a for a in lines if a.setting == "Headroom retention")
+    assert retention.seconds > 0 and "reloads nothing" in retention.line
+    off = host_advice(two_experts(), budget(), HW, HostSettings(host="0.3"))
+    assert [a.verdict for a in off] == ["info"]
+
+
+def test_rerun_nodes_are_the_seeded_nodes_and_their_descendants() -> None:
+    prompt = {
+        "1": {"class_type": "CLIPTextEncode", "inputs": {"text": "a", "clip": ["9", 0]}},
+        "9": {"class_type": "CLIPLoader", "inputs": {"clip_name": "t.safetensors", "type": "wan"}},
+        "2": {"class_type": "KSampler", "inputs": {"seed": 1, "positive": ["1", 0]}},
+        "3": {"class_type": "VAEDecode", "inputs": {"samples": ["2", 0]}},
+    }
+    assert rerun_nodes(parse_workflow(prompt), ["9", "1", "2", "3"]) == {"2", "3"}
+
+
+def test_host_report_has_both_baselines() -> None:
+    hosts, advice = host_report(two_experts(), budget(), HW, HostSettings())
+    assert set(hosts) == {"comfyui", "comfyui_2026"} and advice
+
+
+# -- the done-when: the official Wan 2.2 14B t2v template at 16 GB / 32 GB
+
+
+def _template(name: str) -> Path | None:
+    try:
+        import comfyui_workflow_templates_json as package
+    except ImportError:
+        return None
+    path = Path(package.__file__).parent / "templates" / name
+    return path if path.exists() else None
+
+
+WAN = _template("video_wan2_2_14B_t2v.json")
+
+
+@pytest.mark.skipif(WAN is None, reason="pip install comfyui-workflow-templates-json")
+def test_plan_on_the_wan_template_prints_both_hosts_and_settings_lines(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["plan", str(WAN), "--vram", "16GB", "--ram", "32GB"]
+    main(args)
+    text = capsys.readouterr().out
+    assert "ComfyUI 0.3.x: transfer" in text and "ComfyUI 2026: transfer" in text
+    assert "host settings for ComfyUI 2026" in text and "--cache-classic" in text
+    main([*args, "--json"])
+    data = json.loads(capsys.readouterr().out)["hosts"]
+    assert set(data["baselines"]) == {"comfyui", "comfyui_2026"}
+    assert data["baselines"]["comfyui_2026"]["runs_s"][1] > 0
+    assert any(
+        a["setting"] == "--cache-classic" and any(c.isdigit() for c in a["line"]) for a in data["advice"]
+    )
+    main([*args, "--cache-classic", "--json"])
+    data = json.loads(capsys.readouterr().out)["hosts"]
+    assert data["settings"]["flags"] == ["--cache-classic"]
+    assert any(a["setting"] == "--cache-ram" for a in data["advice"])
