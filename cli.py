@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from .memory.optional import optional_module
 from .memory.planning.host_settings import add_host_flags
@@ -85,7 +85,19 @@ def build_parser() -> argparse.ArgumentParser:
         "component under a VRAM/RAM budget. No GPU and no model files needed.",
     )
     plan.add_argument("workflow", type=Path, help="a ComfyUI workflow (UI format) or API prompt, as JSON")
-    plan.add_argument("--vram", type=_size(MIN_SIZE, MAX_SIZE), required=True, help="usable VRAM, e.g. 8GB")
+    plan.add_argument(
+        "--vram",
+        type=_size(MIN_SIZE, MAX_SIZE),
+        default=None,
+        help="the card's VRAM, e.g. 8GB (default: that of --gpu; one of the two is needed)",
+    )
+    plan.add_argument(
+        "--gpu",
+        default=None,
+        metavar="NAME",
+        help="the card, e.g. 'RTX 4090', '4060 Ti', H100: its throughput, VRAM and bus from a table of "
+        "published specifications (default: the wall time assumes an RTX 4090 and says so)",
+    )
     plan.add_argument(
         "--ram",
         type=_size(MIN_SIZE, MAX_SIZE),
@@ -101,7 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(the JSON always carries each placement's reason)",
     )
     plan.add_argument("--png", type=Path, default=None, help="also draw a residency timeline to this PNG")
-    plan.add_argument("--pcie", type=int, choices=(3, 4, 5), default=4, help="PCIe generation (default 4)")
+    plan.add_argument(
+        "--pcie", type=int, choices=(3, 4, 5), default=None, help="PCIe generation (default: --gpu's, else 4)"
+    )
     plan.add_argument("--h2d-pinned", type=_rate, default=None, help="measured pinned upload GB/s (override)")
     plan.add_argument("--disk", type=_rate, default=None, help="measured disk read GB/s (override)")
     plan.add_argument(
@@ -142,7 +156,7 @@ def _check_paths(args: argparse.Namespace) -> str | None:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from .memory.planning.baselines import BASELINES
-    from .memory.planning.costmodel import Budget, Hardware
+    from .memory.planning.costmodel import Budget
     from .memory.planning.host_advice import host_lines, host_report, hosts_json, rerun_nodes
     from .memory.planning.host_settings import settings_from_args
     from .memory.planning.pipeline import plan_workflow
@@ -154,12 +168,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        hw = Hardware.pcie(args.pcie).with_overrides(
+        hw = _hardware(args).with_overrides(
             h2d_pinned=None if args.h2d_pinned is None else args.h2d_pinned * GB,
             disk=None if args.disk is None else args.disk * GB,
         )
         ram = _default_ram() if args.ram is None else args.ram
-        budget = Budget.from_card(args.vram, ram, reserve=args.reserve)
+        budget = Budget.from_card(_vram(args, hw), ram, reserve=args.reserve)
         settings = settings_from_args(args)
         planned = plan_workflow(args.workflow, budget, hw, models_dir=args.models_dir)
     except (WorkflowError, ValueError) as exc:
@@ -196,6 +210,36 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 print(f"error: cannot write --png {args.png}: {exc.strerror or exc}", file=sys.stderr)
                 return EXIT_BAD_INPUT
     return 0 if result.feasible else EXIT_DOES_NOT_FIT
+
+
+def _hardware(args: argparse.Namespace) -> Any:
+    """--gpu's card (its bus unless --pcie says otherwise), else the PCIe generation's defaults."""
+    from dataclasses import replace
+
+    from .memory.planning.costmodel import Hardware
+    from .memory.planning.gpus import gpu_names
+
+    if args.gpu is None:
+        return Hardware.pcie(args.pcie or 4)
+    try:
+        hw = Hardware.for_gpu(args.gpu)
+    except ValueError:
+        raise ValueError(
+            f"--gpu {args.gpu!r} is not a card Headroom knows; name one of: {', '.join(gpu_names())} "
+            "(or give --vram and --pcie for another card)"
+        ) from None
+    if args.pcie is not None:
+        bus = Hardware.pcie(args.pcie)
+        hw = replace(hw, h2d_pinned=bus.h2d_pinned, h2d_pageable=bus.h2d_pageable, d2h=bus.d2h)
+    return hw
+
+
+def _vram(args: argparse.Namespace, hw: Any) -> int:
+    if args.vram is not None:
+        return args.vram
+    if args.gpu is None:
+        raise ValueError("give --vram (the card's VRAM, e.g. --vram 8GB) or --gpu (the card's name)")
+    return hw.card().vram
 
 
 def _one_line(exc: BaseException) -> str:

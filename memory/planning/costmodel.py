@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..units import GB, GiB
+from .gpus import DEFAULT_FOR_PCIE, Gpu, find_gpu
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,11 @@ class Hardware:
     disk: float
     memcpy: float
     tflops: float  # dense bf16 throughput actually reached by diffusion kernels, for wall-time estimates
+    # the card whose throughput and memory bandwidth price compute (a name of gpus.GPUS); ``gpu_assumed``:
+    # nobody said which card, the plan assumed this one (and says so in a note)
+    gpu: str = DEFAULT_FOR_PCIE[4]
+    gpu_assumed: bool = True
+    fp8_matmul: bool = False  # the host multiplies fp8 weights in fp8 (else it casts them to bf16)
 
     def __post_init__(self) -> None:
         # every figure divides a byte count: zero divides by zero, NaN or a negative rate poisons the plan
@@ -55,7 +61,42 @@ class Hardware:
             disk=3.0 * GB,
             memcpy=10.0 * GB,
             tflops=tflops,
+            gpu=DEFAULT_FOR_PCIE[generation],
         )
+
+    @classmethod
+    def for_gpu(cls, gpu: Gpu | str) -> Hardware:
+        """The bus of ``gpu`` (a card of gpus.GPUS, or its name as --gpu or the host gives it): its PCIe
+        generation, halved for an x8 card; its throughput prices compute."""
+        card = find_gpu(gpu) if isinstance(gpu, str) else gpu
+        if card is None:
+            raise ValueError(f"unknown GPU {gpu!r}: name a card of the table (see --gpu help)")
+        base = cls.pcie(min(max(card.pcie, 3), 5))
+        lanes = card.lanes / 16
+        return replace(
+            base,
+            name=f"{card.name}, PCIe {card.pcie}.0 x{card.lanes}",
+            h2d_pinned=base.h2d_pinned * lanes,
+            h2d_pageable=base.h2d_pageable * lanes,
+            d2h=base.d2h * lanes,
+            tflops=card.bf16 * card.efficiency.matmul,
+            gpu=card.name,
+            gpu_assumed=False,
+        )
+
+    @classmethod
+    def for_device(cls, name: str | None) -> Hardware:
+        """The card the host reports by name ("NVIDIA GeForce RTX 4090"), else PCIe 4's defaults (the
+        plan's note then says which card it assumed)."""
+        card = find_gpu(name) if name else None
+        return cls.for_gpu(card) if card is not None else cls.pcie(4)
+
+    def card(self) -> Gpu:
+        """The card that prices compute (the PCIe generation's default when none was named)."""
+        found = find_gpu(self.gpu)
+        if found is None:
+            raise ValueError(f"unknown GPU {self.gpu!r}")
+        return found
 
     def with_overrides(self, **overrides: float) -> Hardware:
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})

@@ -18,7 +18,6 @@ from typing import Any
 
 from ..deadline import check_time
 from ..models.catalog import lookup, lookup_components, merge_parts
-from ..models.gguf import BYTES_PER_PARAM as GGUF_BYTES_PER_PARAM
 from ..models.header import ComponentError
 from ..models.info import ComponentInfo
 from ..names import OFFLOAD_FILE_INPUTS, OFFLOAD_RESIDENCY_INPUTS
@@ -27,7 +26,8 @@ from ..workflow.graph import Graph, Link, Node
 from ..workflow.node_types import lookup as lookup_node_type
 from ..workflow.values import Evaluator
 from .activations import activation_bytes, host_reservation
-from .costmodel import PIN_CHOICES
+from .compute import call_work, seconds
+from .costmodel import PIN_CHOICES, Hardware
 from .workload import Component, Step, Workload, component_id
 
 # Output type -> the component kinds a value of that type can carry.
@@ -160,7 +160,7 @@ class _Extractor:
         self.notes: list[str] = []
         self._carried: dict[tuple[str, int], frozenset[str]] = {}
         self._streamed: dict[tuple[str, int], dict[str, int | None]] = {}
-        self.flops_per_s = 80e12
+        self.hardware = Hardware.pcie(4)
         self.values = Evaluator(graph)
 
     # --- components --------------------------------------------------------------------------------
@@ -414,9 +414,11 @@ class _Extractor:
                 need = least = held = 0
             activation, activation_min = max(activation, need), max(activation_min, least)
             reservation = max(reservation, held)
-        flops = sum(
-            _flops(self.info[c], width=width, height=height, frames=frames, batch=batch, cfg=cfg_on)
-            for c in ordered
+        card, fp8 = self.hardware.card(), self.hardware.fp8_matmul
+        shape = {"width": width, "height": height, "frames": frames, "batch": batch, "cfg": cfg_on}
+        encode = "Decode" not in node.class_type
+        compute_s = sum(
+            seconds(call_work(self.info[c], **shape, encode=encode, fp8_matmul=fp8), card) for c in ordered
         )
         return Step(
             node_id,
@@ -424,7 +426,7 @@ class _Extractor:
             ordered,
             evaluations,
             activation,
-            evaluations * flops / self.flops_per_s,
+            evaluations * compute_s,
             activation_min=activation_min,
             reservation=reservation,
             streamed=tuple(sorted((c, b) for c, b in streamed.items() if c in used)),
@@ -470,27 +472,6 @@ def _describe(node: Node) -> str:
 
 DEFAULT_STEPS = 20  # the host's KSampler default: assumed for steps nothing tells
 VAE_TILE = 512  # pixels: the tile a VAE step reserves room for (one tile of a tiled decode)
-_BYTES_PER_PARAM = {
-    "fp8": 1, "fp8_e4m3fn": 1, "fp8_e5m2": 1, "fp16": 2, "bf16": 2, "fp32": 4, **GGUF_BYTES_PER_PARAM,
-}  # fmt: skip
-VAE_FLOPS_PER_PIXEL = 2.4e6  # an SD-class KL decoder: ~2.5 TFLOP for a 1024x1024 frame
-
-
-def _flops(info: ComponentInfo, *, width: int, height: int, frames: int, batch: int, cfg: bool) -> float:
-    """Coarse FLOPs of one evaluation, for the wall-time estimate only (the plan's objective is transfer).
-
-    A transformer or UNet pass costs about 2 x parameters x tokens; latent tokens are 16x16 pixels
-    (8x VAE, patch 2) and 4 frames; CFG doubles the batch; a prompt is ~256 tokens.
-    """
-    params = info.bytes / _BYTES_PER_PARAM.get(info.dtype.split("_scaled")[0], 2)
-    if info.kind == "vae":
-        return VAE_FLOPS_PER_PIXEL * width * height * frames * batch
-    if info.kind == "diffusion_model":
-        tokens = max(1, width // 16) * max(1, height // 16) * max(1, (frames + 3) // 4) * batch
-        return 2 * params * tokens * (2 if cfg else 1)
-    return 2 * params * 256
-
-
 # Inputs that size a latent or an image: ComfyUI's minimum for each is 0 (keep the aspect) or more.
 SIZE_INPUTS = frozenset({"width", "height", "length", "batch_size", "frames", "num_frames"})
 
@@ -505,14 +486,16 @@ def workload_from_graph(
     order: list[str],
     node_io: NodeIO = node_io,
     models_dir: Path | Sequence[Path] | None = None,
-    tflops: float = 80.0,
+    tflops: float | None = None,
+    hardware: Hardware | None = None,
 ) -> Workload:
     """Components and steps of ``graph`` executed in ``order`` (see the module docstring).
 
-    ``tflops`` is the throughput the wall-time estimate assumes (``Hardware.tflops``).
+    ``hardware``: the card whose throughput prices each node's compute (memory/planning/compute.py;
+    default PCIe 4's, said in a note). ``tflops`` is no longer read (the card's table figures are).
     """
     ex = _Extractor(graph, order, node_io, models_dir)
-    ex.flops_per_s = tflops * 1e12
+    ex.hardware = hardware or Hardware.pcie(4)
     steps = tuple(_checked(ex.step, node_id) for node_id in order)
     used = {c for s in steps for c in s.uses}
     for cid in sorted(set(ex.components) - used):

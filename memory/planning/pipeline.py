@@ -86,7 +86,7 @@ def plan_workflow(
         held = frozenset(cached(graph) if callable(cached) else cached)
         order = order_by(graph, held, outputs)
         lap("order")
-        workload = workload_from_graph(graph, order, models_dir=models_dir, tflops=hardware.tflops)
+        workload = workload_from_graph(graph, order, models_dir=models_dir, hardware=hardware)
         lap("extract")
         result = None
         if budget is not None:

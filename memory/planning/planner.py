@@ -135,6 +135,7 @@ class Plan:
     budget: Budget
     hardware: Hardware
     prefetch_depth: int  # d: blocks uploaded ahead of the one computing
+    notes: tuple[str, ...] = ()  # what the plan itself assumed or cut short, one line each
 
 
 def minimum_vram(workload: Workload, depth: int) -> tuple[int, str]:

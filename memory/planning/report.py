@@ -121,8 +121,20 @@ def plan_text(plan: Plan, workload: Workload, baselines: dict[str, Outcome], why
     per node), the summary and the notes."""
     parts = [plan_table(plan, workload, why)] if plan.feasible else []
     parts.append(summary(plan, baselines))
-    parts += [f"note: {note}" for note in workload.notes]
+    parts += [f"note: {note}" for note in plan_notes(plan, workload)]
     return "\n".join(parts)
+
+
+def plan_notes(plan: Plan, workload: Workload) -> list[str]:
+    """The workload's notes (what the workflow did not say), then the plan's own (what it assumed)."""
+    notes = list(workload.notes) + list(plan.notes)
+    hw = plan.hardware
+    if hw.gpu_assumed and any(s.step.compute_s for s in plan.steps):
+        notes.append(
+            f"wall time assumes an {hw.gpu} (no --gpu given): compute scales with the card; "
+            "name yours with --gpu"
+        )
+    return notes
 
 
 def fit_advice(plan: Plan) -> str:
@@ -205,7 +217,7 @@ def plan_json(plan: Plan, workload: Workload, baselines: dict[str, Outcome]) -> 
             }
             for name, o in baselines.items()
         },
-        "notes": list(workload.notes),
+        "notes": plan_notes(plan, workload),
     }
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from ...memory.deadline import HOST_PLAN_LIMIT_S
 from ...memory.names import EVENTS
-from ...memory.planning.costmodel import Budget
+from ...memory.planning.costmodel import Budget, Hardware
 from ...memory.planning.preflight import PlanCache, Preflight, plan_prompt
 from ...memory.planning.records import PlannedRun
 from ...memory.residency.ram_budget import RAM
@@ -134,8 +134,10 @@ class Monitor(Subscriber):
         deadline = getattr(self.local, "deadline", None)  # set by a preflight on this thread
         left = HOST_PLAN_LIMIT_S if deadline is None else max(1.0, deadline - time.monotonic())
         outputs = output_nodes(prompt)
+        card = self.card_name()
+        hardware = Hardware.for_device(None if self.assume_vram is not None else card)
         return plan_prompt(
-            prompt, budget, models_dir=models_dir(), outputs=outputs, time_limit_s=left, card=self.card_name()
+            prompt, budget, hardware, models_dir(), outputs=outputs, time_limit_s=left, card=card
         )
 
     def card_name(self) -> str:

@@ -1,0 +1,136 @@
+"""Issue #26: the wall time counts matmuls and attention per sampler evaluation, at the precision the
+weights run at, on the card the user names (--gpu) or the host reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from comfyui_headroom.cli import main
+from comfyui_headroom.memory.models.info import ComponentInfo
+from comfyui_headroom.memory.planning.compute import call_work, diffusion_work, seconds
+from comfyui_headroom.memory.planning.costmodel import Budget, Hardware
+from comfyui_headroom.memory.planning.gpus import GPUS, find_gpu
+from comfyui_headroom.memory.planning.pipeline import plan_workflow
+from comfyui_headroom.memory.units import GB, GiB
+
+ROOT = Path(__file__).resolve().parents[2]
+FLUX = ROOT / "example_workflows" / "api" / "Flux Dev text to image.json"
+
+
+@pytest.mark.parametrize(
+    ("reported", "card"),
+    [
+        ("NVIDIA GeForce RTX 4090", "RTX 4090"),
+        ("NVIDIA GeForce RTX 4090 D", "RTX 4090 D"),
+        ("4090D", "RTX 4090 D"),
+        ("NVIDIA GeForce RTX 4060 Ti", "RTX 4060 Ti"),
+        ("rtx 4060", "RTX 4060"),
+        ("NVIDIA H100 80GB HBM3", "H100"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA A100-SXM4-80GB", "A100"),
+        ("NVIDIA A100-SXM4-40GB", "A100 40GB"),
+        ("AMD Radeon RX 7900 XTX", "RX 7900 XTX"),
+        ("l40s", "L40S"),
+    ],
+)
+def test_a_card_is_found_by_the_name_the_host_or_the_user_gives(reported: str, card: str) -> None:
+    found = find_gpu(reported)
+    assert found is not None and found.name == card
+
+
+def test_an_unknown_card_is_not_guessed() -> None:
+    assert find_gpu("Voodoo 3 3000") is None and find_gpu("") is None
+
+
+def test_the_table_is_consistent() -> None:
+    names = [g.name for g in GPUS]
+    assert len(names) == len(set(names))
+    for g in GPUS:
+        assert g.bf16 > g.fp32 > 0 and g.memory_gbs > 0 and g.vram_gib >= 8
+        assert g.fp8 is None or g.fp8 == pytest.approx(2 * g.bf16, rel=0.02)
+        assert find_gpu(g.name) is not None and find_gpu(g.name).name == g.name
+
+
+def _wan14(dtype: str = "bf16") -> ComponentInfo:
+    size = 14.3e9 * (1 if dtype.startswith("fp8") else 2)
+    return ComponentInfo("diffusion_model", "wan.safetensors", "wan21", dtype, int(size), (), "catalog")
+
+
+def test_attention_grows_with_the_square_of_the_tokens_and_dominates_720p_video() -> None:
+    small = diffusion_work("wan21", 14.3e9, width=832, height=480, frames=33, samples=1)
+    big = diffusion_work("wan21", 14.3e9, width=1280, height=720, frames=81, samples=1)
+    tokens = (1280 // 16) * (720 // 16) * 21 / ((832 // 16) * (480 // 16) * 9)
+    assert big.matmul / small.matmul == pytest.approx(tokens, rel=0.01)
+    assert big.attention / small.attention == pytest.approx(tokens**2, rel=0.05)
+    assert 0.5 < big.attention / (big.attention + big.matmul) < 0.75  # the issue measured ~64%
+
+
+def test_cfg_doubles_the_work_and_fp8_runs_at_the_bf16_rate_unless_the_host_multiplies_in_fp8() -> None:
+    shape = {"width": 832, "height": 480, "frames": 81, "batch": 1}
+    one = call_work(_wan14(), **shape, cfg=False)
+    two = call_work(_wan14(), **shape, cfg=True)
+    assert two.matmul == pytest.approx(2 * one.matmul) and two.attention == pytest.approx(2 * one.attention)
+    ada, ampere = find_gpu("RTX 4090"), find_gpu("RTX 3090")
+    fp8 = call_work(_wan14("fp8_e4m3fn"), **shape, cfg=True)
+    assert seconds(fp8, ada) == pytest.approx(seconds(two, ada))  # the host casts to bf16
+    fast = call_work(_wan14("fp8_e4m3fn"), **shape, cfg=True, fp8_matmul=True)
+    assert seconds(fast, ada) < 0.8 * seconds(two, ada)
+    assert seconds(fast, ampere) == pytest.approx(seconds(two, ampere))  # no fp8 tensor cores
+
+
+def test_a_small_call_is_never_faster_than_reading_its_weights() -> None:
+    te = ComponentInfo("text_encoder", "t5.safetensors", "t5xxl", "bf16", int(9.5 * GB), (), "catalog")
+    work = call_work(te, width=1024, height=1024, frames=1, batch=1, cfg=False)
+    card = find_gpu("RTX 3060")
+    assert seconds(work, card) >= te.bytes / (card.memory_gbs * 1e9)
+
+
+def test_the_card_sets_compute_bus_and_wall_time() -> None:
+    budget = Budget.from_card(24 * GiB, 64 * GiB)
+    walls = {}
+    for name in ("RTX 3090", "RTX 4090", "H100"):
+        planned = plan_workflow(FLUX, budget, Hardware.for_gpu(name))
+        walls[name] = sum(s.compute_s for s in planned.workload.steps)
+    assert walls["RTX 3090"] > walls["RTX 4090"] > walls["H100"]
+    # throughput ratio of the two GeForce cards at the bf16 rate
+    assert walls["RTX 3090"] / walls["RTX 4090"] == pytest.approx(165.2 / 71.0, rel=0.05)
+    x8 = Hardware.for_gpu("RTX 4060 Ti")
+    assert x8.h2d_pinned == pytest.approx(Hardware.pcie(4).h2d_pinned / 2) and not x8.gpu_assumed
+    assert Hardware.for_gpu("RTX 5090").h2d_pinned == Hardware.pcie(5).h2d_pinned
+    assert Hardware.for_device("NVIDIA GeForce RTX 3060").gpu == "RTX 3060"
+    assert Hardware.for_device("Some New Card").gpu_assumed
+    with pytest.raises(ValueError, match="unknown GPU"):
+        Hardware.for_gpu("Voodoo 3")
+
+
+def test_steps_scale_the_sampler_compute_in_proportion() -> None:
+    prompt = json.loads(FLUX.read_text())
+    sampler = next(k for k, n in prompt.items() if n["class_type"] == "KSampler")
+    budget = Budget.from_card(24 * GiB, 64 * GiB)
+    hw = Hardware.for_gpu("RTX 4090")
+    times = []
+    for steps in (10, 40):
+        prompt[sampler]["inputs"]["steps"] = steps
+        planned = plan_workflow(prompt, budget, hw)
+        times.append(next(s.compute_s for s in planned.workload.steps if s.node_id == sampler))
+    assert times[1] == pytest.approx(4 * times[0])
+
+
+def test_cli_gpu_names_the_card_and_without_it_a_note_says_which_was_assumed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["plan", str(FLUX), "--gpu", "RTX 4090", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["budget"]["vram"] == 24 * GiB - GiB // 2  # the card's VRAM, less the reserve
+    assert not any("assumes" in n for n in out["notes"])
+    assert main(["plan", str(FLUX), "--vram", "24GB"]) == 0
+    text = capsys.readouterr().out
+    assert "note: wall time assumes an RTX 4090 (no --gpu given)" in text
+    assert main(["plan", str(FLUX), "--gpu", "Voodoo 3"]) == 2
+    err = capsys.readouterr().err
+    assert "--gpu 'Voodoo 3' is not a card Headroom knows" in err and "RTX 4060 Ti" in err
+    assert main(["plan", str(FLUX)]) == 2
+    assert "give --vram" in capsys.readouterr().err
