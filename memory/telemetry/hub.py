@@ -17,6 +17,7 @@ from typing import Any
 
 from ..names import EVENTS
 from ..planning.records import PlannedRun, prompt_key
+from .bounds import bounded_by
 from .probe import SAMPLE_FIELDS, MemoryProbe, Sample
 from .report import report_csv, report_json, text_report
 from .runs import NodeRecord, ResidencyEvent, RunRecord, Snapshot
@@ -100,6 +101,7 @@ class Telemetry:
                 return existing  # re-queued for its lazy inputs: keep the first start
             record = NodeRecord(node_id, class_type or run.class_types.get(node_id, ""), sample.t)
             record.before = _fields(sample)
+            record.io = self._io()
             run.nodes[node_id] = record
             return record
 
@@ -122,9 +124,25 @@ class Telemetry:
                 for name, value in record.before.items():
                     record.peak[name] = max(record.peak.get(name, value), value)
                 record.device_peak = device_peak
+                self._bound(run, record)
             payload = {"prompt_id": run.prompt_id, "workflow_id": run.workflow_id, **_badge(record)}
         self._emit(EVENTS["node"], payload)
         return record
+
+    def _io(self) -> dict[str, int]:
+        read = getattr(self.probe, "io", None)  # a probe without disk counters measures no disk reads
+        try:
+            return read() if callable(read) else {}
+        except Exception:
+            return {}
+
+    def _bound(self, run: RunRecord, record: NodeRecord) -> None:
+        """What bounded the node, measured (bounds.py), on the record and in the log."""
+        end = self._io()
+        record.io = {k: v - record.io[k] for k, v in end.items() if k in record.io}
+        bound = bounded_by(record.duration_s or 0.0, record.io, record.events, run.loaded)
+        record.bound = bound.as_dict()
+        log.info("Headroom: node %s %s was %s", record.node_id, record.class_type, bound.line)
 
     def nodes_cached(self, prompt_id: str, node_ids: list[str]) -> None:
         """The host's list of the prompt's nodes it serves from its cache (execution_cached)."""
@@ -239,4 +257,6 @@ def _badge(record: NodeRecord) -> dict[str, Any]:
         "vram_peak": vram,
         "rss_peak": source.peak.get("rss"),
         "cached_from": record.cached_from,
+        "bounded_by": None if source.bound is None else source.bound["line"],
+        "bound": None if source.bound is None else source.bound["kind"],
     }

@@ -160,6 +160,24 @@ class MemoryProbe:
         values["pinned"] = self.pinned.total
         return Sample(t=self.clock(), **values)
 
+    def io(self) -> dict[str, int]:
+        """Disk reads so far: this process's bytes read (``proc_read``) and the system's bytes and busy
+        milliseconds reading (``disk_read``, ``disk_read_ms``) where psutil reports them (bounds.py)."""
+        out: dict[str, int] = {}
+        if self.psutil is None:
+            return out
+        try:
+            out["proc_read"] = int(self._process.io_counters().read_bytes)
+        except Exception:  # not on macOS; AccessDenied in some containers
+            pass
+        try:
+            disk = self.psutil.disk_io_counters()
+            if disk is not None:
+                out["disk_read"], out["disk_read_ms"] = int(disk.read_bytes), int(disk.read_time)
+        except Exception:
+            pass
+        return out
+
     def reset_peak(self) -> None:
         """Start a new device-peak window (torch's max_memory_allocated), if there is a device."""
         if self.cuda is not None:

@@ -18,7 +18,7 @@ class PeakSource(Protocol):
 REPORT_COLUMNS = (
     "order", "node", "class_type", "status", "planned_order", "duration_s", "planned_wall_s",
     "vram_peak", "planned_vram_peak", "vram_delta", "rss_peak", "ram_peak", "planned_placements",
-    "planned_reasons", "residency_events", "cached_from",
+    "planned_reasons", "residency_events", "cached_from", "bounded_by",
 )  # fmt: skip
 
 
@@ -69,6 +69,7 @@ def plan_vs_actual(run: RunRecord) -> list[dict[str, Any]]:
                 "planned_reasons": dict(p.reasons) if p else {},
                 "residency_events": [e.as_dict() for e in record.events],
                 "cached_from": None,
+                "bounded_by": record.bound,
             }
         )
     ran = set(run.nodes)
@@ -124,6 +125,7 @@ def report_csv(run: RunRecord) -> str:
         cells["residency_events"] = "; ".join(
             f"{e['component']}:{e['tier_from']}->{e['tier_to']}" for e in row["residency_events"]
         )
+        cells["bounded_by"] = row["bounded_by"]["line"] if row["bounded_by"] else None
         for key in ("duration_s", "planned_wall_s"):
             if isinstance(cells[key], float):
                 cells[key] = f"{cells[key]:.4f}"
@@ -172,4 +174,6 @@ def text_report(
             f"  {r['node']:>6} {r['class_type'][:28]:<28} {duration:>10}"
             f"  VRAM {_mib(r['vram_peak'])}{planned}  RSS {_mib(r['rss_peak'])}"
         )
+        if r.get("bounded_by"):
+            lines.append(f"{'':>9}{r['bounded_by']['line']}")
     return "\n".join(lines)

@@ -50,6 +50,8 @@ class NodeRecord:
     # computed it (None when that run is gone), and that run's prompt id
     computed: NodeRecord | None = None
     cached_from: str | None = None
+    io: dict[str, int] = field(default_factory=dict)  # disk-read counters at the start, deltas once done
+    bound: dict[str, Any] | None = None  # what bounded it (bounds.Bound.as_dict), once done
 
     @property
     def duration_s(self) -> float | None:
@@ -68,6 +70,8 @@ class NodeRecord:
             "after": self.after,
             "events": [e.as_dict() for e in self.events],
             "cached_from": self.cached_from,
+            "io": self.io,
+            "bounded_by": self.bound,
         }
 
 
@@ -84,6 +88,7 @@ class RunRecord:
     planned: PlannedRun | None = None
     plan_note: str = ""  # why there is no plan, when there is none
     workflow_id: str | None = None  # the frontend's graph id (extra_pnginfo.workflow.id), when it sent one
+    loaded: set[str] = field(default_factory=set)  # components loaded and not evicted since (bounds)
 
 
 @dataclass

@@ -246,6 +246,8 @@ def test_node_records_have_durations_and_peaks() -> None:
                 "prompt_id": "p1", "workflow_id": None, "node": "1", "class_type": "EmptyImage",
                 "status": "done", "duration_s": pytest.approx(0.75), "vram_peak": 900 * MiB,
                 "rss_peak": 800 * MiB, "cached_from": None,
+                "bounded_by": "compute-bound: 0.8 s of its 0.8 s (nothing read or uploaded)",
+                "bound": "compute",
             },
         )
     ]  # fmt: skip
