@@ -27,7 +27,9 @@ from ..workflow.graph import Graph, Link, WorkflowError
 from ..workflow.values import Evaluator
 from .baselines import comfyui_reactive
 from .costmodel import Budget, Hardware
-from .pipeline import plan_workflow
+from .host_advice import host_report, hosts_json, rerun_nodes
+from .host_settings import HostSettings
+from .pipeline import Planned, plan_workflow
 from .planner import Plan, minimum_vram
 from .records import PlannedNode, PlannedRun, prompt_key
 from .report import plan_json
@@ -75,6 +77,9 @@ class Preflight:
     reserve: int | None = None
     headroom_peak: int | None = None  # Headroom's plan's VRAM peak, when it fits
     card: str | None = None  # the card's name ("NVIDIA GeForce RTX 4060", "assumed: HEADROOM_ASSUME_VRAM")
+    # the host this prompt runs on: its settings, what it will do (both runs) and which settings fit
+    # (host_advice.hosts_json's "settings" and "advice", and the repeat run's reloads), for the toast
+    host: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -356,13 +361,15 @@ def plan_prompt(
     outputs: list[str] | None = None,
     time_limit_s: float | None = None,
     card: str | None = None,
+    host: HostSettings | None = None,
 ) -> tuple[PlannedRun | None, Preflight]:
     """Parse, order, extract and plan an API prompt (what POST /prompt carries); never raises on bad input.
 
     ``outputs``: the output node ids the host will execute, when it knows them (it knows every node
     class's OUTPUT_NODE; the node-type table only knows the classes it lists). ``time_limit_s``: past
     it, planning stops and the preflight says so (the prompt runs unplanned). ``card``: the card's name,
-    passed on in the verdict for the timeline's header.
+    passed on in the verdict for the timeline's header. ``host``: the running host's settings (None: the
+    2026 host's defaults), predicted and advised in the verdict's ``host``.
     """
     try:
         planned = plan_workflow(
@@ -376,7 +383,27 @@ def plan_prompt(
     workload, result = planned.workload, planned.plan
     assert result is not None  # planned under a budget
     verdict = replace(check(workload, result, planned.graph), card=card)
+    verdict = replace(verdict, host=host_verdict(planned, budget, host or HostSettings()))
     return planned_run(workload, result, verdict), verdict
+
+
+def host_verdict(planned: Planned, budget: Budget, settings: HostSettings) -> dict[str, Any] | None:
+    """What the host will do and which of its settings fit (host_advice), for the toast and the Monitor;
+    None (and the toast goes without it) where the model cannot price this workload."""
+    try:
+        rerun = rerun_nodes(planned.graph, planned.order)
+        hosts, advice = host_report(planned.workload, budget, planned.hardware, settings, rerun)
+    except (ValueError, KeyError, ZeroDivisionError):
+        return None
+    data = hosts_json(hosts, advice, settings)
+    paging = hosts["comfyui_2026"]
+    return {
+        "settings": data["settings"]["text"],
+        "flags": data["settings"]["flags"],
+        "advice": [a["line"] for a in data["advice"]],
+        "reloads": getattr(paging, "reloads", {}),
+        "repeat_s": getattr(paging, "runs_s", [0.0, 0.0])[-1],
+    }
 
 
 class PlanCache:

@@ -166,6 +166,10 @@ def text_report(
         lines.append(
             f"plan: {fits}; budget {_mib(run.planned.budget_vram)}, minimum {_mib(run.planned.min_vram)}"
         )
+    host = (run.planned.preflight or {}).get("host") if run.planned else None
+    if host:
+        lines.append(f"host: {host['settings']}")
+        lines += [f"  {line}" for line in host["advice"]]
     lines.append(f"nodes so far: {len(rows)}")
     for r in rows:
         duration = r["status"] if r["duration_s"] is None else f"{r['duration_s']:.3f} s"

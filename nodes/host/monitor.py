@@ -28,6 +28,7 @@ from ...memory.telemetry.probe import MemoryProbe, Sample
 from ...memory.telemetry.sampler import Sampler
 from ...memory.units import parse_bytes
 from .events import Subscriber
+from .host_flags import running_host_settings
 from .lookups import models_dir, output_nodes
 
 _log = logging.getLogger("headroom")
@@ -137,7 +138,14 @@ class Monitor(Subscriber):
         card = self.card_name()
         hardware = Hardware.for_device(None if self.assume_vram is not None else card)
         return plan_prompt(
-            prompt, budget, hardware, models_dir(), outputs=outputs, time_limit_s=left, card=card
+            prompt,
+            budget,
+            hardware,
+            models_dir(),
+            outputs=outputs,
+            time_limit_s=left,
+            card=card,
+            host=running_host_settings(),
         )
 
     def card_name(self) -> str:

@@ -179,3 +179,51 @@ def test_plan_on_the_wan_template_prints_both_hosts_and_settings_lines(
     data = json.loads(capsys.readouterr().out)["hosts"]
     assert data["settings"]["flags"] == ["--cache-classic"]
     assert any(a["setting"] == "--cache-ram" for a in data["advice"])
+
+
+# -- the running host, the preflight and the Monitor
+
+
+def test_the_running_hosts_flags_are_read_from_its_cli_args(monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+    import sys
+    from types import SimpleNamespace
+
+    from comfyui_headroom.nodes.host import host_flags
+
+    args = argparse.Namespace(
+        cache_classic=True, high_ram=False, reserve_vram=1.0, vram_headroom=0, fast_disk=False
+    )
+    monkeypatch.setitem(sys.modules, "comfy.cli_args", SimpleNamespace(args=args))
+    monkeypatch.setitem(sys.modules, "comfyui_version", SimpleNamespace(__version__="0.33.0"))
+    monkeypatch.setitem(sys.modules, "comfy.memory_management", SimpleNamespace(aimdo_enabled=True))
+    s = host_flags.running_host_settings()
+    assert (
+        s is not None
+        and s.version == "0.33.0"
+        and s.paging
+        and s.flags() == ["--cache-classic", "--reserve-vram 1"]
+    )
+    monkeypatch.setitem(sys.modules, "comfy.memory_management", SimpleNamespace(aimdo_enabled=False))  # a CPU
+    off = host_flags.running_host_settings()
+    assert off is not None and not off.paging
+    monkeypatch.setitem(sys.modules, "comfyui_version", SimpleNamespace(__version__="0.3.64"))
+    old = host_flags.running_host_settings()
+    assert old is not None and old.host == "0.3"
+
+
+def test_the_preflight_verdict_and_the_monitor_carry_the_host_settings() -> None:
+    from comfyui_headroom.memory.planning.preflight import plan_prompt
+    from comfyui_headroom.memory.telemetry.probe import Sample
+    from comfyui_headroom.memory.telemetry.report import text_report
+    from comfyui_headroom.memory.telemetry.runs import RunRecord
+
+    prompt = json.loads(
+        (Path(__file__).parents[2] / "example_workflows" / "api" / "Flux Dev text to image.json").read_text()
+    )
+    planned, verdict = plan_prompt(prompt, budget(12, 32), HW, host=HostSettings(cache="classic"))
+    assert verdict.host is not None and "--cache-classic" in verdict.host["flags"]
+    assert any("--cache-ram" in line for line in verdict.host["advice"])
+    run = RunRecord("p", "k", 0.0, planned=planned)
+    text = text_report(run, Sample(t=0.0), {})
+    assert "host: ComfyUI 2026" in text and verdict.host["advice"][0] in text

@@ -1,0 +1,40 @@
+"""The running host's memory settings, read from it: its version, ``comfy.cli_args.args`` (the flags it was
+started with) and whether DynamicVRAM is on now; the plan then predicts and advises this host."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from ...memory.planning.host_settings import HostSettings, settings_from_args
+from .lookups import dynamic_vram_active, host_version
+
+_log = logging.getLogger("headroom")
+
+
+def _is_2026(version: str) -> bool:
+    """A host with DynamicVRAM code (0.18 and later; "0.3.x" and the 2024 copy are the reactive loader)."""
+    try:
+        major, minor = (int(part) for part in version.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (0, 18)
+
+
+def running_host_settings() -> HostSettings | None:
+    """This host's settings, or None where they cannot be read (the plan then states its defaults)."""
+    cli = sys.modules.get("comfy.cli_args")
+    args = getattr(cli, "args", None)
+    if args is None:
+        return None
+    version = host_version()
+    try:
+        settings = settings_from_args(args, host="2026" if _is_2026(version) else "0.3")
+        # enables_dynamic_vram() says what the flags ask; aimdo_enabled whether it runs (NVIDIA, CUDA 12.8+)
+        paging = dynamic_vram_active()
+        return settings.with_(version=version, dynamic_vram=settings.dynamic_vram and paging)
+    except (ValueError, TypeError) as exc:  # a flag this version spells differently: plan with defaults
+        _log.info(
+            "Headroom: the host's memory flags could not be read (%s); the plan assumes its defaults", exc
+        )
+        return None
