@@ -117,6 +117,25 @@ async function restoreRuns() {
   }
 }
 
+// The CUDA allocator's history: armed for the next prompt (the server says why not without CUDA), or the
+// last snapshot downloaded, named after its prompt.
+async function memoryHistory(download) {
+  const toast = (severity, detail) => app.extensionManager?.toast?.add({ severity, summary: "Headroom memory history", detail, life: 6000 });
+  try {
+    const response = download
+      ? await api.fetchApi(ROUTES.memory_history)
+      : await api.fetchApi(ROUTES.memory_history, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ record: true }) });
+    const body = await response.json().catch(() => ({}));
+    if (!response.ok) return toast("warn", body.error ?? `HTTP ${response.status}`);
+    if (!download) return toast("info", "The next prompt's allocations will be recorded");
+    const last = Object.keys(body.files ?? {}).pop();
+    if (!last) return toast("info", body.available ? "No prompt recorded yet" : body.reason);
+    window.open(api.apiURL(route("memory_history_file", last)), "_blank");
+  } catch (error) {
+    console.warn("Headroom: memory history failed", error);
+  }
+}
+
 // The RAM budget setting reaches the server (the page sends it at load, on a change and after a
 // reconnect: the server keeps it in memory only). A refused value is said in a toast; that
 // HEADROOM_RAM_BUDGET, set on the server, wins is said only when the user changes the setting.
@@ -232,6 +251,8 @@ app.registerExtension({
   ],
   commands: [
     { id: "Headroom.FreeVRAM", label: "Free VRAM (unload models)", icon: "pi pi-eraser", function: () => freeVram({ api, app, after: fetchStatus }) },
+    { id: "Headroom.RecordMemoryHistory", label: "Record the CUDA memory history of the next prompt", icon: "pi pi-history", function: () => memoryHistory(false) },
+    { id: "Headroom.DownloadMemoryHistory", label: "Download the last CUDA memory history (for pytorch.org/memory_viz)", icon: "pi pi-download", function: () => memoryHistory(true) },
   ],
   keybindings: [{ combo: { key: "f", alt: true, shift: true }, commandId: "Headroom.FreeVRAM" }],
   bottomPanelTabs: [

@@ -35,4 +35,8 @@ ROUTES: dict[str, str] = {
     "ram": "/headroom/ram/{prompt_id}",
     "ram_budget": "/headroom/ram_budget",
     "runs": "/headroom/runs",
+    # the CUDA allocator's history: GET its state, POST {"record": true|false} to arm or disarm it for the
+    # next prompt, {"stop": true} to end a recording now; GET .../{prompt_id} the snapshot file
+    "memory_history": "/headroom/memory_history",
+    "memory_history_file": "/headroom/memory_history/{prompt_id}",
 }

@@ -14,6 +14,8 @@ export const ROUTES = {
   ram: "/headroom/ram/{prompt_id}",
   ram_budget: "/headroom/ram_budget",
   runs: "/headroom/runs",
+  memory_history: "/headroom/memory_history",
+  memory_history_file: "/headroom/memory_history/{prompt_id}",
 };
 
 // A route with its {prompt_id} filled in (URL-encoded).

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from ...memory.deadline import HOST_PLAN_LIMIT_S
@@ -24,12 +26,13 @@ from ...memory.planning.preflight import PlanCache, Preflight, plan_prompt
 from ...memory.planning.records import PlannedRun
 from ...memory.residency.ram_budget import RAM
 from ...memory.telemetry.hub import Telemetry
+from ...memory.telemetry.memory_history import MemoryHistory, cuda_memory
 from ...memory.telemetry.probe import MemoryProbe, Sample
 from ...memory.telemetry.sampler import Sampler
 from ...memory.units import parse_bytes
 from .events import Subscriber
 from .host_flags import running_host_settings
-from .lookups import models_dir, output_nodes
+from .lookups import host_module, models_dir, output_nodes
 
 _log = logging.getLogger("headroom")
 RATE_ENV, ASSUME_VRAM_ENV, DISABLE_ENV = "HEADROOM_MONITOR_HZ", "HEADROOM_ASSUME_VRAM", "HEADROOM_MONITOR"
@@ -56,6 +59,14 @@ def _env_vram() -> int | None:
     except ValueError as exc:
         _log.warning("Headroom: %s is ignored: %s", ASSUME_VRAM_ENV, exc)
         return None
+
+
+def _history_folder() -> Path:
+    """Where memory-history snapshots go: the host's temp folder (it empties it at start), else the OS's."""
+    try:
+        return Path(host_module("folder_paths").get_temp_directory()) / "headroom"
+    except Exception:
+        return Path(tempfile.gettempdir()) / "headroom"
 
 
 @dataclass
@@ -89,6 +100,7 @@ class Monitor(Subscriber):
         self.validated = threading.Event()  # set while none is
         self.validated.set()
         self.local = threading.local()  # per thread: the deadline of the preflight it runs
+        self.history = MemoryHistory(*cuda_memory(), folder=_history_folder())
 
     # -- sampling and events
     def clients(self) -> int:
@@ -203,6 +215,7 @@ class Monitor(Subscriber):
         with self.lock:
             self.queued.pop(prompt_id, None)
             workflow_id = self.workflows.pop(prompt_id, None)
+        self.history.prompt_started(prompt_id, prompt)  # ends the last recording, starts one if armed
         self.telemetry.start_prompt(prompt_id, prompt, workflow_id)
         if prompt is not None:
             try:
@@ -213,12 +226,17 @@ class Monitor(Subscriber):
                 self.telemetry.attach_plan(prompt_id, None, f"planning failed: {exc}")
         self.sampler.ensure_running()
 
+    def prompt_finished(self, prompt_id: str) -> None:
+        self.history.stop()
+
     def node_started(self, prompt_id: str | None, node_id: str) -> None:
+        self.history.node_started()
         self.telemetry.node_started(prompt_id, node_id)
         self.sampler.ensure_running()
 
     def node_finished(self, prompt_id: str | None, node_id: str, ok: bool = True) -> None:
         self.telemetry.node_finished(prompt_id, node_id, ok)
+        self.history.node_finished()
 
     def nodes_cached(self, prompt_id: str, node_ids: list[str]) -> None:
         self.telemetry.nodes_cached(prompt_id, node_ids)

@@ -231,6 +231,40 @@ def _add_routes(web: Any, routes: Any) -> None:
             body["plan"] = planned.plan
         return web.json_response(body)
 
+    @routes.get(ROUTES["memory_history"])
+    async def headroom_memory_history(request: Any) -> Any:
+        return web.json_response(monitor().history.status())
+
+    @routes.post(ROUTES["memory_history"])
+    async def headroom_set_memory_history(request: Any) -> Any:
+        """Arm the CUDA allocator's history for the next prompt ({"record": true}), disarm it, or end a
+        recording now ({"stop": true}); 409 where this machine cannot record (no CUDA)."""
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict) or not isinstance(body.get("record", body.get("stop")), bool):
+            return _bad(web, 'send {"record": true|false} or {"stop": true}')
+        history = monitor().history
+        if body.get("stop"):
+            await asyncio.get_running_loop().run_in_executor(None, history.stop)
+        elif "record" in body:
+            why = history.arm(body["record"])
+            if why:
+                return web.json_response({**history.status(), "error": why}, status=409)
+        return web.json_response(history.status())
+
+    @routes.get(ROUTES["memory_history_file"])
+    async def headroom_memory_history_file(request: Any) -> Any:
+        prompt_id, error = _prompt_id(web, request)
+        if error is not None:
+            return error
+        path = monitor().history.files.get(prompt_id)
+        if path is None or not path.is_file():
+            return web.json_response({"error": f"no memory history for prompt {prompt_id}"}, status=404)
+        disposition = f'attachment; filename="{path.name}"'  # snapshot_name keeps [A-Za-z0-9_.-] only
+        return web.FileResponse(path, headers={"Content-Disposition": disposition})
+
     @routes.get(ROUTES["report"])
     async def headroom_report(request: Any) -> Any:
         prompt_id, error = _prompt_id(web, request)

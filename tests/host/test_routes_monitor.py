@@ -322,3 +322,15 @@ def test_the_ram_budget_setting_is_validated_and_the_environment_variable_wins(
         assert body["budget"]["source"] == "machine" and body["setting"] is None
     finally:
         served.state.configure_ram_budget(None)
+
+
+def test_memory_history_is_off_by_default_and_clearly_unavailable_without_cuda(served: Served) -> None:
+    status = served.get_json("/headroom/memory_history")
+    assert status["armed"] is False and status["recording"] is None and status["files"] == {}
+    if status["available"]:
+        pytest.skip("this machine has CUDA: the GPU check records one (scripts/gpu-check)")
+    assert "no CUDA device" in status["reason"]
+    refused = served.post_json("/headroom/memory_history", {"record": True}, status=409)
+    assert refused["error"] == status["reason"] and refused["armed"] is False
+    assert "send" in served.post_json("/headroom/memory_history", {"record": "yes"}, status=400)["error"]
+    assert served.get("/headroom/memory_history/some-prompt")[0] == 404
