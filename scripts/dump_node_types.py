@@ -4,8 +4,10 @@ Usage: COMFYUI_ROOT=/path/to/ComfyUI python scripts/dump_node_types.py [--out me
        COMFYUI_ROOT=/path/to/ComfyUI python scripts/dump_node_types.py --pack   (Headroom's own nodes,
        to memory/data/headroom_nodes.json, so the planner and scripts/api_to_ui.py know them too)
 
-The host is imported in-process on CPU with its built-in extras (comfy_extras), without custom nodes
-or API nodes. For every class in ``nodes.NODE_CLASS_MAPPINGS`` it records what the executor itself
+The host is imported in-process on CPU with its built-in extras (comfy_extras) and its API nodes (the
+official templates use them), without custom nodes. ``--keep-from OLD.json`` keeps the classes of an
+older table that this host no longer has (saved workflows still name them), listed under "older".
+For every class in ``nodes.NODE_CLASS_MAPPINGS`` it records what the executor itself
 looks at (``OUTPUT_NODE == True``, whether ``FUNCTION`` is a coroutine, ``"lazy"`` in ``INPUT_TYPES()``)
 and what the frontend needs to map ``widgets_values`` to input names (the /object_info view of the
 node, ``node_info``). Options lists, tooltips and defaults are dropped to keep the file small.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import importlib.abc
 import importlib.machinery
 import inspect
 import json
@@ -33,7 +36,16 @@ PACK_OUT = PACK_ROOT / "memory" / "data" / "headroom_nodes.json"  # --pack: our 
 # Input types the frontend draws as a widget (and serialises into widgets_values) rather than a socket.
 # COMBO covers list-typed inputs. Other custom widget types of 0.3.64 (e.g. the image-compare preview)
 # do not serialise a value the executor reads, so they are treated as sockets.
-WIDGET_TYPES = {"INT", "FLOAT", "BOOLEAN", "STRING", "COMBO"}
+WIDGET_TYPES = {"INT", "FLOAT", "BOOLEAN", "STRING", "COMBO", "COLOR", "LOAD_3D"}
+# The V3 API's dynamic combo (0.3x hosts: SaveVideo's format, ...) is drawn as a combo widget whose
+# value chooses which nested inputs follow (named "<combo>.<input>"); it is recorded as a COMBO widget
+# with its options (key -> nested input rows) as a fourth element. Drawn as widgets as well: COLOR
+# (V3 Color) and LOAD_3D (the 3D viewport's state); a V3 MultiType input ("FLOAT,INT") draws the
+# widget its first type names ("widgetType").
+DYNAMIC_COMBO = "COMFY_DYNAMICCOMBO_V3"
+# A V3 MatchType input or output takes the type of what is linked to it (the If/Else switch, image
+# resize): recorded as "*", which the planner passes through.
+MATCH_TYPE = "COMFY_MATCHTYPE_V3"
 UPLOAD_OPTIONS = ("image_upload", "video_upload", "animated_image_upload", "audio_upload", "mesh_upload")
 
 
@@ -53,7 +65,7 @@ def import_host(root: Path) -> Any:
     importlib.import_module("utils.install_util")
     import nodes
 
-    asyncio.run(nodes.init_extra_nodes(init_custom_nodes=False, init_api_nodes=False))
+    asyncio.run(nodes.init_extra_nodes(init_custom_nodes=False, init_api_nodes=True))
     return nodes
 
 
@@ -65,6 +77,11 @@ def install_placeholder(name: str) -> None:
         return
     except ImportError:
         pass
+    sys.modules[name] = _placeholder_module(name)
+    sys.meta_path.insert(0, _PlaceholderFinder(name))  # its submodules too (torchaudio.functional)
+
+
+def _placeholder_module(name: str) -> types.ModuleType:
     module = types.ModuleType(name)
     module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
     module.__path__ = []  # type: ignore[attr-defined]
@@ -75,7 +92,25 @@ def install_placeholder(name: str) -> None:
         raise ImportError(f"{name} is not installed ({name}.{attr} was needed)")
 
     module.__getattr__ = __getattr__  # type: ignore[attr-defined]
-    sys.modules[name] = module
+    return module
+
+
+class _PlaceholderFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds ``<root>.<anything>`` as another placeholder module."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if not fullname.startswith(self.root + "."):
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+
+    def create_module(self, spec: Any) -> types.ModuleType:
+        return _placeholder_module(spec.name)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        return None
 
 
 def node_info(cls: type) -> dict[str, Any]:
@@ -95,9 +130,11 @@ def input_flags(
 ) -> tuple[str, str]:
     """(type, flags) of one input. Flags: w widget, c control_after_generate value follows,
     u upload-button value follows, l lazy, o optional."""
-    kind = "COMBO" if isinstance(type_name, (list, tuple)) else str(type_name)
+    kind = "COMBO" if isinstance(type_name, (list, tuple)) or type_name == DYNAMIC_COMBO else str(type_name)
+    kind = "*" if kind == MATCH_TYPE else kind
     flags = ""
-    widget = kind in WIDGET_TYPES and not options.get("forceInput") and not options.get("defaultInput")
+    drawn = kind in WIDGET_TYPES or options.get("widgetType") in WIDGET_TYPES
+    widget = drawn and not options.get("forceInput") and not options.get("defaultInput")
     if widget:
         flags += "w"
         # The frontend's rule: INT widgets named seed/noise_seed get one unless the spec says otherwise.
@@ -115,24 +152,33 @@ def input_flags(
     return kind, flags
 
 
-def describe(name: str, cls: type) -> dict[str, Any]:
-    info = node_info(cls)
-    raw_types = cls.INPUT_TYPES()  # what ExecutionList reads for "lazy"
-    inputs = []
+def input_rows(described: dict[str, Any], raw_types: dict[str, Any], order: dict | None) -> list[list]:
+    """One row per input of an INPUT_TYPES-shaped dict, dynamic combos with their options' rows."""
+    rows: list[list] = []
     for section in ("required", "optional"):
-        specs = info["input"].get(section) or {}
-        order = (info.get("input_order") or {}).get(section) or list(specs)
-        for input_name in order:
+        specs = described.get(section) or {}
+        for input_name in (order or {}).get(section) or list(specs):
             spec = specs[input_name]
             options = spec[1] if len(spec) > 1 and isinstance(spec[1], dict) else {}
             raw = (raw_types.get(section) or {}).get(input_name) or ()
             raw_options = raw[1] if len(raw) > 1 and isinstance(raw[1], dict) else {}
             lazy = bool(raw_options.get("lazy"))
             kind, flags = input_flags(input_name, spec[0], options, section == "optional", lazy)
-            inputs.append([input_name, kind, flags] if flags else [input_name, kind])
+            row: list = [input_name, kind, flags]
+            if spec[0] == DYNAMIC_COMBO and options.get("options"):
+                nested = {o["key"]: input_rows(o.get("inputs") or {}, {}, None) for o in options["options"]}
+                row.append(nested)
+            rows.append(row if flags or len(row) > 3 else row[:2])
+    return rows
+
+
+def describe(name: str, cls: type) -> dict[str, Any]:
+    info = node_info(cls)
+    raw_types = cls.INPUT_TYPES()  # what ExecutionList reads for "lazy"
+    inputs = input_rows(info["input"], raw_types, info.get("input_order"))
     entry: dict[str, Any] = {
         "i": inputs,
-        "r": [str(t) if isinstance(t, str) else "COMBO" for t in info["output"]],
+        "r": ["*" if t == MATCH_TYPE else str(t) if isinstance(t, str) else "COMBO" for t in info["output"]],
     }
     # Exactly the tests of execution.py's validate_prompt / graph.py's ux_friendly_pick_node.
     if getattr(cls, "OUTPUT_NODE", False) is True:
@@ -164,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", default=os.environ.get("COMFYUI_ROOT"), help="ComfyUI checkout")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--pack", action="store_true", help="describe Headroom's own nodes instead")
+    parser.add_argument("--keep-from", type=Path, help="an older table whose classes this host lacks stay in")
     ns = parser.parse_args(argv)
     ns.out = ns.out or (PACK_OUT if ns.pack else DEFAULT_OUT)
     if not ns.root:
@@ -186,7 +233,12 @@ def main(argv: list[str] | None = None) -> int:
             types[name] = describe(name, nodes.NODE_CLASS_MAPPINGS[name])
         except Exception as exc:  # one broken class must not lose the others; listed below
             failed.append(f"{name}: {exc!r}")
-    data = {"host": f"ComfyUI {version}", "format": 1, "types": types}
+    data: dict[str, Any] = {"host": f"ComfyUI {version}", "format": 1, "types": types}
+    if ns.keep_from:
+        older = json.loads(ns.keep_from.read_text(encoding="utf-8"))
+        kept = {name: entry for name, entry in older["types"].items() if name not in types}
+        types.update(kept)
+        data["older"] = {"host": older.get("older", {}).get("host", older["host"]), "types": sorted(kept)}
     ns.out.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(data, separators=(",", ":"), sort_keys=False)
     ns.out.write_text(text.replace('},"', '},\n"') + "\n", encoding="utf-8")

@@ -1,6 +1,7 @@
 """What we know about ComfyUI node classes without a host: inputs, outputs, output-node and async flags.
 
-The table (data/node_types.json) is dumped from ComfyUI 0.3.64 by scripts/dump_node_types.py: the same
+The table (data/node_types.json) is dumped from ComfyUI 0.33 (its built-in and API nodes, plus the few
+classes of 0.3.64 it no longer has) by scripts/dump_node_types.py: the same
 attributes the executor reads (``OUTPUT_NODE``, a coroutine ``FUNCTION``, ``"lazy"`` inputs) and what the
 frontend needs to map ``widgets_values`` onto input names (widget inputs in definition order, and the
 extra values it stores after some widgets).
@@ -44,6 +45,13 @@ class InputSpec:
     optional: bool = False
     control: bool = False  # a control_after_generate value follows it in widgets_values
     upload: bool = False  # an upload-button value follows it in widgets_values
+    # A dynamic combo (V3 DynamicCombo): option key -> the inputs that option adds, named
+    # "<this name>.<input>", whose widget values follow this one's in widgets_values.
+    options: tuple[tuple[str, tuple[InputSpec, ...]], ...] = ()
+
+    def nested(self, value: object) -> tuple[InputSpec, ...]:
+        """The inputs the option ``value`` of a dynamic combo adds (none for any other input)."""
+        return next((specs for key, specs in self.options if key == value), ())
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,16 +79,19 @@ class NodeType:
         return frozenset(spec.name for spec in self.inputs if spec.lazy)
 
 
-def _input(row: list) -> InputSpec:
+def _input(row: list, prefix: str = "") -> InputSpec:
     flags = row[2] if len(row) > 2 else ""
+    name = prefix + row[0]
+    options = row[3] if len(row) > 3 and isinstance(row[3], dict) else {}
     return InputSpec(
-        name=row[0],
+        name=name,
         type=row[1],
         widget="w" in flags,
         lazy="l" in flags,
         optional="o" in flags,
         control="c" in flags,
         upload="u" in flags,
+        options=tuple((key, tuple(_input(r, f"{name}.") for r in rows)) for key, rows in options.items()),
     )
 
 

@@ -3,6 +3,7 @@ module docstring for the rules it follows)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -384,11 +385,12 @@ class _UiParser:
         known = lookup(node["type"])
         candidates = []
         if known is not None:
-            names = {spec.name for spec in known.inputs}
-            candidates.append(list(known.widgets))
+            table = _with_options(known.widgets, values)
+            names = {spec.name for spec in known.inputs} | {spec.name for spec in table}
+            candidates.append(table)
             newer = [spec for spec in listed if spec.name not in names]
             if newer:
-                candidates.append(list(known.widgets) + newer)
+                candidates.append(table + newer)
         candidates.append(listed)
         for specs in candidates:
             if len(values) in (len(specs), len(specs) + sum(s.control + s.upload for s in specs)):
@@ -582,3 +584,19 @@ def _required(class_type: str, name: str) -> bool:
     known = lookup(class_type)
     spec = known.input(name) if known is not None else None
     return spec is not None and not spec.optional
+
+
+def _with_options(specs: Sequence[InputSpec], values: Sequence[Any]) -> list[InputSpec]:
+    """``specs`` with each dynamic combo followed by the widgets of the option its value chose, as the
+    frontend lays out widgets_values (nested combos likewise)."""
+    out: list[InputSpec] = []
+    pending = list(reversed(specs))
+    position = 0
+    while pending:
+        spec = pending.pop()
+        out.append(spec)
+        value = values[position] if position < len(values) else None
+        position += 1 + spec.control + spec.upload
+        if spec.options and isinstance(value, str):
+            pending.extend(reversed([n for n in spec.nested(value) if n.widget]))
+    return out
