@@ -20,7 +20,8 @@ against the published sizes by scripts/check_model_catalog.py (and tests/unit/te
 The architectures are in scripts/catalog_archs.py, the files and their dtype recipes in
 scripts/catalog_files.py; this script turns them into the JSON.
 
-Usage (needs a ComfyUI checkout; v0.3.64 produced the committed JSON):
+Usage (needs a ComfyUI checkout; 0.33.0 produced the committed JSON, in the venv made by
+/work/hosts/mkvenv.sh: torch with the 0.33 requirements; torchaudio is stood in for when missing):
     COMFYUI_ROOT=/path/to/ComfyUI python scripts/build_model_catalog.py [--out memory/data/model_catalog.json]
 """
 
@@ -28,9 +29,13 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import json
 import os
 import sys
+import types
 from pathlib import Path
 
 import torch
@@ -48,10 +53,56 @@ def _host() -> Path:
     if not (root / "comfy" / "model_detection.py").is_file():
         sys.exit(f"COMFYUI_ROOT={root} is not a ComfyUI checkout (set COMFYUI_ROOT)")
     sys.path.insert(0, str(root))
+    stub_missing(
+        "torchaudio",
+        "comfy.sd imports LTX-2's audio VAE, which imports torchaudio; no torchaudio wheel exists for "
+        "this torch and no audio op runs on the meta device",
+    )
     import comfy.cli_args
 
     comfy.cli_args.args.cpu = True  # model_management must not look for a GPU at import
     return root
+
+
+class _Placeholder(types.ModuleType):
+    """A missing library's module: any attribute is another placeholder (a class, a function or a
+    submodule), so module-level imports and ``class X(torchaudio.Y)`` succeed; calling one fails."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Placeholder(f"{self.__name__}.{name}")
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(f"{self.__name__} is a placeholder: the library is not installed")
+
+    def __mro_entries__(self, bases):
+        return (object,)
+
+
+class _PlaceholderFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname == self.name or fullname.startswith(self.name + "."):
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        return _Placeholder(spec.name)
+
+    def exec_module(self, module) -> None:
+        module.__path__ = []
+
+
+def stub_missing(name: str, reason: str) -> None:
+    """Stand in for the library ``name`` when it is not installed, printing why (the host imports it at
+    module level in code the catalog never runs)."""
+    if importlib.util.find_spec(name) is not None:
+        return
+    print(f"note: {name} is not installed; a placeholder module stands in ({reason})", file=sys.stderr)
+    sys.meta_path.insert(0, _PlaceholderFinder(name))
 
 
 @functools.cache
@@ -71,6 +122,17 @@ def tensor_specs(arch: str, recipe: Recipe, prefix: str, host: Path):
     specs: dict[str, TensorSpec] = {}
     table, _ = shapes(arch, host)
     for key, (shape, is_linear) in table.items():
+        if recipe.quant and is_linear and len(shape) == 2:
+            stem = prefix + key[: -len("weight")]
+            out, inp = shape
+            if recipe.quant == "int8":
+                specs[prefix + key] = TensorSpec("I8", shape)
+                specs[stem + "weight_scale"] = TensorSpec("F32", (out, 1))
+            else:  # nvfp4
+                specs[prefix + key] = TensorSpec("U8", (out, (inp + 1) // 2))
+                specs[stem + "weight_scale"] = TensorSpec("F8_E4M3", (out, (inp + 15) // 16))
+                specs[stem + "weight_scale_2"] = TensorSpec("F32", ())
+            continue
         quantised = recipe.fp8 and is_linear and len(shape) == 2
         specs[prefix + key] = TensorSpec("F8_E4M3" if quantised else recipe.base, shape)
         if quantised and recipe.scaled:
@@ -131,6 +193,7 @@ def component_record(info, arch: str, recipe: Recipe, module: str) -> dict:
         "arch": f"{arch} ({module})",
         "recipe": recipe.base
         + (" + fp8 Linear" if recipe.fp8 else "")
+        + (f" + {recipe.quant} Linear" if recipe.quant else "")
         + (" scaled" if recipe.scaled else ""),
         "source": f"parameters x dtype (host class {module})",
     }

@@ -40,9 +40,11 @@ FLUX = {
     "theta": 10000,
     "qkv_bias": True,
     "guidance_embed": True,
+    "txt_ids_dims": [],  # 0.33: Flux.1 has no text position ids (model_detection.py)
 }
 CHROMA = {
-    **{k: v for k, v in FLUX.items() if k not in ("guidance_embed", "vec_in_dim")},
+    **{k: v for k, v in FLUX.items() if k not in ("guidance_embed",)},
+    "vec_in_dim": None,
     "image_model": "chroma",
     "in_channels": 64,
     "out_channels": 64,
@@ -94,7 +96,49 @@ HUNYUAN_VIDEO = {
     "qkv_bias": True,
     "byt5": False,
     "guidance_embed": True,
+    "use_cond_type_embedding": False,  # 0.33's HunyuanVideo 1.5 switches, off for 1.0
+    "vision_in_dim": None,
+    "meanflow_sum": False,
 }
+
+
+def flux2(hidden: int, depth: int, single: int, context: int) -> dict:
+    """Flux.2 as comfy/model_detection.py configures it (0.33): heads = hidden / 128, 128-channel latent,
+    patch 1; depth, width and text width are the released files' (BFL's dev, Klein 4B and 9B)."""
+    return {
+        "image_model": "flux2", "axes_dim": [32, 32, 32, 32], "num_heads": hidden // 128, "mlp_ratio": 3.0,
+        "theta": 2000, "out_channels": 128, "global_modulation": True, "mlp_silu_act": True,
+        "qkv_bias": False, "ops_bias": False, "default_ref_method": "index", "ref_index_scale": 10.0,
+        "txt_ids_dims": [3], "patch_size": 1, "in_channels": 128, "hidden_size": hidden,
+        "context_in_dim": context, "vec_in_dim": None, "depth": depth, "depth_single_blocks": single,
+        "guidance_embed": hidden == 6144,  # dev is guidance-distilled; Klein is not
+    }  # fmt: skip
+
+
+HUNYUAN_VIDEO_15 = {
+    **HUNYUAN_VIDEO,
+    "in_channels": 65,  # 32 noise + 32 image condition + 1 mask (model_base.HunyuanVideo15.concat_cond)
+    "patch_size": [1, 1, 1],
+    "out_channels": 32,
+    "vec_in_dim": None,
+    "context_in_dim": 3584,  # Qwen2.5-VL 7B
+    "hidden_size": 2048,
+    "num_heads": 16,
+    "depth": 54,
+    "depth_single_blocks": 0,
+    "byt5": True,
+    "guidance_embed": False,
+    "use_cond_type_embedding": True,
+    "vision_in_dim": 1152,  # SigLIP image tokens (supported_models.HunyuanVideo15)
+    "meanflow_sum": True,
+}
+Z_IMAGE = {
+    "image_model": "lumina2", "patch_size": 2, "in_channels": 16, "dim": 3840, "cap_feat_dim": 2560,
+    "n_layers": 30, "qk_norm": True, "n_heads": 30, "n_kv_heads": 30, "axes_dims": [32, 48, 48],
+    "axes_lens": [1536, 512, 512], "rope_theta": 256.0, "ffn_dim_multiplier": 8.0 / 3.0,
+    "z_image_modulation": True, "time_scale": 1000.0, "pad_tokens_multiple": 32,
+}  # fmt: skip
+LTXAV_19B = {"image_model": "ltxav"}  # comfy/ldm/lightricks/av_model.py LTXAVModel's defaults: 48 x 4096
 SD35_LARGE = {
     "in_channels": 16,
     "patch_size": 2,
@@ -327,6 +371,16 @@ def esrgan(host: Path) -> torch.nn.Module:
         return rrdb.RRDBNet(in_nc=3, out_nc=3, num_filters=64, num_blocks=23, scale=4)
 
 
+def qwen3vl(model_type: str) -> Callable[[Path], torch.nn.Module]:
+    def build(host: Path) -> torch.nn.Module:
+        from comfy.text_encoders import qwen3vl as q
+
+        cls = type(f"Qwen3VL_{model_type}", (q.Qwen3VL,), {"model_type": model_type})
+        return cls({}, dtype=torch.float16, device="meta", operations=_ops())
+
+    return build
+
+
 def dit(config: dict) -> Callable[[Path], torch.nn.Module]:
     return lambda host: diffusion(config)
 
@@ -398,6 +452,23 @@ ARCHS: dict[str, Callable[[Path], torch.nn.Module]] = {
     "clip_vision_l": clip_vision("clip_vision_config_vitl.json"),
     "siglip_384": clip_vision("clip_vision_siglip_384.json"),
     "esrgan_x4": esrgan,
+    # the 2026 families (ComfyUI 0.33's classes)
+    "flux2_dev": dit(flux2(6144, 8, 48, 15360)),
+    "flux2_klein_4b": dit(flux2(3072, 5, 20, 7680)),
+    "flux2_klein_9b": dit(flux2(4096, 8, 24, 12288)),
+    "hunyuan_video_15": dit(HUNYUAN_VIDEO_15),
+    "z_image": dit(Z_IMAGE),
+    "ltxav_19b": dit(LTXAV_19B),
+    "wan21_humo_14b": dit(wan(*WAN_14B, in_dim=36, model_type="humo")),
+    "wan22_animate_14b": dit(wan(*WAN_14B, in_dim=36, model_type="animate")),
+    "rt_detr_v4": dit({"image_model": "RT_DETR_v4"}),
+    "qwen3_4b": llm("Qwen3_4B"),
+    "qwen3_8b": llm("Qwen3_8B"),
+    "qwen3vl_4b": qwen3vl("qwen3vl_4b"),
+    "qwen3vl_8b": qwen3vl("qwen3vl_8b"),
+    "qwen3vl_32b": qwen3vl("qwen3vl_32b"),
+    "gemma3_12b": llm("Gemma3_12B"),
+    "mistral3_small_24b": llm("Mistral3Small24B"),
 }
 
 

@@ -16,11 +16,15 @@ class Recipe:
     base: str  # safetensors dtype code of everything not quantised
     fp8: bool = False  # Linear weights in F8_E4M3
     scaled: bool = False  # ComfyUI scaled fp8: + scale_weight per Linear, + scaled_fp8 marker
+    # comfy-kitchen quantised Linear weights (0.33): "int8" (I8 + an F32 scale per output row, the
+    # int8/ConvRot files) or "nvfp4" (two 4-bit values per U8 + an F8_E4M3 scale per 16 + an F32 scale)
+    quant: str = ""
 
 
 FP32, FP16, BF16 = Recipe("F32"), Recipe("F16"), Recipe("BF16")
 FP8, FP8_SCALED = Recipe("BF16", fp8=True), Recipe("BF16", fp8=True, scaled=True)
 FP8_FP16_SCALED = Recipe("F16", fp8=True, scaled=True)
+INT8, NVFP4 = Recipe("BF16", quant="int8"), Recipe("BF16", quant="nvfp4")
 
 # --- the files -------------------------------------------------------------------------------------
 # (file name, ComfyUI models/ folder, [(key prefix inside the file, architecture, recipe)]). A checkpoint
@@ -227,6 +231,54 @@ FILES: list[tuple[str, str, list[Part]]] = [
     ("clip_vision_g.safetensors", "clip_vision", single("clip_vision_g", FP16)),
     ("clip_vision_l.safetensors", "clip_vision", single("clip_vision_l", FP16)),
     ("sigclip_vision_patch14_384.safetensors", "clip_vision", single("siglip_384", FP16)),
+    # --- the 2026 families (built with ComfyUI 0.33's classes) ---
+    # Flux.2 (black-forest-labs FLUX.2-dev / FLUX.2-klein; Comfy-Org repackages)
+    ("flux-2-klein-4b.safetensors", DM, single("flux2_klein_4b", BF16)),
+    ("flux-2-klein-base-4b.safetensors", DM, single("flux2_klein_4b", BF16)),
+    ("flux-2-klein-4b-fp8.safetensors", DM, single("flux2_klein_4b", FP8)),
+    ("flux-2-klein-base-4b-fp8.safetensors", DM, single("flux2_klein_4b", FP8)),
+    ("flux-2-klein-9b.safetensors", DM, single("flux2_klein_9b", BF16)),
+    ("flux-2-klein-base-9b.safetensors", DM, single("flux2_klein_9b", BF16)),
+    ("flux-2-klein-9b-fp8.safetensors", DM, single("flux2_klein_9b", FP8)),
+    ("flux-2-klein-base-9b-fp8.safetensors", DM, single("flux2_klein_9b", FP8)),
+    ("flux-2-klein-9b-kv-fp8.safetensors", DM, single("flux2_klein_9b", FP8)),
+    # fp8mixed: ComfyUI keeps some Linear layers in bf16 (which ones is not published): fp8 counted
+    ("flux2_dev_fp8mixed.safetensors", DM, single("flux2_dev", FP8)),
+    ("flux2_dev_bf16.safetensors", DM, single("flux2_dev", BF16)),
+    # HunyuanVideo 1.5 (8.3B), Z-Image (6B), HuMo (Wan 2.1 14B + audio), Wan 2.2 Animate
+    *[
+        (f"hunyuanvideo1.5_{task}_fp16.safetensors", DM, single("hunyuan_video_15", FP16))
+        for task in ("720p_t2v", "720p_i2v", "480p_t2v", "480p_i2v", "1080p_sr_distilled")
+    ],
+    *[
+        (f"z_image{v}_{dt}.safetensors", DM, single("z_image", recipe))
+        for v in ("", "_turbo")
+        for dt, recipe in (("bf16", BF16), ("int8_convrot", INT8))
+    ],
+    ("humo_17B_fp8_e4m3fn.safetensors", DM, single("wan21_humo_14b", FP8)),
+    ("humo_17B_fp16.safetensors", DM, single("wan21_humo_14b", FP16)),
+    ("Wan2_1-HuMo-17B_fp8_e4m3fn.safetensors", DM, single("wan21_humo_14b", FP8)),
+    ("wan2.2_animate_14B_bf16.safetensors", DM, single("wan22_animate_14b", BF16)),
+    ("Wan2_2-Animate-14B_fp8_e4m3fn_scaled_KJ.safetensors", DM, single("wan22_animate_14b", FP8_SCALED)),
+    # RT-DETR v4 (a detector the 0.33 host loads through UNETLoader)
+    ("rt_detr_v4-x-hgnet_fp16.safetensors", DM, single("rt_detr_v4", FP16)),
+    ("rt_detr_v4-x-hgnet_fp32.safetensors", DM, single("rt_detr_v4", FP32)),
+    # Wan-Alpha's two VAEs: Wan 2.1 VAEs (one decodes RGB, one alpha)
+    ("wan_alpha_2.1_vae_rgb_channel.safetensors", "vae", single("vae_wan21", BF16)),
+    ("wan_alpha_2.1_vae_alpha_channel.safetensors", "vae", single("vae_wan21", BF16)),
+    # text encoders: Qwen3-VL (Qwen-Image 2.1, Krea 2, MiniMax H3), Qwen3 (Flux.2 Klein, Z-Image)
+    ("qwen3vl_4b_bf16.safetensors", TE, single("qwen3vl_4b", BF16)),
+    ("qwen3vl_4b_fp8_scaled.safetensors", TE, single("qwen3vl_4b", FP8_SCALED)),
+    ("qwen3vl_4b_int8_convrot.safetensors", TE, single("qwen3vl_4b", INT8)),
+    ("qwen3vl_8b_bf16.safetensors", TE, single("qwen3vl_8b", BF16)),
+    ("qwen3vl_8b_fp8_scaled.safetensors", TE, single("qwen3vl_8b", FP8_SCALED)),
+    ("qwen3vl_8b_int8_convrot.safetensors", TE, single("qwen3vl_8b", INT8)),
+    ("qwen3vl_32b_bf16.safetensors", TE, single("qwen3vl_32b", BF16)),
+    ("qwen3vl_32b_minimax_h3_nvfp4_awq.safetensors", TE, single("qwen3vl_32b", NVFP4)),
+    ("qwen_3_4b.safetensors", TE, single("qwen3_4b", BF16)),
+    ("qwen_3_8b_fp8mixed.safetensors", TE, single("qwen3_8b", FP8)),
+    ("gemma_3_12B_it.safetensors", TE, single("gemma3_12b", BF16)),
+    ("gemma_3_12B_it_fp8_scaled.safetensors", TE, single("gemma3_12b", FP8_SCALED)),
     ("RealESRGAN_x4plus.safetensors", "upscale_models", single("esrgan_x4", FP32)),
     ("RealESRGAN_x4plus.pth", "upscale_models", single("esrgan_x4", FP32)),
     ("4x-UltraSharp.pth", "upscale_models", single("esrgan_x4", FP32)),

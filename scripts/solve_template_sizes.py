@@ -31,12 +31,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_model_catalog import template_files, templates_dir  # noqa: E402
+from template_notes import stated_sizes  # noqa: E402
 
 from comfyui_headroom.memory.models import catalog as cat  # noqa: E402
 from comfyui_headroom.memory.models.info import KINDS  # noqa: E402
 
 DETERMINED = "template sizes (linear system, determined)"
 SPLIT = "template sizes (linear system, split by name prior)"
+STATED = "template sizes (stated in the templates' notes)"
 MIN_SHARE = 0.02  # a solution below 2% of the name's prior means a contradicting equation
 MAX_RESIDUAL = 1e-4  # an equation the least-squares solution misses by more contradicts the others
 
@@ -193,25 +195,21 @@ def template_entries(files: dict[str, list[dict]], folder: Path | None = None) -
         raise SystemExit("comfyui-workflow-templates-json is not installed: cannot solve template sizes")
     eqs = equations(folder)
     known, estimates = _facts(files, eqs)
-    sol = solve(known, eqs, {n: max(e.bytes, 1 << 20) for n, e in estimates.items()})
+    # the size a template's note states for the file itself beats any split of a template's total
+    stated = stated_sizes(folder)
+    noted = {(d, n): stated[n][0] for eq in eqs for d, n in eq.files if (d, n) not in known and n in stated}
     out: dict[str, list[dict]] = {}
+    for (directory, name), size in sorted(noted.items()):
+        if name not in out:
+            out[name] = [{"directory": directory, "components": [_record(estimates[name], size, STATED)]}]
+    known |= noted
+    estimates = {n: e for n, e in estimates.items() if n not in out}
+    sol = solve(known, eqs, {n: max(e.bytes, 1 << 20) for n, e in estimates.items()})
     for name, size in sorted(sol.sizes.items()):
-        est = estimates[name]
-        scale = size / max(est.bytes, 1)
-        blocks = [[b.name, None, 1, int(b.bytes * scale)] for b in est.blocks]
         source = DETERMINED if name in sol.determined else SPLIT
-        note = f"{source}; dtype and family from the name" + ("; assumed equal blocks" if blocks else "")
-        record = {
-            "kind": est.kind if est.kind in KINDS and est.kind != "unknown" else "other",
-            "family": est.family,
-            "dtype": est.dtype,
-            "bytes": size,
-            "blocks": _runs(blocks),
-            "note": note,
-            "source": source,
-            "prefix": "",
-        }
-        out[name] = [{"directory": sol.directory[name], "components": [record]}]
+        out[name] = [
+            {"directory": sol.directory[name], "components": [_record(estimates[name], size, source)]}
+        ]
     package = "comfyui-workflow-templates-json"
     record = {
         "package": f"{package} {importlib.metadata.version(package)}",
@@ -220,8 +218,27 @@ def template_entries(files: dict[str, list[dict]], folder: Path | None = None) -
         "dropped": dict(sorted(sol.dropped.items())),
         "determined": sorted(sol.determined),
         "split": sorted(set(sol.sizes) - sol.determined),
+        "stated": sorted({n for _, n in noted}),
     }
     return out, record
+
+
+def _record(est, size: int, source: str) -> dict:
+    """A catalog record of ``size`` bytes for a file only its name describes (the name's estimate gives
+    kind, dtype, family and the assumed blocks, each said so in the note)."""
+    scale = size / max(est.bytes, 1)
+    blocks = [[b.name, None, 1, int(b.bytes * scale)] for b in est.blocks]
+    note = f"{source}; dtype and family from the name's tokens" + ("; assumed equal blocks" if blocks else "")
+    return {
+        "kind": est.kind if est.kind in KINDS and est.kind != "unknown" else "other",
+        "family": est.family,
+        "dtype": est.dtype,
+        "bytes": size,
+        "blocks": _runs(blocks),
+        "note": note,
+        "source": source,
+        "prefix": "",
+    }
 
 
 def _runs(blocks: list[list]) -> list[list]:

@@ -152,6 +152,8 @@ def dominant_dtype(tensors: Mapping[str, TensorSpec]) -> tuple[str, str]:
     scaled = any(k == "scaled_fp8" or k.endswith((".scaled_fp8", ".scale_weight")) for k in tensors)
     if dominant.startswith("fp8") and scaled:
         dominant += "_scaled"
+    if dominant == "uint8" and any(k.endswith(".weight_scale_2") for k in tensors):
+        dominant = "nvfp4"  # comfy-kitchen NVFP4: two 4-bit values per byte, fp8 block scales
     if any(k.endswith(".comfy_quant") for k in tensors):
         notes.append("mixed precision (comfy_quant layers)")
     if by_dtype.most_common(1)[0][1] / total < 0.9:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 KINDS = frozenset(
     {
         "checkpoint", "diffusion_model", "text_encoder", "vae", "controlnet", "clip_vision", "upscale_model",
-        "lora", "model_patch", "audio_encoder", "style_model", "other", "unknown",
+        "lora", "model_patch", "audio_encoder", "style_model", "detector", "other", "unknown",
     }
 )  # fmt: skip
 SOURCES = frozenset({"header", "catalog", "estimate"})

@@ -118,6 +118,8 @@ def _flux_like(keys: frozenset[str], t: Mapping[str, TensorSpec]) -> Layout | No
         nd, ns = _count(keys, "double_blocks"), _count(keys, "single_blocks")
         hidden = _shape(t, "img_in.proj.weight", 0)
         fam = "hunyuan_image" if "byt5_in.fc1.weight" in keys else "hunyuan_video"
+        if "cond_type_embedding.weight" in keys or "vision_in.proj.0.weight" in keys:
+            fam = "hunyuan_video15"  # 1.5: typed conditions, SigLIP image tokens (model_detection.py, 0.33)
         note = f"{nd} double + {ns} single blocks, hidden {hidden}"
         return Layout("diffusion_model", fam, ("double_blocks", "single_blocks"), note=note)
     if "latent_in.weight" in keys and "double_blocks.0.img_attn.qkv.weight" in keys:
@@ -135,6 +137,9 @@ def _flux_like(keys: frozenset[str], t: Mapping[str, TensorSpec]) -> Layout | No
                     note=shape,
                 )
             return Layout("diffusion_model", "chroma", ("double_blocks", "single_blocks"), note=shape)
+        if "double_stream_modulation_img.lin.weight" in keys:  # Flux.2 (dev, Klein): shared modulation
+            note = f"Flux.2: {shape}"
+            return Layout("diffusion_model", "flux2", ("double_blocks", "single_blocks"), note=note)
         in_ch = (_shape(t, "img_in.weight", 1) or 64) // 4
         variant = {16: "", 32: ", canny/depth (32 in-channels)", 96: ", fill/inpaint (96 in-channels)"}.get(
             in_ch, f", {in_ch} in-channels"
@@ -211,7 +216,10 @@ def _dit_families(keys: frozenset[str], t: Mapping[str, TensorSpec]) -> Layout |
     if "caption_projection.0.linear.weight" in keys:
         return Layout("diffusion_model", "hidream", ("double_stream_blocks", "single_stream_blocks"))
     if "cap_embedder.1.weight" in keys:
-        return Layout("diffusion_model", "lumina2", ("context_refiner", "noise_refiner", "layers"))
+        dim = _shape(t, "cap_embedder.1.weight", 0)
+        family = "z_image" if dim == 3840 else "lumina2"  # model_detection.py: dim 3840 is Z-Image
+        note = f"{_count(keys, 'layers')} layers, dim {dim}"
+        return Layout("diffusion_model", family, ("context_refiner", "noise_refiner", "layers"), note=note)
     if "time_caption_embed.timestep_embedder.linear_1.bias" in keys:
         return Layout(
             "diffusion_model", "omnigen2", ("context_refiner", "noise_refiner", "ref_image_refiner", "layers")
@@ -220,6 +228,9 @@ def _dit_families(keys: frozenset[str], t: Mapping[str, TensorSpec]) -> Layout |
         return Layout("diffusion_model", "mochi", ("blocks",))
     if "genre_embedder.weight" in keys:
         return Layout("diffusion_model", "ace_step", ("transformer_blocks",))
+    if "encoder.pan_blocks.1.cv4.conv.weight" in keys:
+        # RT-DETR v4 (comfy/ldm/rt_detr, 0.33): a detector ComfyUI loads through UNETLoader
+        return Layout("detector", "rt_detr", note="object detector (HGNet backbone, DETR decoder)")
     return None
 
 
@@ -261,7 +272,8 @@ _T5_SIZES = {4096: "xxl", 2048: "xl", 1024: "large", 768: "base", 512: "small", 
 _LLMS = {
     (152064, 3584): "qwen25_7b", (151936, 2048): "qwen25_3b", (151936, 2560): "qwen3_4b",
     (128256, 4096): "llama3_8b", (128320, 4096): "llama3_8b", (256000, 2304): "gemma2_2b",
-    (262208, 2560): "gemma3_4b", (262208, 3840): "gemma3_12b",
+    (262208, 2560): "gemma3_4b", (262208, 3840): "gemma3_12b", (151936, 4096): "qwen3_8b",
+    (151936, 5120): "qwen3_32b", (131072, 5120): "mistral3_24b",
 }  # fmt: skip
 
 
@@ -297,6 +309,8 @@ def _text_encoders(keys: frozenset[str], t: Mapping[str, TensorSpec]) -> Layout 
         vision = any(k.startswith("visual.blocks.") for k in keys)
         if vision and family.startswith("qwen25"):
             family = family.replace("qwen25", "qwen25_vl")
+        elif vision and family.startswith("qwen3_"):  # Qwen3-VL: the Qwen3 LM with its vision tower
+            family = family.replace("qwen3_", "qwen3vl_")
         note = f"{_count(keys, 'model.layers')} layers, hidden {hidden}, vocab {vocab}" + (
             ", with vision tower" if vision else ""
         )
@@ -345,6 +359,10 @@ def _vision_and_others(keys: frozenset[str], t: Mapping[str, TensorSpec]) -> Lay
     return None
 
 
+# Kinds a file is whatever loader reads it: ComfyUI 0.33 loads detectors through UNETLoader, yet they
+# are no diffusion model (no sampler steps, no latent activations).
+OWN_KINDS = frozenset({"detector"})
+
 # Order matters: the more specific layouts first.
 _DETECTORS: tuple[Detector, ...] = (
     _controlnet, _flux_like, _wan, _dit_families, _unet, _text_encoders, _vaes, _vision_and_others,
@@ -356,7 +374,7 @@ def detect(keys: frozenset[str], t: Mapping[str, TensorSpec], kind: str | None) 
     for detector in _DETECTORS:
         layout = detector(keys, t)
         if layout is not None:
-            if kind and kind != layout.kind and kind != "checkpoint":
+            if kind and kind != layout.kind and kind != "checkpoint" and layout.kind not in OWN_KINDS:
                 # The caller's loader decides the kind (a model_patch may look like a controlnet).
                 note = f"layout of a {layout.kind}" + (f"; {layout.note}" if layout.note else "")
                 return Layout(kind, layout.family, layout.lists, note, layout.order)

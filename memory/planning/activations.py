@@ -73,6 +73,12 @@ DIFFUSION: dict[str, DiffusionSpec] = {
     "omnigen2": DiffusionSpec(1.65, "supported_models.py:1282"),
     "qwen_image": DiffusionSpec(1.8, "supported_models.py:1316"),
     "hunyuan_image": DiffusionSpec(7.7, "supported_models.py:1347", spatial=32),
+    # ComfyUI 0.33 (comfy/supported_models.py of 0.33.0)
+    "flux2": DiffusionSpec(
+        3.1 * 4, "0.33 supported_models.py:795-815 (x hidden / 2604)", 16, scales_with="hidden"
+    ),
+    "hunyuan_video15": DiffusionSpec(4.0, "0.33 supported_models.py:2088-2098", 16, 4),
+    "z_image": DiffusionSpec(2.8, "0.33 supported_models.py:1202-1204"),
 }
 # Measured peak of one call at batch 1: bytes = a * latent cells + b, per compute dtype ("bf16" also for
 # fp16 and fp8 weights, which compute in bf16/fp16). Source: bench/activations.py (see the results file).
@@ -110,8 +116,8 @@ MARGIN = 0.10
 # An unknown family: the largest image factor ComfyUI uses, on an 8x latent, frames every 4.
 UNKNOWN_DIFFUSION = DiffusionSpec(8.0, "conservative default", temporal=4)
 # Wan: the 14B's dim, so a Wan model of unknown size is not under-estimated.
-DEFAULT_SCALE = {"dim": 5120, "cross_attention_dim": 2048}
-SCALE_REFERENCE = {"dim": 1, "cross_attention_dim": 2048}
+DEFAULT_SCALE = {"dim": 5120, "cross_attention_dim": 2048, "hidden": 6144}  # Flux.2: dev's width
+SCALE_REFERENCE = {"dim": 1, "cross_attention_dim": 2048, "hidden": 2604}
 VACE_FACTOR = 1.2  # supported_models.py:1070
 
 
@@ -232,8 +238,8 @@ def activation_bytes(
         return math.ceil(per_token * ((side // patch) ** 2 + 1) * batch * (1 + MARGIN))
     if kind == "upscale_model":
         return math.ceil(512 * 512 * 3 * size * max(scale, 1) * 384.0)
-    if kind in ("lora", "controlnet", "model_patch", "style_model"):
-        return 0
+    if kind in ("lora", "controlnet", "model_patch", "style_model", "detector"):
+        return 0  # a detector (RT-DETR) runs on a 640x640 image: megabytes, not a diffusion latent
     raise ValueError(f"no activation estimate for kind {kind!r}")
 
 

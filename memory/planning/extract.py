@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from .workload import Component, Step, Workload, component_id
 # Output type -> the component kinds a value of that type can carry.
 # "checkpoint" is a checkpoint nobody catalogued, one estimated file behind all of its outputs.
 CARRIES: dict[str, frozenset[str]] = {
-    "MODEL": frozenset({"diffusion_model", "lora", "model_patch", "checkpoint"}),
+    "MODEL": frozenset({"diffusion_model", "lora", "model_patch", "checkpoint", "detector"}),
     "CLIP": frozenset({"text_encoder", "lora", "checkpoint"}),
     "VAE": frozenset({"vae", "checkpoint"}),
     "CONTROL_NET": frozenset({"controlnet"}),
@@ -391,8 +391,9 @@ class _Extractor:
         frames, batch = int(shape.get("length", 1)), int(shape.get("batch_size", 1))
         cfg_on = self._cfg_on(node_id)
         activation = activation_min = reservation = 0
+        roles = self.roles(node_id)
         for cid in ordered:
-            info = self.info[cid]
+            info = as_role(self.info[cid], roles.get(cid))
             size = {"width": width, "height": height, "frames": frames, "batch": batch}
             encode = info.kind == "vae" and "Decode" not in node.class_type
             if info.kind == "vae":  # VAEs adapt: the host falls back to tiles, ours tiles to the plan
@@ -418,7 +419,10 @@ class _Extractor:
         shape = {"width": width, "height": height, "frames": frames, "batch": batch, "cfg": cfg_on}
         encode = "Decode" not in node.class_type
         compute_s = sum(
-            seconds(call_work(self.info[c], **shape, encode=encode, fp8_matmul=fp8), card) for c in ordered
+            seconds(
+                call_work(as_role(self.info[c], roles.get(c)), **shape, encode=encode, fp8_matmul=fp8), card
+            )
+            for c in ordered
         )
         return Step(
             node_id,
@@ -431,6 +435,20 @@ class _Extractor:
             reservation=reservation,
             streamed=tuple(sorted((c, b) for c, b in streamed.items() if c in used)),
         )
+
+    def roles(self, node_id: str) -> dict[str, str]:
+        """The part each component plays at this node, from the type of the input that brings it: a
+        checkpoint nobody split (one record for the whole file) samples through a MODEL or GUIDER,
+        encodes through a CLIP and decodes through a VAE, like the parts of a split one."""
+        io = self.io_of(self.g.nodes[node_id])
+        types = io[0] if io else {}
+        roles: dict[str, str] = {}
+        for name, value in self.values.live_inputs(node_id).items():
+            role = ROLE_OF_TYPE.get(types.get(name, ""))
+            if isinstance(value, Link) and role:
+                for cid in self.carried(value):
+                    roles.setdefault(cid, role)
+        return roles
 
     def _evaluations(self, node_id: str) -> int:
         """Model evaluations of a sampler: its steps, or the part start_at_step..end_at_step of them
@@ -464,6 +482,25 @@ class _Extractor:
             assumed = "cfg != 1 (cond + uncond)" if cfg_on else "cfg = 1"
             self._note(f"{where} is not known before the run ({why}): {assumed} assumed")
         return cfg_on
+
+
+# Input type -> the part of a checkpoint a node computes with when the checkpoint arrives through it.
+ROLE_OF_TYPE = {
+    "MODEL": "diffusion_model", "GUIDER": "diffusion_model", "CLIP": "text_encoder", "VAE": "vae",
+    "CLIP_VISION": "clip_vision",
+}  # fmt: skip
+
+
+def as_role(info: ComponentInfo, role: str | None) -> ComponentInfo:
+    """A whole-file "checkpoint" component seen as the part ``role`` a node computes with: its family's
+    compute and activations (a checkpoint's VAE is the family's VAE: ``ltxv`` -> ``ltxv_vae``)."""
+    if info.kind != "checkpoint":
+        return info
+    role = role or "diffusion_model"
+    family = info.family
+    if role == "vae" and family and not family.endswith("_vae"):
+        family += "_vae"
+    return replace(info, kind=role, family=family)
 
 
 def _describe(node: Node) -> str:

@@ -1,0 +1,164 @@
+"""The 2026 families: detected from the file's own keys, sized from the 0.33 host's classes, planned as
+the family they are (HuMo, Wan-Alpha's VAEs, a detector), and a whole-file checkpoint computing as the
+part each node uses it for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from comfyui_headroom.memory.models.catalog import lookup
+from comfyui_headroom.memory.models.components import describe_tensors
+from comfyui_headroom.memory.models.header import TensorSpec
+from comfyui_headroom.memory.models.info import Block, ComponentInfo
+from comfyui_headroom.memory.planning.costmodel import Budget
+from comfyui_headroom.memory.planning.extract import as_role
+from comfyui_headroom.memory.planning.pipeline import plan_workflow
+from comfyui_headroom.memory.units import GiB
+
+# --- family from the header's keys (tiny headers: shapes only) ----------------------------------------
+
+
+def _specs(keys: dict[str, tuple[int, ...]], dtype: str = "BF16") -> dict[str, TensorSpec]:
+    return {k: TensorSpec(dtype, shape) for k, shape in keys.items()}
+
+
+def _flux_blocks(hidden: int) -> dict[str, tuple[int, ...]]:
+    return {
+        "double_blocks.0.img_attn.qkv.weight": (3 * hidden, hidden),
+        "double_blocks.0.img_attn.norm.key_norm.scale": (128,),
+        "single_blocks.0.linear1.weight": (4 * hidden, hidden),
+        "img_in.weight": (hidden, 128),
+    }
+
+
+def test_flux2_from_its_shared_modulation() -> None:
+    flux2 = _flux_blocks(64) | {"double_stream_modulation_img.lin.weight": (6 * 64, 64)}
+    assert describe_tensors(_specs(flux2), kind="diffusion_model").family == "flux2"
+    assert describe_tensors(_specs(_flux_blocks(64)), kind="diffusion_model").family == "flux"
+
+
+def test_hunyuan_video_15_z_image_and_qwen3vl() -> None:
+    hy = {
+        "txt_in.individual_token_refiner.blocks.0.norm1.weight": (64,),
+        "double_blocks.0.img_attn_qkv.weight": (192, 64),
+        "img_in.proj.weight": (64, 65, 1, 1, 1),
+        "byt5_in.fc1.weight": (64, 1472),
+    }
+    assert describe_tensors(_specs(hy), kind="diffusion_model").family == "hunyuan_image"  # 2.1 image
+    hy15 = hy | {"cond_type_embedding.weight": (3, 64)}
+    assert describe_tensors(_specs(hy15), kind="diffusion_model").family == "hunyuan_video15"
+    lumina = {"cap_embedder.1.weight": (3840, 2560), "layers.0.attention.qkv.weight": (16, 16)}
+    assert describe_tensors(_specs(lumina), kind="diffusion_model").family == "z_image"
+    lumina["cap_embedder.1.weight"] = (2304, 2304)
+    assert describe_tensors(_specs(lumina), kind="diffusion_model").family == "lumina2"
+    llm = {"model.embed_tokens.weight": (151936, 4096), "model.layers.0.mlp.up_proj.weight": (8, 4096)}
+    llm["model.norm.weight"] = (4096,)
+    assert describe_tensors(_specs(llm), kind="text_encoder").family == "qwen3_8b"
+    llm["visual.blocks.0.attn.qkv.weight"] = (8, 8)
+    assert describe_tensors(_specs(llm), kind="text_encoder").family == "qwen3vl_8b"
+
+
+def test_a_detector_is_its_own_kind_whatever_loader_reads_it() -> None:
+    """ComfyUI 0.33 loads RT-DETR through UNETLoader: the file's keys say it is a detector."""
+    detr = {"encoder.pan_blocks.1.cv4.conv.weight": (256, 64, 1, 1), "decoder.dec_bbox_head.0.weight": (4, 8)}
+    info = describe_tensors(_specs(detr, "F16"), kind="diffusion_model")
+    assert (info.kind, info.family) == ("detector", "rt_detr")
+    assert lookup("rt_detr_v4-x-hgnet_fp16.safetensors", "diffusion_model").kind == "detector"
+
+
+def test_int8_and_nvfp4_files_count_their_bytes() -> None:
+    """comfy-kitchen's int8 (1 B per weight + a scale per row) and NVFP4 (half a byte + an fp8 scale per
+    16): the catalog entries of the 0.33 host's classes (a fact per file), near half and a quarter of bf16."""
+    bf16 = lookup("z_image_bf16.safetensors", "diffusion_model")
+    int8 = lookup("z_image_int8_convrot.safetensors", "diffusion_model")
+    assert int8.dtype == "int8" and 0.45 < int8.bytes / bf16.bytes < 0.55
+    nvfp4 = lookup("qwen3vl_32b_minimax_h3_nvfp4_awq.safetensors", "text_encoder")
+    assert nvfp4.dtype == "nvfp4" and nvfp4.family == "qwen3vl_32b"
+    header = {
+        "blocks.0.a.weight": TensorSpec("U8", (64, 32)),
+        "blocks.0.a.weight_scale": TensorSpec("F8_E4M3", (64, 4)),
+    }
+    header["blocks.0.a.weight_scale_2"] = TensorSpec("F32", ())
+    assert describe_tensors(header, kind="diffusion_model").dtype == "nvfp4"
+
+
+# --- the templates the issue names -------------------------------------------------------------------
+
+
+def _template(name: str) -> Path:
+    package = pytest.importorskip("comfyui_workflow_templates_json")
+    return Path(package.__file__).parent / "templates" / f"{name}.json"
+
+
+@pytest.mark.parametrize(
+    ("template", "card_gb"),
+    [("video_humo", 24), ("video_wan2.1_alpha_t2v_14B", 16)],
+)
+def test_humo_and_wan_alpha_plan_as_wan(template: str, card_gb: int) -> None:
+    """HuMo is Wan 2.1 14B with audio layers (its activations are Wan's, ~4 GiB, not an unknown
+    family's 25 GiB); Wan-Alpha's VAEs are Wan 2.1 VAEs (a causal decode, not a per-frame KL)."""
+    planned = plan_workflow(_template(template), Budget.from_card(card_gb * GiB, 32 * GiB))
+    assert planned.plan is not None and planned.plan.feasible, planned.plan.bottleneck
+    infos = planned.workload.components
+    vaes = [c for c in infos if c.kind == "vae"]
+    assert vaes and all(lookup(c.label.split(" [")[0], "vae").family == "wan21_vae" for c in vaes)
+    sampler = max(planned.workload.steps, key=lambda s: s.activation)
+    assert sampler.activation < 6 * GiB
+
+
+# --- a checkpoint nobody split computes as the part each node uses -------------------------------------
+
+
+def _checkpoint(family: str = "ltxv") -> ComponentInfo:
+    blocks = tuple(Block(f"block.{i}", 1 << 30) for i in range(32))
+    return ComponentInfo("checkpoint", "x.safetensors", family, "bf16", 40 << 30, blocks, "catalog")
+
+
+def test_a_whole_checkpoint_takes_the_role_of_its_input() -> None:
+    ckpt = _checkpoint()
+    assert as_role(ckpt, "diffusion_model").kind == "diffusion_model"
+    vae = as_role(ckpt, "vae")
+    assert (vae.kind, vae.family) == ("vae", "ltxv_vae")
+    assert as_role(ckpt, "text_encoder").kind == "text_encoder"
+    assert as_role(ckpt, None).kind == "diffusion_model"
+    split = ComponentInfo("vae", "y.safetensors", "wan21_vae", "bf16", 1, (), "catalog")
+    assert as_role(split, "diffusion_model") is split  # a part keeps its own kind
+
+
+LTX2 = "ltx-2-19b-distilled.safetensors"
+
+
+def _checkpoint_prompt(n: int) -> dict:
+    """An API prompt: LTX-2 from CheckpointLoaderSimple, a 768x512 latent of ``n`` frames."""
+    ckpt = ["1", 0]
+    return {
+        "1": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": LTX2}},
+        "2": {"class_type": "CLIPTextEncode", "inputs": {"text": "a cat", "clip": ["1", 1]}},
+        "3": {"class_type": "EmptyLTXVLatentVideo", "inputs": {"width": 768, "height": 512, "length": n}},
+        "4": {
+            "class_type": "KSampler",
+            "inputs": {
+                "model": ckpt, "positive": ["2", 0], "negative": ["2", 0], "latent_image": ["3", 0],
+                "seed": 1, "steps": 8, "cfg": 1.0, "sampler_name": "euler", "scheduler": "simple",
+            },
+        },
+        "5": {"class_type": "VAEDecode", "inputs": {"samples": ["4", 0], "vae": ["1", 2]}},
+        "6": {"class_type": "SaveImage", "inputs": {"images": ["5", 0], "filename_prefix": "x"}},
+    }  # fmt: skip
+
+
+def test_checkpoint_loaded_ltx2_computes_and_grows_with_frames() -> None:
+    """LTX-2 comes out of CheckpointLoaderSimple (one whole-file component): the sampler computes with it
+    as a diffusion model, more frames cost more, and the prompt's encode is not priced as a sampler call."""
+    computes = []
+    for frames in (49, 121):
+        planned = plan_workflow(_checkpoint_prompt(frames), None)
+        steps = {s.node_id: s for s in planned.workload.steps}
+        assert [c.kind for c in planned.workload.components] == ["checkpoint"]
+        sampler, encode = steps["4"], steps["2"]
+        assert sampler.evaluations == 8 and sampler.compute_s > 0 and sampler.activation > 0
+        computes.append(sampler.compute_s)
+        assert 0 < encode.compute_s < sampler.compute_s / sampler.evaluations
+    assert computes[1] > 2 * computes[0]  # 16 latent frames against 7
