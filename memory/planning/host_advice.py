@@ -186,8 +186,8 @@ def host_advice(
         HostAdvice(
             "Headroom retention",
             "use" if saves > 0.05 else "info",
-            f"Headroom's retention (a model not needed again gives its pins back; RAM freed from the "
-            f"model needed last): the repeat run reloads {_reloaded(kept)} instead of "
+            f"Headroom's retention (a model not needed again, here or in the next run, gives its pins "
+            f"back at once): the repeat run reloads {_reloaded(kept)} instead of "
             f"{_reloaded(base)}: {saves:+.1f} s per run",
             saves,
         )

@@ -19,11 +19,11 @@ workload, node by node, over a first and a repeat run. Built from its source (re
   the cache (the caller passes which nodes run again). A model whose pins were freed is read from its
   file again: the *reload* the plan reports.
 
-``headroom=True`` prices the same host with Headroom's levers (``nodes/host/dynamic_vram.py``): a model
-not needed again, in this run or the next run of the same workflow, gives its pins back at once
-(``partially_unload_ram``), and RAM is freed from the model needed farthest ahead instead of the most
-recent one. Not modelled: the OS page cache (a file read again may come from RAM, faster than the disk
-figure), the Comfy Compiler, partial pins within a layer.
+``headroom=True`` prices the same host with Headroom's lever (``dynamic_policy.RELEASE``, applied by
+``nodes/host/dynamic_vram.py``): a model not needed again, in this run nor in the next run of the same
+workflow, gives its pins back at the next node boundary (``partially_unload_ram``); the host's own
+release order is unchanged. Not modelled: the OS page cache (a file read again may come from RAM,
+faster than the disk figure), the Comfy Compiler, partial pins within a layer.
 """
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def _upload(
     if missing and s.pinned_memory and (s.high_ram or not s.fast_disk):
         room = state.ram - state.held() - state.margin
         if room < missing and not s.high_ram:
-            _make_room(state, node, missing - room, keep=set(step.uses), later=later, headroom=headroom)
+            _make_room(state, node, missing - room, keep=set(step.uses))
             room = state.ram - state.held() - state.margin
         new = missing if s.high_ram else max(0, min(missing, room))
         registered = max(0, min(new, state.cap - sum(state.pinned.values())))
@@ -241,28 +241,16 @@ def _upload(
     return seconds
 
 
-def _victims(state: _State, keep: set[str], later: Sequence[tuple[str, ...]], headroom: bool) -> list[str]:
-    """The order host buffers are freed in: the host's (last loaded first: ``free_model_pins`` walks
-    ``current_loaded_models`` from its head), or Headroom's (needed farthest ahead first)."""
+def _victims(state: _State, keep: set[str]) -> list[str]:
+    """The order the host frees host buffers in: models outside the current prompt first, then the others,
+    each tier the most recently loaded first (``free_model_pins`` walks ``current_loaded_models`` from its
+    head). Headroom cannot reorder it; it only releases what the graph is done with (``_after_node``)."""
     held = [cid for cid in state.loaded_order if cid not in keep and state.host(cid)]
-    if not headroom:  # the host's tiers: models outside the current prompt first (PromptModelTracker)
-        return [c for c in held if c not in state.in_prompt] + [c for c in held if c in state.in_prompt]
-
-    def next_use(cid: str) -> int:
-        return next((i for i, uses in enumerate(later) if cid in uses), len(later) + 1)
-
-    return sorted(held, key=next_use, reverse=True)
+    return [c for c in held if c not in state.in_prompt] + [c for c in held if c in state.in_prompt]
 
 
-def _make_room(
-    state: _State,
-    node: HostNode,
-    nbytes: int,
-    keep: set[str],
-    later: Sequence[tuple[str, ...]],
-    headroom: bool,
-) -> None:
-    for cid in _victims(state, keep, later, headroom):
+def _make_room(state: _State, node: HostNode, nbytes: int, keep: set[str]) -> None:
+    for cid in _victims(state, keep):
         if nbytes <= 0:
             return
         freed = state.free_host(cid, nbytes)
@@ -285,4 +273,4 @@ def _after_node(
         return
     short = state.headroom_ram - (state.ram - state.held())
     if short > 0:  # the RAM-pressure cache after the node: pins of idle models, the host's tiers
-        _make_room(state, node, short + RELEASE_SLACK, keep=set(), later=later, headroom=headroom)
+        _make_room(state, node, short + RELEASE_SLACK, keep=set())

@@ -40,7 +40,7 @@ from typing import Any
 from ..planning.planner import StepPlan
 from .ram_guard import needed_again, next_use, size
 
-ORDER, WARM = "deprioritize", "warm"
+ORDER, WARM, RELEASE = "deprioritize", "warm", "unpin"
 
 
 @dataclass(frozen=True)
@@ -51,13 +51,14 @@ class Resident:
     label: str
     device_bytes: int  # its VRAM pages (the host's loaded_size)
     size: int  # all its weights
+    host_bytes: int = 0  # its host buffer in RAM (the host's loaded_ram_size: its pins)
 
 
 @dataclass(frozen=True)
 class Move:
     """One action at a node boundary, in the order to apply it, with its one-line reason."""
 
-    action: str  # ORDER or WARM
+    action: str  # ORDER, WARM or RELEASE
     component_id: str
     label: str
     nbytes: int
@@ -101,6 +102,23 @@ def boundary_moves(
             why = f"off the device in the plan at node {node}: {_again(n, in_prompt)}; released to the host, "
         why += "which frees it before the models needed sooner, only as far as a fault needs"
         moves.append(Move(ORDER, r.component_id, r.label, r.device_bytes, why, released=not kept))
+    for r in held:
+        # the host frees pins under RAM pressure from the most recently loaded model first, the current
+        # prompt's last (comfy/model_management.py free_pins): a model the graph is done with gives its
+        # pins back now, so that release does not take those of the models the next nodes need
+        if (
+            r.component_id in uses
+            or r.host_bytes <= 0
+            or next_use(steps, s, r.component_id, after) is not None
+        ):
+            continue
+        nxt_run = " nor in the next queued run of this workflow" if after else ""
+        why = (
+            f"not needed again in this prompt{nxt_run}: its {size(r.host_bytes)} of host buffer (pins) go "
+            "back now, so the host's RAM-pressure release, which takes the most recently loaded model's pins "
+            "first, keeps the pins of the models the next nodes need"
+        )
+        moves.append(Move(RELEASE, r.component_id, r.label, r.host_bytes, why))
     if s + 1 < len(steps):
         nxt = steps[s + 1].step
         for r in held:

@@ -59,7 +59,8 @@ def _vbar(patcher: Any) -> Any:
 
 
 def resident(cid: str, label: str, patcher: Any) -> Resident:
-    return Resident(cid, label, int(patcher.loaded_size()), int(patcher.model_size()))
+    ram = getattr(patcher, "loaded_ram_size", None) or patcher.pinned_memory_size  # 0.18 has no host buffer
+    return Resident(cid, label, int(patcher.loaded_size()), int(patcher.model_size()), int(ram()))
 
 
 # -- the moves (HostOps and RamOps call these for dynamic patchers)
@@ -186,6 +187,10 @@ class DynamicBoundaries:
                     self.released[id(m.handle)] = weakref.ref(m.handle)
             elif move.action == policy.WARM:
                 warm(list(m.handle.paths))
+            elif move.action == policy.RELEASE:
+                left = to_disk(patcher)
+                if left:
+                    kind, detail = "skipped", left
         except Exception as exc:  # fail open: the host pages as it would without Headroom
             kind, detail = "failed", repr(exc)
         # the controller's log: one line per move, what was done and why (Controller._event is its writer)

@@ -11,6 +11,7 @@ from comfyui_headroom.memory.planning.planner import Placement, StepPlan
 from comfyui_headroom.memory.planning.workload import Step
 from comfyui_headroom.memory.residency.dynamic_policy import (
     ORDER,
+    RELEASE,
     WARM,
     Resident,
     boundary_moves,
@@ -165,3 +166,18 @@ def test_the_benchs_page_model_predicts_fewer_uploads_with_the_plan_than_by_rece
     assert recency[0] == planned[0] == sum(sizes.values())  # both start empty
     assert recency[1:] == [5 * GiB] * 3
     assert all(p <= r / 2 for p, r in zip(planned[1:], recency[1:], strict=True)), planned
+
+
+def test_a_model_not_needed_again_nor_in_the_next_run_gives_its_pins_back() -> None:
+    """Wan 2.2 at the high expert's node, the same workflow queued again with a new seed (its encode is
+    served from the host's cache): the encoder's pins go back, the experts' and the VAE's stay."""
+    pins = {CLIP: 6 * GiB, HIGH: 0, LOW: 13 * GiB, VAE: GiB // 4}
+    resident = [Resident(c, c, 0, 1, pins[c]) for c in (CLIP, HIGH, LOW, VAE)]
+    repeat = [(HIGH,), (LOW,), (VAE,)]
+    moves = [m for m in boundary_moves(WAN, 1, resident, repeat) if m.action == RELEASE]
+    assert [(m.component_id, m.nbytes) for m in moves] == [(CLIP, 6 * GiB)]
+    assert "nor in the next queued run" in moves[0].why and "most recently loaded" in moves[0].why
+    # the next run encodes again (another prompt text): the encoder keeps its pins
+    assert not [m for m in boundary_moves(WAN, 1, resident, [(CLIP,), *repeat]) if m.action == RELEASE]
+    # a model the node computes with is the host's, whatever the plan says later
+    assert not [m for m in boundary_moves(WAN, 0, resident) if m.component_id == CLIP]
