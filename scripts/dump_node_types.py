@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import sys
-import types
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +52,9 @@ def import_host(root: Path) -> Any:
     """Import ComfyUI from ``root`` on CPU with its built-in extra nodes; returns the ``nodes`` module."""
     sys.path.insert(0, str(root))
     sys.path.insert(0, str(PACK_ROOT / "tests"))
-    from headroom_testing.harness import install_torchvision_placeholder
+    from headroom_testing.harness import install_optional_placeholders
 
-    install_torchvision_placeholder()
-    install_placeholder("torchaudio")
+    install_optional_placeholders()  # torchvision, torchaudio: classes importing them are still described
     from comfy.cli_args import args
 
     args.cpu = True  # before comfy.model_management is first imported
@@ -67,50 +65,6 @@ def import_host(root: Path) -> Any:
 
     asyncio.run(nodes.init_extra_nodes(init_custom_nodes=False, init_api_nodes=True))
     return nodes
-
-
-def install_placeholder(name: str) -> None:
-    """Stand in for an optional library that is missing here (torchaudio): the node classes that import
-    it at module level are still described; nothing in this script runs them."""
-    try:
-        importlib.import_module(name)
-        return
-    except ImportError:
-        pass
-    sys.modules[name] = _placeholder_module(name)
-    sys.meta_path.insert(0, _PlaceholderFinder(name))  # its submodules too (torchaudio.functional)
-
-
-def _placeholder_module(name: str) -> types.ModuleType:
-    module = types.ModuleType(name)
-    module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
-    module.__path__ = []  # type: ignore[attr-defined]
-
-    def __getattr__(attr: str) -> Any:
-        if attr.startswith("__"):  # introspection (inspect, hasattr) must see a plain module
-            raise AttributeError(attr)
-        raise ImportError(f"{name} is not installed ({name}.{attr} was needed)")
-
-    module.__getattr__ = __getattr__  # type: ignore[attr-defined]
-    return module
-
-
-class _PlaceholderFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds ``<root>.<anything>`` as another placeholder module."""
-
-    def __init__(self, root: str) -> None:
-        self.root = root
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if not fullname.startswith(self.root + "."):
-            return None
-        return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
-
-    def create_module(self, spec: Any) -> types.ModuleType:
-        return _placeholder_module(spec.name)
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        return None
 
 
 def node_info(cls: type) -> dict[str, Any]:

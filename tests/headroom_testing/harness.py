@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import importlib.abc
 import importlib.machinery
 import importlib.util
 import inspect
 import os
+import re
 import sys
 import types
 import uuid
@@ -69,27 +71,72 @@ def find_host_root() -> Path:
     return root
 
 
-def install_torchvision_placeholder() -> None:
-    """ComfyUI imports torchvision at module level for a few families we never build (Cascade, Cosmos).
+OPTIONAL_MODULES = {
+    # ComfyUI imports these at module level for families the tests never build (Cascade, Cosmos;
+    # 0.33's comfy.sd imports LTX's audio VAE). PyPI has no torchvision/torchaudio build that imports
+    # beside the CPU torch of these venvs.
+    "torchvision": "imported at module level for Cascade/Cosmos; its PyPI wheel does not import here",
+    "torchaudio": "imported at module level by audio models (0.33's comfy.sd via LTX's audio VAE); "
+    "PyPI has no torchaudio for this torch",
+}
 
-    PyPI's torchvision does not import beside a CPU-only torch, so when it is absent a placeholder
-    module stands in and raises a clear ImportError only if something actually uses it.
-    """
+
+class _PlaceholderFinder(importlib.abc.MetaPathFinder):
+    """Resolves ``name.sub`` (``import torchaudio.functional as F``) for a placeholder ``name``."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        top = fullname.partition(".")[0]
+        if fullname == top or not getattr(sys.modules.get(top), "__headroom_placeholder__", False):
+            return None
+        return importlib.machinery.ModuleSpec(fullname, _PlaceholderLoader(), is_package=True)
+
+
+class _PlaceholderLoader(importlib.abc.Loader):
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        return _placeholder_module(spec.name, OPTIONAL_MODULES.get(spec.name.partition(".")[0], "absent"))
+
+    def exec_module(self, module: ModuleType) -> None:
+        pass
+
+
+def _placeholder_module(name: str, reason: str) -> ModuleType:
+    module = types.ModuleType(name)
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+    module.__path__ = []  # type: ignore[attr-defined]
+    module.__headroom_placeholder__ = True  # type: ignore[attr-defined]
+
+    def __getattr__(attr: str) -> Any:
+        if attr.startswith("__"):  # introspection (torch's op registry, copy, pickle) must see "absent"
+            raise AttributeError(attr)
+        raise ImportError(f"{name} is not installed ({name}.{attr} was needed): {reason}")
+
+    module.__getattr__ = __getattr__  # type: ignore[attr-defined]
+    return module
+
+
+def install_placeholder(name: str, reason: str | None = None) -> bool:
+    """Stand in for an optional library the host imports at module level but the tests never run
+    (``OPTIONAL_MODULES``): when it does not import, a placeholder module (and any submodule) takes its
+    place and raises a clear ImportError only if something actually uses it. Prints the reason; returns
+    whether a placeholder was installed."""
     try:
-        importlib.import_module("torchvision")
-        return
+        importlib.import_module(name)
+        return False
     except Exception:
-        sys.modules.pop("torchvision", None)
-    placeholder = types.ModuleType("torchvision")
-    placeholder.__spec__ = importlib.machinery.ModuleSpec("torchvision", None)
+        sys.modules.pop(name, None)
+    reason = reason or OPTIONAL_MODULES.get(name, "absent")
+    OPTIONAL_MODULES.setdefault(name, reason)
+    sys.modules[name] = _placeholder_module(name, reason)
+    if not any(isinstance(f, _PlaceholderFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PlaceholderFinder())
+    print(f"headroom harness: {name} is a placeholder ({reason})", file=sys.stderr)
+    return True
 
-    def __getattr__(name: str) -> Any:
-        if name.startswith("__"):  # introspection (torch's op registry, copy, pickle) must see "absent"
-            raise AttributeError(name)
-        raise ImportError(f"torchvision is not installed (torchvision.{name} was needed)")
 
-    placeholder.__getattr__ = __getattr__  # type: ignore[attr-defined]
-    sys.modules["torchvision"] = placeholder
+def install_optional_placeholders() -> None:
+    """A placeholder for each absent module of ``OPTIONAL_MODULES`` (see install_placeholder)."""
+    for name in OPTIONAL_MODULES:
+        install_placeholder(name)
 
 
 class _Server:
@@ -131,7 +178,7 @@ class Host:
             raise HostUnavailable("comfy.model_management was imported before the harness set --cpu")
         self.root = root
         sys.path.insert(0, str(root))
-        install_torchvision_placeholder()
+        install_optional_placeholders()
         from comfy.cli_args import args
 
         args.cpu = cpu  # must precede the first import of comfy.model_management (GPU benchmarks pass False)
@@ -167,12 +214,14 @@ class Host:
         self.executor = self.new_executor()
 
     def new_executor(self) -> Any:
-        """The host's PromptExecutor as its main.py makes it: 0.3.75 on need ``cache_args`` (None crashes
-        in ``execute``), with main.py's defaults (no LRU, no RAM-pressure cache)."""
+        """The host's PromptExecutor as its main.py makes it under ``--cache-classic`` (the tests count
+        cached nodes; the classic cache is deterministic): 0.3.75 on need ``cache_args`` (None crashes
+        in ``execute``), 0.33 reads ``ram_inactive`` too. Every key the host's executor reads from it
+        gets main.py's classic value, 0."""
         executor_class = self.execution.PromptExecutor
-        if "cache_args" in inspect.signature(executor_class.__init__).parameters:
-            return executor_class(self.server, cache_args={"lru": 0, "ram": 0.0})
-        return executor_class(self.server)
+        if "cache_args" not in inspect.signature(executor_class.__init__).parameters:
+            return executor_class(self.server)
+        return executor_class(self.server, cache_args=dict.fromkeys(executor_cache_keys(self.execution), 0))
 
     def register_models_dir(self, models_dir: Path) -> None:
         """Make ``models_dir/<folder>`` models folders the stock loaders (and ours) list; re-callable
@@ -244,6 +293,14 @@ class Host:
         """What ComfyUI's "Unload models" does."""
         self.model_management.unload_all_models()
         self.model_management.soft_empty_cache()
+
+
+def executor_cache_keys(execution: ModuleType) -> list[str]:
+    """The ``cache_args`` keys the host's ``execution`` module reads (``cache_args["ram"]``,
+    ``cache_args.get("lru", 0)``), read from its source so that a key a new host adds is passed too."""
+    source = inspect.getsource(execution)
+    keys = re.findall(r"cache_args(?:\[|\.get\()\s*[\"']([A-Za-z_]+)[\"']", source)
+    return sorted({"lru", "ram", *keys})
 
 
 def wait_for_server(url: str, server: Any, log_path: Path, deadline_s: float) -> bytes:
