@@ -86,7 +86,8 @@ class _PlaceholderFinder(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         top = fullname.partition(".")[0]
-        if fullname == top or not getattr(sys.modules.get(top), "__headroom_placeholder__", False):
+        module = sys.modules.get(top)  # vars(), not getattr: many packages answer any attribute
+        if fullname == top or module is None or not vars(module).get("__headroom_placeholder__"):
             return None
         return importlib.machinery.ModuleSpec(fullname, _PlaceholderLoader(), is_package=True)
 
