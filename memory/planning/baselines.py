@@ -44,7 +44,7 @@ class Outcome:
 
 def comfyui_reactive(w: Workload, budget: Budget, hw: Hardware) -> Outcome:
     loaded: dict[str, int] = {}  # component -> bytes on the GPU
-    in_ram: set[str] = set()
+    in_ram = {cid for cid, tier in w.initial.items() if tier.host in "PR"}  # a repeat run: cached in RAM
     order: list[str] = []  # most recently loaded first, as current_loaded_models
     out = Outcome("comfyui", 0.0, 0.0)
     for step in w.steps:

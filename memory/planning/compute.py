@@ -13,7 +13,11 @@ frame per ``temporal`` frames (the first alone), per sample of the batch; CFG ev
 (batched or one after the other, the FLOPs are the same: twice). ``ARCH`` holds hidden size and attention
 layers at the released sizes (the host's model classes, comfy/ldm/*; checked by ``bench/flops.py``, which
 counts the FLOPs of those classes on the meta device, see bench/results/flops.md); a file of another
-size takes the closest one. UNets (SD1.5/SDXL) take FLOPs per latent cell counted the same way.
+size takes the closest one. Where bench/flops.py counted the family's FLOPs on the host's classes at the
+released size (``MEASURED_FLOPS``: UNets, Flux, Wan, Qwen-Image, HunyuanVideo, SD3, LTX-V, HiDream), the
+counted coefficients are used: a DiT's modulation layers run once per call, not per token, and a
+double-stream block's text half meets only the text tokens, so 2 x parameters x tokens would overcount
+Flux 1.7x and Qwen-Image 3x.
 
 Time of one call = matmul FLOPs / (peak at the precision the weights compute in x matmul share) +
 attention FLOPs / (bf16 peak x attention share), and never less than reading its weights once from
@@ -71,17 +75,40 @@ ARCH: dict[str, tuple[Arch, ...]] = {
     "ltxv": (Arch(2048, 28, 1.9e9, patch=1, cross=128), Arch(4096, 48, 19e9, patch=1, cross=256)),
     "mochi": (Arch(3072, 48, 10e9, text=256),),
 }
-# UNets: matmul + convolution FLOPs per latent cell of one call, and attention FLOPs per cell squared
-# (their self-attention runs at 1/2 and 1/4 of the latent's side), counted by bench/flops.py.
-UNET_FLOPS: dict[str, tuple[float, float]] = {
-    "sd15": (49.6e6, 1.1e4),
-    "sd2": (49.6e6, 1.1e4),
-    "sdxl_refiner": (90e6, 1.0e3),
-    "sdxl": (180e6, 1.1e3),
+# Counted by bench/flops.py on the host's classes at the released sizes (bench/results/flops.md), per
+# latent cell of one call: matmul = m1 x cells + m0, attention = a2 x cells^2 + a1 x cells + a0, and the
+# parameters they were counted at. A file within MEASURED_RANGE of those parameters takes them; another
+# size of the family takes the formula with the family's counted share of parameters that multiply each
+# image token (modulation layers run once per call, a double-stream block's text half on text only).
+MEASURED_FLOPS: dict[str, tuple[float, float, float, float, float, float]] = {
+    # family: (m1, m0, a2, a1, a0, parameters)
+    "flux": (3.228e9, 6.629e12, 4.378e4, 1.793e8, 1.836e11, 11.9e9),
+    "wan21": (5.977e9, 2.196e12, 5.12e4, 1.049e8, 0.0, 14.3e9),
+    "wan21_1.3b": (6.253e8, 1.538e11, 1.152e4, 2.36e7, 0.0, 1.42e9),  # 2 sizes: attention by the formula
+    "wan22": (2.171e9, 6.025e11, 2.304e4, 4.719e7, 0.0, 5.0e9),
+    "qwen_image": (3.398e9, 3.498e12, 4.608e4, 9.437e7, 4.832e10, 20.4e9),
+    "hunyuan_video": (3.398e9, 3.608e12, 4.608e4, 9.437e7, 4.993e10, 12.8e9),
+    "sd3": (1.349e9, 1.773e12, 2.31e4, 6.155e7, 4.099e10, 8.1e9),
+    "sdxl": (3.616e8, 5.253e10, 2800.0, 1.971e6, 0.0, 2.57e9),
+    "sd15": (1.646e8, 3.008e9, 7301.0, 8.686e5, 0.0, 0.86e9),
+    "ltxv": (3.289e9, 6.341e10, 2.294e5, 2.936e7, 0.0, 1.9e9),
+    "hidream": (3.838e9, 5.041e12, 3.072e4, 9.437e7, 7.248e10, 17.1e9),
 }
-# A decoder's FLOPs per output pixel (an SD-class KL decoder: ~2.5 TFLOP for a 1024x1024 frame); the
-# encoder about half. Video VAEs decode per frame at about the same cost per pixel.
-VAE_FLOPS_PER_PIXEL = 2.4e6
+MEASURED_ALIAS = {"chroma": "flux", "sd2": "sd15", "sdxl_refiner": "sdxl"}
+MEASURED_RANGE = 1.25  # within this factor of the counted parameters, a file is the counted model
+DEFAULT_TOKEN_SHARE = 0.75  # parameters multiplying each image token, for families not counted
+# A decoder's FLOPs per output pixel, counted by bench/flops.py on the host's classes: the KL decoder of
+# SD/Flux (1.0e13 for a 1024x1024 image), the Wan 2.1 causal video decoder (also Qwen-Image's) and the
+# Wan 2.2 one. An encoder costs about half its decoder.
+VAE_FLOPS_PER_PIXEL = {"kl": 1.0e7, "wan21": 8.6e6, "wan22": 1.86e7}
+
+
+def vae_flops_per_pixel(family: str) -> float:
+    if "wan22" in family:
+        return VAE_FLOPS_PER_PIXEL["wan22"]
+    return VAE_FLOPS_PER_PIXEL["wan21" if "wan" in family or "qwen" in family else "kl"]
+
+
 TEXT_TOKENS = 256  # a prompt, for encoders nothing says more of
 UNKNOWN_ARCH = Arch(3072, 0, 0.0, text=256)  # layers from the parameters: 12 x hidden^2 per layer
 
@@ -112,19 +139,33 @@ def _arch(family: str, params: float) -> Arch:
     return min(sizes, key=lambda a: abs(math.log(max(params, 1.0) / a.params)))
 
 
+def _measured(family: str, params: float) -> tuple[float, ...] | None:
+    key = MEASURED_ALIAS.get(family, family)
+    if key == "wan21" and params < 4e9:
+        key = "wan21_1.3b"
+    coeffs = MEASURED_FLOPS.get(key)
+    return coeffs
+
+
 def diffusion_work(family: str, params: float, *, width: int, height: int, frames: int, samples: int) -> Work:
     """FLOPs of one call of a diffusion model on ``samples`` latents (batch x 2 with CFG)."""
     spec = DIFFUSION.get(family, UNKNOWN_DIFFUSION)
     cells = math.ceil(width / spec.spatial) * math.ceil(height / spec.spatial)
     cells *= latent_frames(frames, spec.temporal)
-    if family in UNET_FLOPS:
-        per_cell, per_square = UNET_FLOPS[family]
-        return Work(samples * per_cell * cells, samples * per_square * cells * cells)
+    measured = _measured(family, params)
+    if measured is not None:
+        m1, m0, a2, a1, a0, counted = measured
+        if 1 / MEASURED_RANGE <= params / counted <= MEASURED_RANGE or family not in ARCH:
+            scale = params / counted  # a pruned or extended file of the counted architecture
+            return Work(samples * scale * (m1 * cells + m0), samples * (a2 * cells * cells + a1 * cells + a0))
     arch = _arch(family, params)
     tokens = max(1, cells // (arch.patch * arch.patch))
     layers = arch.layers or max(1, round(params / (12 * arch.hidden**2)))
+    share = DEFAULT_TOKEN_SHARE
+    if measured is not None:  # the counted share of parameters each image token meets
+        share = min(1.0, measured[0] * arch.patch * arch.patch / 2 / measured[5])
     seq = tokens + arch.text
-    matmul = 2 * params * seq
+    matmul = 2 * params * share * seq
     attention = 4 * seq * seq * arch.hidden * layers + 4 * tokens * arch.cross * arch.hidden * layers
     return Work(samples * matmul, samples * attention)
 
@@ -146,7 +187,7 @@ def call_work(
     family = info.family or ""
     if info.kind == "vae":
         pixels = width * height * frames * batch
-        work = Work(VAE_FLOPS_PER_PIXEL * pixels * (0.5 if encode else 1.0))
+        work = Work(vae_flops_per_pixel(family) * pixels * (0.5 if encode else 1.0))
     elif info.kind in ("diffusion_model", "checkpoint", "controlnet"):
         samples = batch * (2 if cfg else 1)
         work = diffusion_work(family, params, width=width, height=height, frames=frames, samples=samples)

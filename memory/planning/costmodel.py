@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..units import GB, GiB
-from .gpus import DEFAULT_FOR_PCIE, Gpu, find_gpu
+from .gpus import DEFAULT_FOR_PCIE, Efficiency, Gpu, find_gpu
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,7 @@ class Hardware:
     gpu: str = DEFAULT_FOR_PCIE[4]
     gpu_assumed: bool = True
     fp8_matmul: bool = False  # the host multiplies fp8 weights in fp8 (else it casts them to bf16)
+    efficiency: Efficiency | None = None  # the card's shares of its peak; None: the table's
 
     def __post_init__(self) -> None:
         # every figure divides a byte count: zero divides by zero, NaN or a negative rate poisons the plan
@@ -82,6 +83,7 @@ class Hardware:
             tflops=card.bf16 * card.efficiency.matmul,
             gpu=card.name,
             gpu_assumed=False,
+            efficiency=card.efficiency,
         )
 
     @classmethod
@@ -96,7 +98,7 @@ class Hardware:
         found = find_gpu(self.gpu)
         if found is None:
             raise ValueError(f"unknown GPU {self.gpu!r}")
-        return found
+        return found if self.efficiency is None else replace(found, efficiency=self.efficiency)
 
     def with_overrides(self, **overrides: float) -> Hardware:
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})

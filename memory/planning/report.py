@@ -165,7 +165,7 @@ def plan_json(plan: Plan, workload: Workload, baselines: dict[str, Outcome]) -> 
         "advice": None if plan.feasible else fit_advice(plan),
         "bottleneck": plan.bottleneck,
         "budget": {"vram": plan.budget.vram, "ram": plan.budget.ram, "pinned": plan.budget.pinned},
-        "hardware": plan.hardware.__dict__,
+        "hardware": asdict(plan.hardware),
         "vram_peak": vram_peak(plan),
         "transfer_s": num(plan.transfer_s),
         "wall_s": num(plan.wall_s),
