@@ -207,6 +207,8 @@ class _Problem:
             frozenset(self.index[c] for c, _ in step.streamed if c in self.index) for step in workload.steps
         ]
         self._stream_tiers = [tuple(t for t in used if t.gpu == "S") or used for _, used in self._tiers]
+        # components held at one tier per use (see ``_bound``): index -> (idle order, used order)
+        self.fixed: dict[int, tuple[tuple[Tier, ...], tuple[Tier, ...]]] = {}
         # Big workflows repeat the same step (a chain of samplers on one model): its cost array depends
         # only on what this key holds, so each distinct one is computed once.
         self._costs: dict[tuple, np.ndarray] = {}
@@ -217,8 +219,17 @@ class _Problem:
 
     def allowed(self, s: int, i: int) -> tuple[Tier, ...]:
         if i in self._streamed[s] and i in self._used[s]:
-            return self._stream_tiers[i]
-        return self._tiers[i][i in self._used[s]]
+            tiers = self._stream_tiers[i]
+        else:
+            tiers = self._tiers[i][i in self._used[s]]
+        order = self.fixed.get(i)
+        if order is None:
+            return tiers
+        return (next((t for t in order[i in self._used[s]] if t in tiers), tiers[0]),)
+
+    def states(self, s: int) -> int:
+        """Joint placements of the live components at step ``s``: the size of its cost array."""
+        return math.prod(len(self.allowed(s, i)) for i in self._alive[s])
 
     def step_cost(self, s: int) -> np.ndarray:
         """Joint array over the live components' allowed tiers (shared between equal steps: read only)."""
@@ -268,7 +279,7 @@ class _Problem:
                 index = [slice(None)] * len(comps)
                 index[axis] = k
                 at = tuple(index)
-                resident = np.vectorize(lambda r, c=c: c.resident_fit(int(r))[1], otypes=[float])(room[at])
+                resident = _resident_bytes(c, room[at])
                 room[at] -= resident
                 streamed = sum(c.blocks) - resident
                 pinned_part = 0.0
@@ -287,6 +298,13 @@ class _Problem:
             matrix = self._moves[key] = self.trans[i][np.ix_([int(t) for t in a], [int(t) for t in b])]
             matrix.flags.writeable = False
         return matrix
+
+
+def _resident_bytes(c: Component, room: np.ndarray) -> np.ndarray:
+    """``Component.resident_fit``'s bytes for every room of an array at once (a sorted search)."""
+    prefix = np.asarray(c._resident_prefix, dtype=float)
+    k = np.searchsorted(prefix, np.maximum(np.trunc(room), 0.0), side="right") - 1
+    return prefix[k]
 
 
 def _advance(problem: _Problem, cost: np.ndarray, s: int) -> np.ndarray:
@@ -340,27 +358,68 @@ def _optimise(problem: _Problem) -> tuple[float, list[tuple[int, ...]]]:
 
 
 # The optimiser's state at a step is the joint tier of every live component: its arrays have the product
-# of their tier counts as size, 6 per component that computes. Past this many states (8 MiB per float64
-# array, tens of arrays alive) planning is refused with the reason instead of exhausting RAM: a workflow
-# with 11 models live at once (one 2026 template) would need 2.7 GiB per array.
-MAX_JOINT_STATES = 1 << 20
+# of their tier counts as size, 6 per component that computes. Up to EXACT_STATES at every step the search
+# is exact (the brute-force test compares every case it can enumerate, all within this). Past it, the
+# components that matter least - the fewest byte-steps (bytes x steps live): the small ones and those
+# live at one node - are held at one tier per use, one at a time, until every step is within it, and the
+# rest is searched exactly: the work is at most EXACT_STATES per step, whatever the number of models.
+EXACT_STATES = 1 << 16
+MAX_JOINT_STATES = EXACT_STATES  # the name earlier releases exported
 
 
 class PlanTooLarge(ValueError):
-    """More components are live at once than the exact optimiser can hold in memory."""
+    """Kept for callers that caught it: planning is bounded now and no longer raises it."""
 
 
-def _check_size(problem: _Problem) -> None:
+_G, _S = (
+    (Tier.GPU_RAM, Tier.GPU_PINNED, Tier.GPU_ONLY),
+    (Tier.STREAM_RAM, Tier.STREAM_PINNED, Tier.STREAM_DISK),
+)
+# Preference orders of a held component, (idle, used), each the first its allowed tiers contain: "keep"
+# holds a RAM copy and the whole model on the GPU where it computes; "frugal" streams where it computes
+# and keeps nothing in RAM between uses (a tight node); "no_ram" never copies it to RAM (a tight RAM
+# budget). All three are searched; the cheapest plan wins.
+_POLICIES = {
+    "keep": ((Tier.RAM, Tier.PINNED, Tier.DISK, *_G), (*_G, *_S)),
+    "frugal": ((Tier.DISK, Tier.RAM, Tier.PINNED, *_G), (*_S, Tier.GPU_ONLY, Tier.GPU_RAM, Tier.GPU_PINNED)),
+    "no_ram": ((Tier.DISK, *_G, Tier.RAM, Tier.PINNED), (Tier.GPU_ONLY, Tier.STREAM_DISK, *_G, *_S)),
+}
+_ONCE = (Tier.GPU_ONLY, Tier.STREAM_RAM, Tier.STREAM_DISK, *_G, *_S)  # live at one node: no RAM copy
+
+
+def _bound(problem: _Problem, policy: str) -> list[int]:
+    """Hold components at one tier per use (``_POLICIES[policy]``), fewest byte-steps first, until no step
+    has more than EXACT_STATES joint placements; the components held, in that order."""
     w = problem.w
-    for s, step in enumerate(w.steps):
-        states = math.prod(len(problem.allowed(s, i)) for i in problem.alive(s))
-        if states > MAX_JOINT_STATES:
-            live = len(problem.alive(s))
-            raise PlanTooLarge(
-                f"{live} model components are loaded and needed again at node {step.node_id} ({step.label}): "
-                f"{states:,} joint placements, more than the exact planner holds ({MAX_JOINT_STATES:,}); "
-                "not planned (the host manages the models)"
-            )
+    states = [problem.states(s) for s in range(len(w.steps))]
+    if max(states, default=1) <= EXACT_STATES:
+        return []
+    spans = {i: span for i, span in enumerate(problem.live) if span is not None}
+    order = sorted(spans, key=lambda i: (w.components[i].bytes * (spans[i][1] - spans[i][0] + 1), i))
+    idle, used = _POLICIES[policy]
+    held: list[int] = []
+    while True:
+        worst = max(range(len(states)), key=states.__getitem__)
+        if states[worst] <= EXACT_STATES:
+            break
+        alive = set(problem.alive(worst))  # hold only what counts at the node that is too big
+        i = next(i for i in order if i in alive and i not in problem.fixed)
+        first, last = spans[i]
+        problem.fixed[i] = (idle, _ONCE if first == last and policy == "keep" else used)
+        held.append(i)
+        for s in range(first, last + 1):
+            states[s] = problem.states(s)
+    return held
+
+
+def _bounded_note(problem: _Problem, held: list[int]) -> str:
+    w = problem.w
+    names = ", ".join(dict.fromkeys(w.components[i].label for i in held))
+    return (
+        f"{len(held)} of {len(w.components)} model components held at one tier per use ({names}): "
+        f"with them free some node would have more than {EXACT_STATES:,} joint placements to search; "
+        "the plan is the best over the others, not proven optimal"
+    )
 
 
 PREFETCH_DEPTHS = (1, 2, 3)
@@ -385,13 +444,19 @@ def plan(workload: Workload, budget: Budget, hw: Hardware) -> Plan:
     if not workload.steps:
         return Plan(True, [], 0.0, 0.0, min_vram, bottleneck, budget, hw, min(depths))
     best: tuple[float, int, _Problem, list] | None = None
+    held: list[int] = []
     if min_vram <= budget.vram:
         for depth in depths:
-            problem = _Problem(workload, budget, hw, depth)
-            _check_size(problem)
-            cost, states = _optimise(problem)
-            if states and (best is None or cost <= best[0] + 1e-12):
-                best = (cost, depth, problem, states)
+            for policy in _POLICIES:
+                problem = _Problem(workload, budget, hw, depth)
+                fixed = _bound(problem, policy)
+                cost, states = _optimise(problem)
+                if states and (
+                    best is None or cost < best[0] - 1e-12 or (cost <= best[0] + 1e-12 and not fixed)
+                ):
+                    best, held = (cost, depth, problem, states), fixed
+                if not fixed:  # exact: no other policy to try
+                    break
     if best is None:
         return Plan(False, [], INF, INF, min_vram, bottleneck, budget, hw, min(depths))
     cost, depth, problem, states = best
@@ -400,7 +465,9 @@ def plan(workload: Workload, budget: Budget, hw: Hardware) -> Plan:
     # after the prefetches, so the peaks a reason quotes are the ones the plan reports
     for sp, reasons in zip(steps, placement_reasons(workload, budget, hw, depth, steps), strict=True):
         sp.placements = {cid: replace(p, reason=reasons[cid]) for cid, p in sp.placements.items()}
-    return Plan(True, steps, cost, sum(s.wall_s for s in steps), min_vram, bottleneck, budget, hw, depth)
+    notes = (_bounded_note(problem, held),) if held else ()
+    wall = sum(s.wall_s for s in steps)
+    return Plan(True, steps, cost, wall, min_vram, bottleneck, budget, hw, depth, notes)
 
 
 def tiers_of(problem: _Problem, s: int, state: tuple[int, ...]) -> dict[int, Tier]:

@@ -1,0 +1,108 @@
+"""Issue #26: never refused. Past EXACT_STATES joint placements at a node, the planner holds the components
+that matter least at one tier per use and searches the rest exactly: the work per node is bounded whatever
+the number of models (counted, not timed), and the plan stays a valid plan no better than the optimum."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, event, given, settings
+
+from comfyui_headroom.memory.planning import planner
+from comfyui_headroom.memory.planning.costmodel import Budget, Hardware, Tier, pinned_tiers
+from comfyui_headroom.memory.planning.workload import Component, Step, Workload
+from comfyui_headroom.memory.units import GB, GiB
+from headroom_testing.bruteforce import brute_force, search_space
+from headroom_testing.strategies import workloads
+
+HW = Hardware.pcie(4)
+
+
+def _needed_again(models: int) -> Workload:
+    """``models`` distinct models, each used by its own node, all used again by a last node (a workflow
+    that keeps every model for a second pass): all live between."""
+    comps = tuple(
+        Component(f"m{i}", f"model{i}", (1 + i % 4) * GB, blocks=((1 + i % 4) * GB // 8,) * 8)
+        for i in range(models)
+    )
+    steps = tuple(Step(str(i), "KSampler", (c.id,), evaluations=4) for i, c in enumerate(comps))
+    return Workload(comps, (*steps, Step("last", "KSampler", tuple(c.id for c in comps[:2]), evaluations=4),
+                            Step("again", "VAEDecode", tuple(c.id for c in comps))))  # fmt: skip
+
+
+def _count_work(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size of every cost array the optimiser builds (what its time and memory are made of)."""
+    sizes: list[int] = []
+    original = planner._Problem._step_cost
+
+    def counted(self: Any, s: int) -> np.ndarray:
+        cost = original(self, s)
+        sizes.append(int(cost.size))
+        return cost
+
+    monkeypatch.setattr(planner._Problem, "_step_cost", counted)
+    return sizes
+
+
+@pytest.mark.parametrize("models", [7, 8, 9, 12, 16])
+def test_any_number_of_models_needed_again_plans_in_bounded_work(
+    models: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = _needed_again(models)
+    sizes = _count_work(monkeypatch)
+    p = planner.plan(w, Budget.from_card(8 * GiB, 64 * GiB), HW)
+    assert p.feasible
+    # every node's array within the bound; at most one array per distinct step, depth and policy
+    assert max(sizes) <= planner.EXACT_STATES
+    searches = len(planner.PREFETCH_DEPTHS) * len(planner._POLICIES)
+    assert sum(sizes) <= len(w.steps) * searches * planner.EXACT_STATES
+    unbounded = 6**models  # the joint placements at the last node without holding any component
+    assert unbounded > planner.EXACT_STATES and len(p.notes) == 1
+    for s in p.steps:
+        assert s.vram_peak <= p.budget.vram and s.ram <= p.budget.ram and s.pinned <= p.budget.pinned
+
+
+def test_the_work_does_not_grow_with_the_number_of_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    per_step = []
+    for models in (8, 16):
+        sizes = _count_work(monkeypatch)
+        w = _needed_again(models)
+        assert planner.plan(w, Budget.from_card(8 * GiB, 64 * GiB), HW).feasible
+        per_step.append(max(sizes))
+        monkeypatch.undo()
+    assert per_step[1] <= planner.EXACT_STATES and per_step[0] <= planner.EXACT_STATES
+
+
+@settings(
+    max_examples=80,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(case=workloads())
+def test_a_bounded_plan_is_valid_and_never_better_than_brute_force(
+    case: tuple[Workload, Budget], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the bound lowered so most cases are cut down, the plan is still a valid plan (its budget
+    holds at every node, every residency choice honoured) whose cost is at least the exact optimum."""
+    w, budget = case
+    assume(search_space(w) <= 60_000)
+    optimum = brute_force(w, budget, HW)
+    monkeypatch.setattr(planner, "EXACT_STATES", 3)
+    p = planner.plan(w, budget, HW)
+    event("held" if p.notes else "exact")
+    if not math.isfinite(optimum):
+        assert not p.feasible
+        return
+    if not p.feasible:
+        event("bounded search found no plan")
+        return
+    event("optimal" if p.transfer_s <= optimum * (1 + 1e-9) + 1e-12 else "above the optimum")
+    assert p.transfer_s >= optimum * (1 - 1e-9) - 1e-12
+    assert sum(s.transfer_s for s in p.steps) == pytest.approx(p.transfer_s, rel=1e-9, abs=1e-12)
+    for s in p.steps:
+        assert s.ram <= budget.ram and s.pinned <= budget.pinned
+        for cid, pl in s.placements.items():
+            assert pl.tier in pinned_tiers(w.component(cid).pin, tuple(Tier))
