@@ -329,6 +329,59 @@ def cases(ops: Any) -> list[Case]:
     ] + text_cases(ops)
 
 
+def cases_2026() -> list[Case]:
+    """The 2026 families, built as ComfyUI 0.33 builds the released files: the configs of
+    scripts/catalog_archs.py through the host's own model detection (comfy.model_detection), cast to the
+    measured dtype. ``small`` copies are not offered (no CPU-vs-meta check for these)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from catalog_archs import HUNYUAN_VIDEO_15, Z_IMAGE, diffusion, flux2
+
+    def built(config: dict) -> Callable[..., torch.nn.Module]:
+        def build(dt, dev, small):
+            if small:
+                raise NotImplementedError("no reduced-width copy of the 2026 cases")
+            with torch.device(dev):
+                return diffusion(config).to(dt)
+
+        return build
+
+    def t(dt, dev, b):
+        return torch.full((b,), 0.5, dtype=dt, device=dev)
+
+    def flux2_case(hidden: int, depth: int, single: int, context: int) -> Case:
+        def call(m, c, s, dt, dev, b):
+            guidance = t(dt, dev, b) if hidden == 6144 else None  # dev is guidance-distilled
+            return m(
+                latent(c, s, 128, dt, dev, b),
+                t(dt, dev, b),
+                rnd((b, 512, context), dt, dev),
+                guidance=guidance,
+            )
+
+        label = {3072: "Flux.2 Klein 4B", 4096: "Flux.2 Klein 9B", 6144: "Flux.2 dev"}[hidden]
+        build = built(flux2(hidden, depth, single, context))
+        return Case(f"flux2_{hidden}", label, build, call, IMAGE_SIZES, spatial=16)
+
+    def hunyuan15_call(m, c, s, dt, dev, b):
+        x = latent(c, s, 65, dt, dev, b)  # 32 noise + 32 image condition + 1 mask channels
+        return m(x, t(dt, dev, b), rnd((b, 256, 3584), dt, dev), txt_byt5=rnd((b, 256, 1472), dt, dev))
+
+    def z_image_call(m, c, s, dt, dev, b):
+        return m(latent(c, s, 16, dt, dev, b), t(dt, dev, b), rnd((b, 256, 2560), dt, dev), 256)
+
+    video = ((480, 320, 33), (848, 480, 65), (1280, 720, 121))
+    return [
+        flux2_case(3072, 5, 20, 7680),
+        flux2_case(4096, 8, 24, 12288),
+        flux2_case(6144, 8, 48, 15360),
+        Case("hunyuan_video15", "HunyuanVideo 1.5", built(HUNYUAN_VIDEO_15), hunyuan15_call, video, 16, 4),
+        Case("z_image", "Z-Image", built(Z_IMAGE), z_image_call, IMAGE_SIZES),
+    ]
+
+
+IMAGE_SIZES = ((512, 512, 1), (1024, 1024, 1), (1328, 1328, 1))
+
+
 def worst_case_routing(model: torch.nn.Module, device: str) -> torch.nn.Module:
     """HiDream's MoE feed-forward routes each token to its top-2 of 4 experts and runs each expert on the
     rows picked by a boolean mask (comfy/ldm/hidream/model.py:307-325): data-dependent shapes, which meta

@@ -43,14 +43,15 @@ from torch.utils._pytree import tree_flatten
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT.parent))
 
-from activation_models import Case, cases, cells  # noqa: E402,F401  (bench/, the script's folder)
+from activation_models import Case, cases, cases_2026, cells  # noqa: E402,F401  (bench/, the script's folder)
 
 from comfyui_headroom.memory.planning.activations import host_reservation  # noqa: E402
 from comfyui_headroom.memory.tiled_vae.measure import PeakLiveBytes  # noqa: E402
 
 MIB = 1 << 20
-# case names that are not the planner's family: (family, Wan hidden size)
+# case names that are not the planner's family: (family, hidden size)
 PLANNER = {"wan21": ("wan21", 5120), "wan21_1.3b": ("wan21", 1536), "wan22": ("wan22", 3072)}
+PLANNER |= {f"flux2_{h}": ("flux2", h) for h in (3072, 4096, 6144)}
 
 
 class StoragePeak(PeakLiveBytes):
@@ -85,6 +86,10 @@ class StoragePeak(PeakLiveBytes):
 def import_host(cpu: bool = True) -> Any:
     root = os.environ.get("COMFYUI_ROOT", "/work/hosts/c064")
     sys.path.insert(0, root)
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from build_model_catalog import stub_missing
+
+    stub_missing("torchaudio", "0.33's comfy.sd imports LTX-2's audio VAE; no audio op runs here")
     from comfy.cli_args import args
 
     args.cpu = cpu  # before the first import of comfy.model_management
@@ -111,6 +116,14 @@ def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, *
     return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
         q, k, v, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
     )[0]
+
+
+def cases_2026_or_none() -> list[Case]:
+    """The 2026 families where the host has them (ComfyUI 0.33: Flux.2, HunyuanVideo 1.5, Z-Image)."""
+    try:
+        return cases_2026()
+    except Exception:  # an older host: its model detection knows none of them
+        return []
 
 
 def measure(case: Case, size: tuple[int, int, int], dtype: torch.dtype, device: str, small=False, batch=1):
@@ -170,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ops = import_host()
     all_cases = cases(ops)
+    if args.only and any(c.family in args.only for c in cases_2026_or_none()):
+        all_cases += cases_2026_or_none()
     chosen = [c for c in all_cases if not args.only or c.family in args.only]
     started = time.time()
     lines = [

@@ -106,7 +106,18 @@ MEASURED: dict[str, dict[str, tuple[float, float]]] = {
     # HiDream-I1, 16+32 x 2560, 128 T5 + 48 x 128 Llama tokens; MoE routed to its worst case (every
     # token to the same 2 experts), so an upper bound over routings
     "hidream": {"fp32": (44108.0, 209047556), "bf16": (22187.0, 104728066)},
+    # ComfyUI 0.33's classes (bench/activations.py --only flux2_3072 ... on the 0.33 host, 2026-11-25):
+    # Flux.2 by hidden size (Klein 4B 3072, Klein 9B 4096, dev 6144), 16x latent, 512 text tokens
+    "flux2_3072": {"fp32": (210976.0, 129564676), "bf16": (106112.0, 65101826)},
+    "flux2_4096": {"fp32": (280608.0, 176766980), "bf16": (140960.0, 88719362)},
+    "flux2_6144": {"fp32": (419872.0, 258588680), "bf16": (210656.0, 129662980)},
+    # HunyuanVideo 1.5 8.3B, 54 x 2048, 16x latent, 256 Qwen2.5-VL + 256 ByT5 tokens
+    "hunyuan_video15": {"fp32": (91420.0, 18409476), "bf16": (46272.93, 8703514)},
+    # Z-Image 6B, 30 x 3840, 256 text tokens
+    "z_image": {"fp32": (59616.14, 42827100), "bf16": (30093.41, 20995235)},
 }
+# Flux.2 by hidden size, like Wan: the dev's width when the size is not known
+FLUX2_BY_HIDDEN: dict[int, str] = {3072: "flux2_3072", 4096: "flux2_4096", 6144: "flux2_6144"}
 # Families with the same blocks as a measured one (same width and layout): chroma = Flux without vec.
 MEASURED_ALIAS = {"chroma": "flux", "sd2": "sd15"}
 # Wan by hidden size: the 14B (5120) is "wan21" above; the 5B and 1.3B are measured separately.
@@ -283,6 +294,10 @@ def measured_coefficients(family: str, dtype: str, dim: int | None = None) -> tu
         if want > dims[-1]:  # wider than any measured Wan: scale with the width
             a, b = MEASURED[key]["fp32" if dtype_size(dtype) == 4 else "bf16"]
             return a * want / dims[-1], b * want / dims[-1]
+    if family == "flux2":
+        widths = sorted(FLUX2_BY_HIDDEN)
+        want = dim or DEFAULT_SCALE["hidden"]
+        key = FLUX2_BY_HIDDEN[next((d for d in widths if d >= want), widths[-1])]
     if key not in MEASURED:
         return None
     a, b = MEASURED[key]["fp32" if dtype_size(dtype) == 4 else "bf16"]

@@ -147,6 +147,14 @@ def _measured(family: str, params: float) -> tuple[float, ...] | None:
     return coeffs
 
 
+def hidden_of(info: ComponentInfo) -> int | None:
+    """The hidden size of a diffusion model's released size closest to its parameters (``ARCH``), or None
+    for a family without one: what sizes its activations (Wan's dim, LTX-V's cross-attention width,
+    Flux.2's hidden)."""
+    family = info.family or ""
+    return _arch(family, params_of(info)).hidden if family in ARCH else None
+
+
 def diffusion_work(family: str, params: float, *, width: int, height: int, frames: int, samples: int) -> Work:
     """FLOPs of one call of a diffusion model on ``samples`` latents (batch x 2 with CFG)."""
     spec = DIFFUSION.get(family, UNKNOWN_DIFFUSION)

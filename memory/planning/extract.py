@@ -26,7 +26,7 @@ from ..workflow.graph import Graph, Link, Node
 from ..workflow.node_types import lookup as lookup_node_type
 from ..workflow.values import Evaluator
 from .activations import activation_bytes, host_reservation
-from .compute import call_work, seconds
+from .compute import call_work, hidden_of, seconds
 from .costmodel import PIN_CHOICES, Hardware
 from .workload import Component, Step, Workload, component_id
 
@@ -405,12 +405,15 @@ class _Extractor:
             try:
                 # activations are in the compute dtype (bf16 on current cards), whatever the weights' dtype
                 family = info.family or "unknown"
-                need = activation_bytes(family, info.kind, **size, cfg=cfg_on, encode=encode)
+                dim = hidden_of(info) if info.kind == "diffusion_model" else None  # which size of the family
+                need = activation_bytes(family, info.kind, **size, cfg=cfg_on, encode=encode, dim=dim)
                 # the host runs cond alone without room for both (the minimum), and reserves by its formula
-                least = activation_bytes(family, info.kind, **size, cfg=cfg_on, encode=encode, split=True)
+                least = activation_bytes(
+                    family, info.kind, **size, cfg=cfg_on, encode=encode, split=True, dim=dim
+                )
                 held = need
                 if info.kind in ("diffusion_model", "checkpoint"):
-                    held = host_reservation(family, **size, cfg=cfg_on)
+                    held = host_reservation(family, **size, cfg=cfg_on, dim=dim)
             except (KeyError, ValueError):
                 need = least = held = 0
             activation, activation_min = max(activation, need), max(activation_min, least)

@@ -104,7 +104,7 @@ def test_wan_coefficients_follow_the_model_width() -> None:
 
 
 def test_unmeasured_families_keep_comfyuis_formula() -> None:
-    for family in set(DIFFUSION) - set(MEASURED) - set(MEASURED_ALIAS) - {"wan22"}:
+    for family in set(DIFFUSION) - set(MEASURED) - set(MEASURED_ALIAS) - {"wan22", "flux2"}:  # by width
         got = activation_bytes(family, "diffusion_model", width=1024, height=1024, cfg=False)
         assert got == host_reservation(family, width=1024, height=1024), family
 
@@ -271,3 +271,13 @@ def test_hidream_uses_its_measured_worst_case_routing_row() -> None:
     # the 48 caption states the host keeps for the whole call: the intercept outweighs 512x512's cells
     a, b = MEASURED["hidream"]["bf16"]
     assert b > a * 64 * 64
+
+
+def test_flux2_is_measured_per_width() -> None:
+    """Klein 4B (3072), Klein 9B (4096) and dev (6144) each have their measured coefficients; a Flux.2 of
+    unknown width takes the dev's, the widest."""
+    from comfyui_headroom.memory.planning.activations import FLUX2_BY_HIDDEN, measured_coefficients
+
+    per_cell = [measured_coefficients("flux2", "bf16", h)[0] for h in sorted(FLUX2_BY_HIDDEN)]
+    assert per_cell == sorted(per_cell) and len(set(per_cell)) == 3
+    assert measured_coefficients("flux2", "bf16") == measured_coefficients("flux2", "bf16", 6144)
