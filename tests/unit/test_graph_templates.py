@@ -108,6 +108,23 @@ def test_widget_mapping_agrees_with_the_templates_own_names() -> None:
 
 
 @needs_templates
+def test_every_node_type_of_the_templates_is_in_the_table() -> None:
+    """The plan reads every class the official templates use (0.33's table plus newer_nodes.json)."""
+    from comfyui_headroom.memory.workflow.node_types import VIRTUAL_TYPES
+
+    unknown: dict[str, str] = {}
+    for path, data in _template_workflows():
+        subgraphs = (data.get("definitions") or {}).get("subgraphs") or []
+        local = {definition["id"] for definition in subgraphs}
+        nodes = list(data["nodes"]) + [node for definition in subgraphs for node in definition["nodes"]]
+        for node in nodes:
+            kind = node["type"]
+            if kind not in local and kind not in VIRTUAL_TYPES and lookup(kind) is None:
+                unknown.setdefault(kind, path.name)
+    assert unknown == {}
+
+
+@needs_templates
 def test_promoted_subgraph_values_agree_with_the_templates_own_names() -> None:
     from comfyui_headroom.memory.workflow.workflow_ui import _Scope, _UiParser
 
