@@ -45,7 +45,8 @@ class Outcome:
 def comfyui_reactive(w: Workload, budget: Budget, hw: Hardware) -> Outcome:
     loaded: dict[str, int] = {}  # component -> bytes on the GPU
     in_ram = {cid for cid, tier in w.initial.items() if tier.host in "PR"}  # a repeat run: cached in RAM
-    order: list[str] = []  # most recently loaded first, as current_loaded_models
+    ram = sum(w.component(cid).bytes for cid in in_ram)  # kept as it grows (prompts hold thousands)
+    order: list[str] = []  # the loaded ones, most recently loaded first, as current_loaded_models
     out = Outcome("comfyui", 0.0, 0.0)
     for step in w.steps:
         seconds = 0.0
@@ -53,6 +54,7 @@ def comfyui_reactive(w: Workload, budget: Budget, hw: Hardware) -> Outcome:
         for c in used:
             if c.id not in in_ram:
                 in_ram.add(c.id)
+                ram += c.bytes
                 seconds += c.bytes / hw.disk
         minimum_required = max(MIN_INFERENCE, step.reservation)  # the host's own formula
         need = 1.1 * sum(c.bytes - loaded.get(c.id, 0) for c in used) + minimum_required
@@ -69,6 +71,7 @@ def comfyui_reactive(w: Workload, budget: Budget, hw: Hardware) -> Outcome:
                 seconds += drop / hw.d2h
                 if not loaded[c.id]:
                     del loaded[c.id]
+                    order.remove(c.id)
         for c in used:
             free = budget.vram - sum(v for k, v in loaded.items() if k != c.id)
             if free - minimum_required >= c.bytes:
@@ -80,14 +83,14 @@ def comfyui_reactive(w: Workload, budget: Budget, hw: Hardware) -> Outcome:
                 out.oom_step = f"node {step.node_id} ({step.label})"
             seconds += max(0, resident - loaded.get(c.id, 0)) / hw.h2d_pageable
             # weights beyond the RAM budget are paged back in from the file at every pass
-            overflow = min(c.bytes - resident, max(0, sum(w.component(k).bytes for k in in_ram) - budget.ram))
+            overflow = min(c.bytes - resident, max(0, ram - budget.ram))
             streamed = c.bytes - resident - overflow
             seconds += step.evaluations * (streamed / hw.h2d_pageable + overflow / hw.disk)
             loaded[c.id] = resident
             if c.id in order:
                 order.remove(c.id)
             order.insert(0, c.id)
-        out.ram_peak = max(out.ram_peak, sum(w.component(c).bytes for c in in_ram))
+        out.ram_peak = max(out.ram_peak, ram)
         out.per_step_s.append(seconds)
         out.transfer_s += seconds
         out.wall_s += seconds + step.compute_s  # per-op casts are synchronous: no overlap
@@ -97,6 +100,7 @@ def comfyui_reactive(w: Workload, budget: Budget, hw: Hardware) -> Outcome:
 def model_offload(w: Workload, budget: Budget, hw: Hardware) -> Outcome:
     out = Outcome("model_offload", 0.0, 0.0)
     in_ram: set[str] = set()
+    ram = 0  # bytes of in_ram
     on_gpu: set[str] = set()
     for step in w.steps:
         seconds = 0.0
@@ -106,6 +110,7 @@ def model_offload(w: Workload, budget: Budget, hw: Hardware) -> Outcome:
         for c in (w.component(cid) for cid in step.uses):
             if c.id not in in_ram:
                 in_ram.add(c.id)
+                ram += c.bytes
                 seconds += c.bytes / hw.disk
             if c.id not in on_gpu:
                 seconds += c.bytes / hw.h2d_pageable
@@ -113,7 +118,7 @@ def model_offload(w: Workload, budget: Budget, hw: Hardware) -> Outcome:
         need = sum(w.component(c).bytes for c in on_gpu) + step.activation_min  # the host splits cond/uncond
         if need > budget.vram and out.oom_step is None:
             out.oom_step = f"node {step.node_id} ({step.label})"
-        out.ram_peak = max(out.ram_peak, sum(w.component(c).bytes for c in in_ram))
+        out.ram_peak = max(out.ram_peak, ram)
         out.per_step_s.append(seconds)
         out.transfer_s += seconds
         out.wall_s += seconds + step.compute_s

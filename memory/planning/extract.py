@@ -11,6 +11,7 @@ loaders derive a value that shares the base weights and adds the LoRA's own.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,7 +25,8 @@ from ..names import OFFLOAD_FILE_INPUTS, OFFLOAD_RESIDENCY_INPUTS
 from ..units import parse_vram_budget_bytes
 from ..workflow.graph import Graph, Link, Node
 from ..workflow.node_types import lookup as lookup_node_type
-from ..workflow.values import Evaluator
+from ..workflow.values import SWITCH, Evaluator
+from ..workflow.walk import fill
 from .activations import activation_bytes, host_reservation
 from .compute import call_work, hidden_of, seconds
 from .costmodel import PIN_CHOICES, Hardware
@@ -158,8 +160,8 @@ class _Extractor:
         self.components: dict[str, Component] = {}
         self.info: dict[str, ComponentInfo] = {}
         self.notes: list[str] = []
-        self._carried: dict[tuple[str, int], frozenset[str]] = {}
-        self._streamed: dict[tuple[str, int], dict[str, int | None]] = {}
+        self._carried: dict[Link, frozenset[str]] = {}
+        self._streamed: dict[Link, dict[str, int | None]] = {}
         self.hardware = Hardware.pcie(4)
         self.values = Evaluator(graph)
 
@@ -233,11 +235,22 @@ class _Extractor:
 
     # --- tracing -----------------------------------------------------------------------------------
     def carried(self, link: Link) -> frozenset[str]:
-        key = (link.node, link.output)
-        if key not in self._carried:
-            self._carried[key] = frozenset()  # cycle guard: a well-formed graph has none
-            self._carried[key] = self._carry(link)
-        return self._carried[key]
+        if link not in self._carried:  # what it reads first, without recursion; a cycle carries nothing
+            fill(link, self._carried, self._carry_reads, self._carry, lambda _: frozenset())
+        return self._carried[link]
+
+    def _spec(self, node: Node) -> LoaderSpec | None:
+        return LOADERS.get(node.class_type) or generic_loader(node, self.io_of(node))
+
+    def _carry_reads(self, link: Link) -> list[Link]:
+        """The links ``_carry(link)`` reads: a loader's patched inputs, else the live inputs."""
+        node = self.g.nodes.get(link.node)
+        if node is None:
+            return []
+        spec = self._spec(node)
+        inputs = self.values.live_inputs(node.id)
+        names = spec.patches if spec is not None else inputs
+        return [v for v in (inputs.get(n) for n in names) if isinstance(v, Link)]
 
     def io_of(self, node: Node) -> tuple[dict[str, str], tuple[str, ...]] | None:
         """The node's types from the table, else the output types a UI workflow recorded for it."""
@@ -250,7 +263,7 @@ class _Extractor:
         node = self.g.nodes.get(link.node)
         if node is None:
             return frozenset()
-        spec = LOADERS.get(node.class_type) or generic_loader(node, self.io_of(node))
+        spec = self._spec(node)
         if spec is not None:
             outputs = self._loader_outputs(node.id, spec)
             return outputs[link.output] if 0 <= link.output < len(outputs) else frozenset()
@@ -269,15 +282,26 @@ class _Extractor:
     def streamed(self, link: Link) -> dict[str, int | None]:
         """The diffusion models this value carries that a Stream Model node upstream streams, each with
         that node's vram_budget in bytes (None: auto); a LoRA or patch node's clone keeps the streaming."""
-        key = (link.node, link.output)
-        if key in self._streamed:
-            return self._streamed[key]
-        self._streamed[key] = {}  # cycle guard
+        if link not in self._streamed:  # as carried(): post-order, a cycle streams nothing
+            self.carried(link)
+            fill(link, self._streamed, self._stream_reads, self._stream, lambda _: {})
+        return self._streamed[link]
+
+    def _stream_reads(self, link: Link) -> list[Link]:
+        node = self.g.nodes.get(link.node)
+        if node is None or node.class_type == STREAM_MODEL:
+            return []
+        spec = self._spec(node)
+        if spec is not None and not spec.patches:
+            return []
+        return [v for v in self.values.live_inputs(node.id).values() if isinstance(v, Link)]
+
+    def _stream(self, link: Link) -> dict[str, int | None]:
         node = self.g.nodes.get(link.node)
         out: dict[str, int | None] = {}
         if node is None:
             return out
-        spec = LOADERS.get(node.class_type) or generic_loader(node, self.io_of(node))
+        spec = self._spec(node)
         model = node.inputs.get("model")
         if node.class_type == STREAM_MODEL and isinstance(model, Link):
             try:
@@ -293,7 +317,6 @@ class _Extractor:
                     out[cid] = budget if known is None else known if budget is None else min(known, budget)
             carried = self.carried(link)
             out = {c: b for c, b in out.items() if c in carried}
-        self._streamed[key] = out
         return out
 
     def uses(self, node_id: str) -> frozenset[str]:
@@ -311,6 +334,17 @@ class _Extractor:
             return frozenset()
         carried_out = frozenset().union(*(self.carried(Link(node_id, i)) for i in range(len(out_types))))
         return carried_in - carried_out
+
+    def note_switch(self, node_id: str) -> None:
+        """A switch whose condition is known only at run time: both branches are planned; say so."""
+        if self.g.nodes[node_id].class_type != SWITCH or self.values.switch_taken(node_id) is not None:
+            return
+        got = self.values.input(node_id, "switch")
+        why = got.unknown if got is not None else "not connected"
+        self._note(
+            f"{_describe(self.g.nodes[node_id])} input 'switch' is not known before the run ({why}): "
+            "both branches planned"
+        )
 
     # --- per-step figures --------------------------------------------------------------------------
     def _note(self, text: str) -> None:
@@ -347,13 +381,15 @@ class _Extractor:
             self._note(f"{where} is not known before the run ({why}): {fallback} assumed")
         return fallback
 
-    def upstream_value(
-        self, node_id: str, names: Iterable[str], seen: set[str] | None = None
-    ) -> dict[str, Any]:
+    def upstream_value(self, node_id: str, names: Iterable[str]) -> dict[str, Any]:
         """The nearest upstream node (breadth first, along the links the host runs) whose inputs
-        ``names`` all evaluate to numbers; with its ``length`` and ``batch_size`` when it has them."""
+        ``names`` all evaluate to numbers; with its ``length`` and ``batch_size`` when it has them.
+
+        Past a switch whose condition is known only at run time, every branch is searched and the
+        largest value found is used (a note names the switch): the plan holds whichever branch runs."""
         names = tuple(names)
-        frontier, seen = [node_id], seen or set()
+        frontier, seen, found = [node_id], set(), []
+        switches: list[str] = []  # switches with an unknown condition met on the way
         while frontier:
             nxt = []
             for nid in frontier:
@@ -362,19 +398,30 @@ class _Extractor:
                 seen.add(nid)
                 inputs = self.values.live_inputs(nid)
                 if all(n in inputs for n in names):
-                    found = {n: self.number(nid, n) for n in names}
-                    if all(v is not None for v in found.values()):
+                    values = {n: self.number(nid, n) for n in names}
+                    if all(v is not None for v in values.values()):
                         extra = {k: self.number(nid, k) for k in ("length", "batch_size") if k in inputs}
-                        return found | {k: int(v) for k, v in extra.items() if v is not None}
-                    missing = next(n for n, v in found.items() if v is None)
+                        found.append(values | {k: int(v) for k, v in extra.items() if v is not None})
+                        if not switches:
+                            return found[0]
+                        continue
+                    missing = next(n for n, v in values.items() if v is None)
                     got = self.values.input(nid, missing)
                     self._note(
                         f"{_describe(self.g.nodes[nid])} input {missing!r} is not known before the run "
                         f"({(got.unknown or repr(got.value)) if got else 'absent'}): looked further upstream"
                     )
+                if self.g.nodes[nid].class_type == SWITCH and self.values.switch_taken(nid) is None:
+                    switches.append(nid)
                 nxt += [v.node for v in inputs.values() if isinstance(v, Link)]
             frontier = nxt
-        return {}
+        if len(found) < 2:
+            return found[0] if found else {}
+        largest = max(found, key=lambda f: math.prod(float(v) for v in f.values()))
+        shown = ", ".join(_describe(self.g.nodes[n]) for n in switches)
+        size = " x ".join(str(largest[n]) for n in names)
+        self._note(f"{shown} picks its {'/'.join(names)} at run time: the largest branch ({size}) is planned")
+        return largest
 
     def step(self, node_id: str) -> Step:
         node = self.g.nodes[node_id]
@@ -506,6 +553,19 @@ def as_role(info: ComponentInfo, role: str | None) -> ComponentInfo:
     return replace(info, kind=role, family=family)
 
 
+def _check_budget(node: Node) -> None:
+    """A Headroom node's constant vram_budget, refused as its VALIDATE_INPUTS refuses it at queue time."""
+    budget = node.inputs.get("vram_budget")
+    if not node.class_type.startswith("Headroom") or isinstance(budget, Link) or budget is None:
+        return
+    try:
+        parse_vram_budget_bytes(budget)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(
+            f"{_describe(node)} input 'vram_budget': {exc}; ComfyUI rejects this prompt"
+        ) from None
+
+
 def _describe(node: Node) -> str:
     return f"node {node.id} ({node.class_type}{f' {node.title!r}' if node.title else ''})"
 
@@ -536,8 +596,23 @@ def workload_from_graph(
     """
     ex = _Extractor(graph, order, node_io, models_dir)
     ex.hardware = hardware or Hardware.pcie(4)
+    uncounted = []
+    for node_id in order:
+        node = graph.nodes[node_id]
+        _check_budget(node)
+        ex.note_switch(node_id)
+        if ex._spec(node) is None:  # a loader the plan cannot read: its model is not in the plan
+            uncounted += [
+                f"{_describe(node)} input {name!r} names {value}"
+                for name, value in node.inputs.items()
+                if isinstance(value, str) and value.lower().endswith(MODEL_EXTENSIONS)
+            ]
+    for line in uncounted:
+        ex.notes.append(f"{line}, a model this plan does not count (Headroom cannot read that loader)")
     steps = tuple(_checked(ex.step, node_id) for node_id in order)
     used = {c for s in steps for c in s.uses}
-    for cid in sorted(set(ex.components) - used):
-        ex.notes.append(f"{ex.components[cid].label} is loaded but nothing computes with it")
-    return Workload(tuple(ex.components.values()), steps, tuple(ex.notes))
+    idle = Counter(ex.components[cid].label for cid in sorted(set(ex.components) - used))
+    for label, count in idle.items():  # one line per file, not one per copy of a big prompt
+        times = f" ({count:,} loaders)" if count > 1 else ""
+        ex.notes.append(f"{label} is loaded{times} but nothing computes with it")
+    return Workload(tuple(ex.components.values()), steps, tuple(ex.notes), uncounted=tuple(uncounted))

@@ -179,19 +179,24 @@ class _Problem:
     def __init__(self, workload: Workload, budget: Budget, hw: Hardware, depth: int) -> None:
         self.w, self.budget, self.hw, self.depth = workload, budget, hw, depth
         self.index = {c.id: i for i, c in enumerate(workload.components)}
-        uses = [
-            [s for s, step in enumerate(workload.steps) if c.id in step.uses] for c in workload.components
-        ]
+        uses: list[list[int]] = [[] for _ in workload.components]  # one pass: linear in the prompt's size
+        for s, step in enumerate(workload.steps):
+            for u in dict.fromkeys(step.uses):
+                if u in self.index:
+                    uses[self.index[u]].append(s)
         # a component already off disk when the plan starts (a re-plan, a cached second run) is live from
         # the first step: keeping it where it is until its use may beat dropping and reloading it
         start = [0 if workload.initial_tier(c.id) != Tier.DISK else None for c in workload.components]
         self.live = [
             (s if s is not None else u[0], u[-1]) if u else None for u, s in zip(uses, start, strict=True)
         ]
-        self.trans = [
-            np.array([[transition_seconds(hw, c.bytes, a, b) for b in Tier] for a in Tier])
-            for c in workload.components
-        ]
+        by_size: dict[int, np.ndarray] = {}  # copies of one model share their transition matrix
+        for c in workload.components:
+            if c.bytes not in by_size:
+                by_size[c.bytes] = np.array(
+                    [[transition_seconds(hw, c.bytes, a, b) for b in Tier] for a in Tier]
+                )
+        self.trans = [by_size[c.bytes] for c in workload.components]
 
         # per step: the live components, and which of them it uses (one pass, not a scan per call)
         self._alive: list[list[int]] = [[] for _ in workload.steps]
@@ -211,6 +216,12 @@ class _Problem:
         self.fixed: dict[int, tuple[tuple[Tier, ...], tuple[Tier, ...]]] = {}
         # Big workflows repeat the same step (a chain of samplers on one model): its cost array depends
         # only on what this key holds, so each distinct one is computed once.
+        # Equal components (copies of one model in a big prompt) share a shape: what a step's cost and a
+        # move depend on (bytes, blocks, the user's residency), numbered so keys stay cheap to hash.
+        shapes: dict[tuple, int] = {}
+        self._shape = [
+            shapes.setdefault((c.bytes, c.blocks, c.pin), len(shapes)) for c in workload.components
+        ]
         self._costs: dict[tuple, np.ndarray] = {}
         self._moves: dict[tuple, np.ndarray] = {}
 
@@ -234,7 +245,8 @@ class _Problem:
     def step_cost(self, s: int) -> np.ndarray:
         """Joint array over the live components' allowed tiers (shared between equal steps: read only)."""
         step = self.w.steps[s]
-        modes = tuple((i, i in self._used[s], i in self._streamed[s]) for i in self._alive[s])
+        shape = self._shape
+        modes = tuple((shape[i], i in self._used[s], i in self._streamed[s]) for i in self._alive[s])
         key = (step.activation_min, step.evaluations, modes)
         cost = self._costs.get(key)
         if cost is None:
@@ -292,7 +304,7 @@ class _Problem:
         return np.where(feasible, cost, INF)
 
     def move(self, i: int, a: tuple[Tier, ...], b: tuple[Tier, ...]) -> np.ndarray:
-        key = (i, a, b)
+        key = (self._shape[i], a, b)
         matrix = self._moves.get(key)
         if matrix is None:
             matrix = self._moves[key] = self.trans[i][np.ix_([int(t) for t in a], [int(t) for t in b])]

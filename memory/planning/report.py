@@ -120,7 +120,13 @@ def plan_text(plan: Plan, workload: Workload, baselines: dict[str, Outcome], why
     """What ``plan`` prints without --json: the table (when it fits; with ``why``, a reason per component
     per node), the summary and the notes."""
     parts = [plan_table(plan, workload, why)] if plan.feasible else []
-    parts.append(summary(plan, baselines))
+    text = summary(plan, baselines)
+    if workload.uncounted and plan.feasible:  # never "fits, 0 B" for models the plan could not count
+        files = f"{len(workload.uncounted)} model file(s)"
+        text = text.replace(
+            "fits: yes;", f"fits: not known: {files} not counted (see the notes); without them"
+        )
+    parts.append(text)
     parts += [f"note: {note}" for note in plan_notes(plan, workload)]
     return "\n".join(parts)
 
@@ -218,6 +224,7 @@ def plan_json(plan: Plan, workload: Workload, baselines: dict[str, Outcome]) -> 
             for name, o in baselines.items()
         },
         "notes": plan_notes(plan, workload),
+        "uncounted": list(workload.uncounted),
     }
 
 

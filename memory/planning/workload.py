@@ -104,6 +104,9 @@ class Workload:
     # Where components are before the first step (a re-plan mid-prompt); absent ones are on disk. Only
     # components live at the first step start from here; the others are dropped, as after a last use.
     initial: Mapping[str, Tier] = field(default_factory=dict, compare=False, hash=False)
+    # Model files the workflow names that no component counts (a loader the extractor cannot read), as
+    # "node ... input ... names FILE": a plan without them must not read as "fits, 0 B".
+    uncounted: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         known = {c.id for c in self.components}
@@ -119,5 +122,10 @@ class Workload:
     def initial_tier(self, component_id: str) -> Tier:
         return self.initial.get(component_id, Tier.DISK)
 
+    @functools.cached_property
+    def _by_id(self) -> dict[str, Component]:
+        return {c.id: c for c in self.components}
+
     def component(self, component_id: str) -> Component:
-        return next(c for c in self.components if c.id == component_id)
+        """The component with this id (KeyError if none): a dict lookup, prompts hold thousands."""
+        return self._by_id[component_id]

@@ -101,14 +101,48 @@ def _link_problem(graph: Graph, node: Node, name: str, link: Link, listed: dict[
     outputs = known.outputs if known is not None else source.outputs
     if link.output < 0:
         return f"{where} links to output slot {link.output} of node {link.node} ({source.class_type})"
+    if outputs is None:
+        return None
     # Newer hosts add outputs to classes (GetVideoComponents, PreviewImage in the 3D templates): a UI
-    # workflow's own output list is trusted, and a prompt may use a few slots past the table's.
-    if outputs is not None and link.output >= max(len(outputs) + NEWER_OUTPUTS, listed.get(link.node, 0)):
+    # workflow's own output list is trusted, and a prompt may use a few slots past the table's, but
+    # never for a model input (no class gained a model as a new output).
+    wanted = _input_type(node, name)
+    spare = 0 if wanted & MODEL_TYPES else NEWER_OUTPUTS
+    if link.output >= max(len(outputs) + spare, listed.get(link.node, 0)):
         return (
             f"{where} links to output slot {link.output} of node {link.node} ({source.class_type}), "
             f"which has {len(outputs)} output(s) ({', '.join(outputs) or 'none'})"
         )
+    given = set(outputs[link.output].split(",")) if link.output < len(outputs) else set()
+    # The host's validate_node_input: types match when they share one ("*" matches any).
+    if wanted & STRICT_TYPES and given & STRICT_TYPES and not wanted & given:
+        return (
+            f"{where} takes {'/'.join(sorted(wanted))} but links to output {link.output} of node "
+            f"{link.node} ({source.class_type}), a {outputs[link.output]}"
+        )
     return None
+
+
+MODEL_TYPES = frozenset(
+    {"MODEL", "CLIP", "VAE", "CONTROL_NET", "CLIP_VISION", "UPSCALE_MODEL", "STYLE_MODEL", "MODEL_PATCH"}
+)
+# Types a link is checked for, as the host's validation checks them (a mismatch is refused): model and
+# data types only; primitives and combos convert and are left to the host.
+STRICT_TYPES = frozenset(
+    {
+        "MODEL", "CLIP", "VAE", "CONDITIONING", "LATENT", "IMAGE", "MASK", "CONTROL_NET", "CLIP_VISION",
+        "CLIP_VISION_OUTPUT", "UPSCALE_MODEL", "STYLE_MODEL", "GUIDER", "SAMPLER", "SIGMAS", "NOISE",
+        "MODEL_PATCH",
+    }
+)  # fmt: skip
+
+
+def _input_type(node: Node, name: str) -> set[str]:
+    """The types input ``name`` accepts, from the node-type table (empty when unknown or "*")."""
+    known = lookup(node.class_type)
+    spec = known.input(name) if known is not None else None
+    types = {t.strip() for t in spec.type.split(",")} if spec is not None else set()
+    return set() if "*" in types else types
 
 
 def check_links(

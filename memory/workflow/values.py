@@ -16,16 +16,23 @@ to produce a value; those evaluated here, mirroring the 2026 host's source:
 Anything else (a custom node's output, a value only known at run time) is *unknown*: the result says
 which node stopped the evaluation and, where a switch with an unknown condition chooses between known
 values, every value the input may take, so callers can pick a stated conservative one.
+
+Bounded: a chain of 100,000 value nodes evaluates without recursion (the links a value reads are
+evaluated first, in post-order, with an explicit stack), and an expression whose integers would grow
+past ``MAX_RESULT_BITS`` (``4000000**4000000`` is 1 KB of JSON and minutes of one big-int operation that
+holds the GIL) is not computed: it is unknown, "too large to evaluate before the run".
 """
 
 from __future__ import annotations
 
 import math
 import string
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from .graph import Graph, Link
+from .walk import fill
 
 PRIMITIVES = frozenset(
     {"PrimitiveInt", "PrimitiveFloat", "PrimitiveBoolean", "PrimitiveString", "PrimitiveStringMultiline"}
@@ -34,6 +41,44 @@ SWITCH = "ComfySwitchNode"
 MATH = "ComfyMathExpression"
 NOT = "ComfyNotNode"
 MAX_EXPONENT = 4000  # nodes_math.py's cap on pow()
+# The largest integer an expression may build here: far above any size a workflow can use (the host's
+# widgets stop at 2**53), far below what takes measurable time to compute.
+MAX_RESULT_BITS = 4096
+
+
+class TooCostly(ValueError):
+    """An operation whose result would exceed MAX_RESULT_BITS: not computed."""
+
+
+def _bits(value: Any) -> int:
+    return abs(value).bit_length() if isinstance(value, int) else 0
+
+
+def _refuse_large(bits: int) -> None:
+    if bits > MAX_RESULT_BITS:
+        raise TooCostly(f"too large to evaluate before the run (a {bits:,}-bit integer)")
+
+
+def _bounded(operation: Any, size: Any) -> Any:
+    """``operation`` refused where ``size(a, b)`` (the result's bits, for two integers) is too large."""
+
+    def bounded(a: Any, b: Any) -> Any:
+        if isinstance(a, int) and isinstance(b, int):
+            _refuse_large(size(a, b))
+        return operation(a, b)
+
+    return bounded
+
+
+def _power_bits(base: int, exp: int) -> int:
+    return int(exp * math.log2(abs(base))) + 1 if exp > 0 and abs(base) > 1 else 0
+
+
+def _bounded_round(number: Any, ndigits: Any = None) -> Any:
+    # round(int, -n) builds 10**n: bounded like a power
+    if isinstance(number, int) and isinstance(ndigits, int) and ndigits < 0:
+        _refuse_large(_power_bits(10, -ndigits))
+    return round(number) if ndigits is None else round(number, ndigits)
 
 
 def _variadic_sum(*args: Any) -> Any:
@@ -45,6 +90,8 @@ def _variadic_sum(*args: Any) -> Any:
 def _safe_pow(base: Any, exp: Any) -> Any:
     if abs(exp) > MAX_EXPONENT:
         raise ValueError(f"Exponent {exp} exceeds maximum allowed ({MAX_EXPONENT})")
+    if isinstance(base, int) and isinstance(exp, int):
+        _refuse_large(_power_bits(base, exp))
     return pow(base, exp)
 
 
@@ -54,7 +101,7 @@ MATH_FUNCTIONS = {
     "min": min,
     "max": max,
     "abs": abs,
-    "round": round,
+    "round": _bounded_round,
     "pow": _safe_pow,
     "sqrt": math.sqrt,
     "ceil": math.ceil,
@@ -91,19 +138,30 @@ class Value:
 def math_expression(expression: str, values: dict[str, Any]) -> tuple[float, int, bool]:
     """ComfyMathExpression.execute: the FLOAT, INT and BOOL outputs. Raises ValueError (and whatever
     simpleeval raises) where the host's node fails."""
-    from simpleeval import simple_eval  # a dependency of the pack; imported here to keep memory light
-
     if not expression.strip():
         raise ValueError("Expression cannot be empty.")
     names: dict[str, Any] = dict(values)
     names["values"] = list(values.values())
-    result = simple_eval(expression, names=names, functions=MATH_FUNCTIONS)
+    result = _evaluator(names).eval(expression)
     if not isinstance(result, (int, float)):
         raise ValueError(f"must evaluate to a number, got {type(result).__name__}")
     as_float = float(result)
     if not math.isfinite(as_float):
         raise ValueError(f"non-finite result {result}")
     return as_float, int(result), bool(result)
+
+
+def _evaluator(names: dict[str, Any]) -> Any:
+    """simple_eval's evaluator with the host's functions, its operators bounded in cost (module doc)."""
+    import ast
+
+    import simpleeval  # a dependency of the pack; imported here to keep memory light
+
+    operators = dict(simpleeval.DEFAULT_OPERATORS)
+    operators[ast.Pow] = _bounded(simpleeval.safe_power, _power_bits)
+    operators[ast.Mult] = _bounded(simpleeval.safe_mult, lambda a, b: _bits(a) + _bits(b))
+    operators[ast.LShift] = _bounded(simpleeval.safe_lshift, lambda a, b: _bits(a) + max(b, 0))
+    return simpleeval.SimpleEval(operators=operators, functions=MATH_FUNCTIONS, names=names)
 
 
 def _node_name(graph: Graph, node_id: str) -> str:
@@ -116,7 +174,7 @@ class Evaluator:
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
-        self._memo: dict[tuple[str, int], Value] = {}
+        self._memo: dict[Link, Value] = {}
 
     def input(self, node_id: str, name: str) -> Value | None:
         """What input ``name`` of the node receives; None when it has no such input."""
@@ -128,13 +186,30 @@ class Evaluator:
         return self.output(value) if isinstance(value, Link) else Value((value,))
 
     def output(self, link: Link) -> Value:
-        key = (link.node, link.output)
-        if key not in self._memo:
+        if link not in self._memo:
             if link.node not in self.graph.nodes:
                 return Value((), f"node {link.node}, which is not in the graph")
-            self._memo[key] = Value((), f"{_node_name(self.graph, link.node)}, a dependency cycle")
-            self._memo[key] = self._evaluate(link)
-        return self._memo[key]
+            # readers after what they read, without recursion (walk.fill); a cycle reads as unknown
+            fill(link, self._memo, self._reads, self._evaluate, self._in_cycle)
+        return self._memo[link]
+
+    def _in_cycle(self, link: Link) -> Value:
+        return Value((), f"{_node_name(self.graph, link.node)}, a dependency cycle")
+
+    def _reads(self, link: Link) -> list[Link]:
+        """The links ``_evaluate(link)`` may read (a switch: its condition and both branches)."""
+        node = self.graph.nodes[link.node]
+        kind, inputs = node.class_type, node.inputs
+        if kind in PRIMITIVES or kind == NOT:
+            names: Iterable[str] = ("value",) if link.output == 0 else ()
+        elif kind == SWITCH:
+            names = ("switch", "on_true", "on_false") if link.output == 0 else ()
+        elif kind == MATH:
+            names = inputs if link.output in (0, 1, 2) else ()
+        else:
+            names = ()
+        found = (inputs.get(name) for name in names)
+        return [v for v in found if isinstance(v, Link) and v.node in self.graph.nodes]
 
     def switch_taken(self, node_id: str) -> str | None:
         """The input a ComfySwitchNode passes on ("on_true"/"on_false"), None when its condition is

@@ -353,8 +353,14 @@ class _UiParser:
                 inputs[name] = resolved
             elif self.dangling and name not in inputs and _required(node["type"], name):
                 # The frontend sends the input unconnected; the host refuses a missing required input.
+                own = f"{describe(node, scope.path)} input {name!r}"
+                why = (
+                    self.dangling[0]
+                    if self.dangling[0].startswith(own)
+                    else f"{own} is fed by {self.dangling[0]}"
+                )
                 self.broken.setdefault(scope.exec_id(node), []).append(
-                    f"{self.dangling[0]}, and ComfyUI requires this input"
+                    f"{why}, and ComfyUI requires this input"
                 )
         kind = node["type"]
         if isinstance(node.get("outputs"), list):
@@ -506,12 +512,20 @@ class _UiParser:
         if not link_ids:
             return None
         link = inner.links.get(str(link_ids[0]))
+        outer = inner.parent.path if inner.parent else ()
+        where = f"subgraph {describe(inner.instance or {}, outer)} output {slot}"
         if link is None:
+            self.dangling.append(f"{where}: link {link_ids[0]} does not exist; treated as unconnected")
+            self.warnings.append(self.dangling[-1])
             return None
         if link.origin == SUBGRAPH_INPUT_NODE:  # an input wired straight to an output
             return self.resolve_subgraph_input(inner, link.origin_slot, seen)
         origin = inner.nodes.get(str(link.origin))
-        return None if origin is None else self.resolve_output(inner, origin, link.origin_slot, want, seen)
+        if origin is None:
+            self.dangling.append(f"{where}: linked node {link.origin} does not exist; treated as unconnected")
+            self.warnings.append(self.dangling[-1])
+            return None
+        return self.resolve_output(inner, origin, link.origin_slot, want, seen)
 
     def _get_node(self, scope: _Scope, node: dict[str, Any], seen: set) -> Any:
         """KJNodes' GetNode reads the input of the SetNode with the same name (widgets_values[0])."""

@@ -47,7 +47,7 @@ def test_api_prompt_details() -> None:
         "9": {"class_type": "SaveImage", "inputs": {"images": ["8", 0], "filename_prefix": "x"}},
         "8": {"class_type": "VAEDecode", "inputs": {"samples": ["3", 0.0], "vae": ["4", 2]}, "_meta": {}},
         "4": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "a.safetensors"}},
-        "3": {"class_type": "ImageBatch", "inputs": {"sizes": {"__value__": [1, 2]}, "pair": ["x", 0, 1]}},
+        "3": {"class_type": "LatentBatch", "inputs": {"sizes": {"__value__": [1, 2]}, "pair": ["x", 0, 1]}},
     }
     graph = parse_workflow(prompt)
     assert list(graph.nodes) == ["9", "8", "4", "3"]  # the prompt's own order

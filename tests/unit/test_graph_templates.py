@@ -61,10 +61,18 @@ def test_every_template_parses_or_names_what_it_cannot_handle() -> None:
     assert rate >= 0.99, failures
 
 
+# Templates the host refuses as published, and why (test_hostile_planning.py has the details).
+REFUSED = {"video_ltx2_i2v_lora.json": "link 265 does not exist"}
+
+
 @needs_templates
 def test_template_subgraph_ids_and_round_trip() -> None:
     nested = 0
     for path, data in _template_workflows():
+        if path.name in REFUSED:
+            with pytest.raises(WorkflowError, match=REFUSED[path.name]):
+                parse_workflow(data)
+            continue
         graph = parse_workflow(data)
         again = parse_workflow(graph.to_prompt())
         assert [(n.id, n.class_type, n.inputs) for n in graph.nodes.values()] == [
@@ -149,7 +157,9 @@ def test_parsing_and_ordering_a_template_takes_milliseconds() -> None:
     workflows = _template_workflows()
     parse_workflow(workflows[0][1])  # loads the node-type table once
     times = []
-    for _, data in workflows:
+    for path, data in workflows:
+        if path.name in REFUSED:
+            continue
         start = time.perf_counter()
         predict_order(parse_workflow(data))
         times.append(time.perf_counter() - start)

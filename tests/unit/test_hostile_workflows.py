@@ -98,13 +98,13 @@ def ui_sampler(link_id: Any, origin: Any) -> dict[str, Any]:
             },
             {
                 "id": 6,
-                "type": "SaveImage",
-                "inputs": [{"name": "images", "type": "IMAGE", "link": 2}],
+                "type": "SaveLatent",
+                "inputs": [{"name": "samples", "type": "LATENT", "link": 2}],
                 "outputs": [],
                 "widgets_values": ["x"],
             },
         ],
-        "links": [[1, origin, 0, 4, 0, "MODEL"], [2, 4, 0, 6, 0, "IMAGE"]],
+        "links": [[1, origin, 0, 4, 0, "MODEL"], [2, 4, 0, 6, 0, "LATENT"]],
         "version": 0.4,
     }
 
