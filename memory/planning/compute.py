@@ -55,10 +55,10 @@ class Arch:
 ARCH: dict[str, tuple[Arch, ...]] = {
     "flux": (Arch(3072, 57, 11.9e9, text=256),),  # 19 double + 38 single blocks
     "chroma": (Arch(3072, 57, 8.9e9, text=256),),
-    "flux2": (  # Klein 4B, Klein 9B, dev
-        Arch(3072, 25, 3.9e9, text=512),
-        Arch(4096, 32, 9.1e9, text=512),
-        Arch(6144, 56, 32e9, text=512),
+    "flux2": (  # Klein 4B, Klein 9B, dev; the host's latent is already patchified (16 px a cell)
+        Arch(3072, 25, 3.9e9, patch=1, text=512),
+        Arch(4096, 32, 9.1e9, patch=1, text=512),
+        Arch(6144, 56, 32e9, patch=1, text=512),
     ),  # fmt: skip
     "sd3": (Arch(1536, 24, 2.2e9, text=333), Arch(2432, 38, 8.1e9, text=333)),
     "qwen_image": (Arch(3072, 60, 20.4e9, text=256),),
