@@ -65,13 +65,21 @@ CUDA_BENCHES = ("bench/tiled_vae.py",)
 BENCH_ARGS = {
     "bench/tiled_vae.py": ["--out", "{results}/tiled_vae_gpu.md"],
     "bench/residency_gpu.py": ["--out", "{results}/residency_gpu.md"],
+    # then: python scripts/gpu_efficiency.py merge <results>/gpu_throughput.json (the wall-time table)
+    "bench/gpu_throughput_gpu.py": [
+        "--out",
+        "{results}/gpu_throughput.md",
+        "--json",
+        "{results}/gpu_throughput.json",
+    ],
 }
 TIMEOUTS = {
     "tests/gpu/test_residency_gpu.py": 420,
     "bench/streaming_gpu.py": 300,
     "bench/residency_gpu.py": 360,
     "bench/tiled_vae.py": 300,
-    "bench/dynamic_vram_gpu.py": 420,  # writes ~10.5 GB of weights, then 4 modes x 4 runs
+    "bench/dynamic_vram_gpu.py": 420,
+    "bench/gpu_throughput_gpu.py": 120,  # writes ~10.5 GB of weights, then 4 modes x 4 runs
 }
 DEFAULT_TEST_TIMEOUT, DEFAULT_BENCH_TIMEOUT = 240, 300
 HOST_MARKERS = ("find_host_root", "headroom_testing.harness")

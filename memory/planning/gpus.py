@@ -157,6 +157,25 @@ def gpu_names() -> list[str]:
     return [g.name for g in GPUS]
 
 
+# What the card the defaults were fitted on reaches in a dense bf16 GEMM, as a share of its spec figure:
+# the RTX 4090's 179.2 TFLOPS in cuBLASLt (github.com/xzwgit/gpu-flops-bench) over 165.2. Attention
+# kernels are assumed to reach the same share there (no published figure).
+REFERENCE_KERNEL_REACH = 179.2 / 165.2
+
+
+def efficiency_from_kernels(
+    card: Gpu, matmul_tflops: float, attention_tflops: float, source: str
+) -> Efficiency:
+    """The shares a card reaches in a model call, from its kernel throughput measured at diffusion shapes
+    (bench/gpu_throughput_gpu.py): the default shares scaled by how much more (or less) of its peak this
+    card's kernels reach than the reference card's."""
+    return Efficiency(
+        EFFICIENCY.matmul * matmul_tflops / card.bf16 / REFERENCE_KERNEL_REACH,
+        EFFICIENCY.attention * attention_tflops / card.bf16 / REFERENCE_KERNEL_REACH,
+        source,
+    )
+
+
 @functools.cache
 def measured_efficiency(path: Path = MEASURED_PATH) -> dict[str, Efficiency]:
     """The shares the GPU runbook measured, by table name (``scripts/gpu_efficiency.py`` merges them)."""

@@ -3,8 +3,10 @@ weights run at, on the card the user names (--gpu) or the host reports."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,7 +14,13 @@ from comfyui_headroom.cli import main
 from comfyui_headroom.memory.models.info import ComponentInfo
 from comfyui_headroom.memory.planning.compute import call_work, diffusion_work, seconds
 from comfyui_headroom.memory.planning.costmodel import Budget, Hardware
-from comfyui_headroom.memory.planning.gpus import GPUS, find_gpu
+from comfyui_headroom.memory.planning.gpus import (
+    EFFICIENCY,
+    GPUS,
+    REFERENCE_KERNEL_REACH,
+    find_gpu,
+    measured_efficiency,
+)
 from comfyui_headroom.memory.planning.pipeline import plan_workflow
 from comfyui_headroom.memory.units import GB, GiB
 
@@ -155,3 +163,30 @@ def test_a_video_decode_costs_its_counted_flops_per_pixel() -> None:
     assert work.matmul == pytest.approx(8.6e6 * 832 * 480 * 81)
     encode = call_work(vae, width=832, height=480, frames=81, batch=1, cfg=False, encode=True)
     assert encode.matmul == pytest.approx(work.matmul / 2)
+
+
+def _load(path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_gpu_runbook_measures_at_diffusion_shapes_and_its_figures_feed_the_table(tmp_path: Path) -> None:
+    """The runbook step runs the same code on a CPU at tiny shapes (a dry run); on an H100 its figures
+    become the card's shares in memory/data/gpu_efficiency.json, which find_gpu reads first."""
+    bench = _load(ROOT / "bench" / "gpu_throughput_gpu.py")
+    out = tmp_path / "gpu_throughput.json"
+    assert bench.main(["--device", "cpu", "--quick", "--repeat", "1", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert [len(result["measured"][k]) for k in ("bf16_matmul", "bf16_attention")] == [2, 2]
+    assert all(r["tflops"] > 0 for r in result["measured"]["bf16_matmul"])
+    h100 = {"device": "NVIDIA H100 80GB HBM3", "best_tflops": {"bf16_matmul": 700.0, "bf16_attention": 450.0}}
+    data = tmp_path / "gpu_efficiency.json"
+    _load(ROOT / "scripts" / "gpu_efficiency.py").merge(h100, data)
+    measured = measured_efficiency(data)["H100"]
+    assert measured.matmul == pytest.approx(EFFICIENCY.matmul * 700 / 989 / REFERENCE_KERNEL_REACH, abs=1e-3)
+    assert measured.attention == pytest.approx(
+        EFFICIENCY.attention * 450 / 989 / REFERENCE_KERNEL_REACH, abs=1e-3
+    )
+    assert "bench/gpu_throughput_gpu.py on NVIDIA H100" in measured.source
