@@ -5,6 +5,7 @@ the number of models (counted, not timed), and the plan stays a valid plan no be
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,7 @@ from hypothesis import HealthCheck, assume, event, given, settings
 
 from comfyui_headroom.memory.planning import planner
 from comfyui_headroom.memory.planning.costmodel import Budget, Hardware, Tier, pinned_tiers
+from comfyui_headroom.memory.planning.pipeline import plan_workflow
 from comfyui_headroom.memory.planning.workload import Component, Step, Workload
 from comfyui_headroom.memory.units import GB, GiB
 from headroom_testing.bruteforce import brute_force, search_space
@@ -106,3 +108,23 @@ def test_a_bounded_plan_is_valid_and_never_better_than_brute_force(
         assert s.ram <= budget.ram and s.pinned <= budget.pinned
         for cid, pl in s.placements.items():
             assert pl.tier in pinned_tiers(w.component(cid).pin, tuple(Tier))
+
+
+def test_every_case_the_brute_force_test_enumerates_is_within_the_exact_bound() -> None:
+    """test_planner's brute-force comparison takes cases of up to 60,000 tier sequences: a node of such a
+    case has at most that many joint placements, so the planner is exact on every one of them."""
+    assert planner.EXACT_STATES >= 60_000
+
+
+def test_the_template_with_nine_subgraph_copies_plans_at_every_budget() -> None:
+    """templates-1_click_multiple_character_angles-v1.0 keeps 9 VAEs (one per copy of its subgraph) live
+    across the text encodes: 6**9 placements. It was refused at every budget; it plans, with a note."""
+    package = pytest.importorskip("comfyui_workflow_templates_json")
+
+    path = (
+        Path(package.__file__).parent / "templates" / "templates-1_click_multiple_character_angles-v1.0.json"
+    )
+    planned = plan_workflow(path, None, HW)
+    for card in (8, 24):
+        p = planner.plan(planned.workload, Budget.from_card(card * GiB, 32 * GiB), HW)
+        assert p.feasible and len(p.notes) == 1 and "qwen_image_vae.safetensors [vae]" in p.notes[0]
