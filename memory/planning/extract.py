@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -24,12 +24,14 @@ from ..models.info import ComponentInfo
 from ..names import OFFLOAD_FILE_INPUTS, OFFLOAD_RESIDENCY_INPUTS
 from ..units import parse_vram_budget_bytes
 from ..workflow.graph import Graph, Link, Node
+from ..workflow.node_types import host_version
 from ..workflow.node_types import lookup as lookup_node_type
 from ..workflow.values import SWITCH, Evaluator
 from ..workflow.walk import fill
 from .activations import activation_bytes, host_reservation
-from .compute import call_work, hidden_of, seconds
+from .compute import TEXT_TOKENS, call_work, hidden_of, seconds
 from .costmodel import PIN_CHOICES, Hardware
+from .latents import DEFAULT_SHAPE, MEDIA_TYPES, LatentReader, Shape
 from .workload import Component, Step, Workload, component_id
 
 # Output type -> the component kinds a value of that type can carry.
@@ -45,9 +47,20 @@ CARRIES: dict[str, frozenset[str]] = {
     "UPSCALE_MODEL": frozenset({"upscale_model"}),
     "MODEL_PATCH": frozenset({"model_patch"}),
     "STYLE_MODEL": frozenset({"style_model"}),
+    "AUDIO_ENCODER": frozenset({"audio_encoder"}),
 }
+# The kind of a model a loader builds for a type no table above names (0.33's MoGe, Depth Anything 3,
+# background removal, frame interpolation, optical flow, latent upscale models): sized, never streamed,
+# used by the node that takes it.
+OTHER_KIND = "other"
 # The Stream Model node: its MODEL is its input's, streamed whenever sampled (within its vram_budget).
 STREAM_MODEL = "HeadroomStreamModel"
+# Nodes that read a model's configuration, never its weights (LTX-2's empty audio latent asks the audio
+# VAE how many latents a clip needs): they load nothing.
+CONFIG_READERS = frozenset({"LTXVEmptyLatentAudio"})
+# Nodes that generate text with a CLIP's language model (0.33's prompt enhancers): each new token is a
+# pass over the weights, up to ``max_length`` of them.
+GENERATORS = frozenset({"TextGenerate", "TextGenerateLTX2Prompt"})
 # Outputs that never mean "the weights ran" (a scheduler reads the model's sigmas, not its weights).
 LIGHT_OUTPUTS = frozenset({"SIGMAS", "INT", "FLOAT", "STRING", "BOOLEAN", "SAMPLER", "NOISE", "COMBO"})
 
@@ -98,6 +111,7 @@ LOADERS: dict[str, LoaderSpec] = {
     "UpscaleModelLoader": LoaderSpec((("model_name", "upscale_model"),), ("UPSCALE_MODEL",)),
     "ModelPatchLoader": LoaderSpec((("name", "model_patch"),), ("MODEL_PATCH",)),
     "StyleModelLoader": LoaderSpec((("style_model_name", "style_model"),), ("STYLE_MODEL",)),
+    "AudioEncoderLoader": LoaderSpec((("audio_encoder_name", "audio_encoder"),), ("AUDIO_ENCODER",)),
     "LoraLoader": LoaderSpec((("lora_name", "lora"),), ("MODEL", "CLIP"), patches=("model", "clip")),
     "LoraLoaderModelOnly": LoaderSpec((("lora_name", "lora"),), ("MODEL",), patches=("model",)),
     "HeadroomOffloadLoader": LoaderSpec(
@@ -133,6 +147,11 @@ def node_io(class_type: str) -> tuple[dict[str, str], tuple[str, ...]] | None:
     return None if known is None else ({i.name: i.type for i in known.inputs}, known.outputs)
 
 
+# Types that are never a model's weights.
+PLAIN_TYPES = frozenset({
+    "LATENT", "IMAGE", "MASK", "VIDEO", "AUDIO", "CONDITIONING", "SIGMAS", "INT", "FLOAT", "STRING",
+    "BOOLEAN", "SAMPLER", "NOISE", "COMBO", "*", "GUIDER",
+})  # fmt: skip
 MODEL_EXTENSIONS = (".safetensors", ".sft", ".gguf", ".ckpt", ".pt", ".pth", ".bin")
 
 
@@ -141,15 +160,21 @@ def generic_loader(node: Node, io: tuple[dict[str, str], tuple[str, ...]] | None
     outputs one of MODEL/CLIP/VAE/CLIP_VISION. Each file is taken as that output's kind. A
     ``ckpt_name`` is skipped: such loaders read one part of a checkpoint (LTX-2's text projection or
     audio VAE), whose size a name cannot tell; a checkpoint loader counts the file where it loads it."""
-    if io is None or len(io[1]) != 1 or io[1][0] not in _OUTPUT_KIND:
+    if io is None or len(io[1]) != 1 or (io[1][0] not in _OUTPUT_KIND and not model_type(io[1][0])):
         return None
     names = [
         name
         for name, value in node.inputs.items()
         if name != "ckpt_name" and isinstance(value, str) and value.lower().endswith(MODEL_EXTENSIONS)
     ]
-    kind = _OUTPUT_KIND[io[1][0]]
+    kind = _OUTPUT_KIND.get(io[1][0], OTHER_KIND)
     return LoaderSpec(tuple((n, kind) for n in names), io[1]) if names else None
+
+
+def model_type(type_name: str) -> bool:
+    """Whether a value of this type can be a model a loader built (not pixels, numbers, text or
+    conditioning): the output types of loaders no table names."""
+    return type_name not in PLAIN_TYPES and type_name not in CARRIES
 
 
 class _Extractor:
@@ -162,8 +187,16 @@ class _Extractor:
         self.notes: list[str] = []
         self._carried: dict[Link, frozenset[str]] = {}
         self._streamed: dict[Link, dict[str, int | None]] = {}
+        self._model_types: dict[str, str] = {}  # an "other" component -> the type its loader outputs
         self.hardware = Hardware.pcie(4)
         self.values = Evaluator(graph)
+        self.latents = LatentReader(
+            graph,
+            self.values,
+            lambda node_id, name: self.number(node_id, name, max),
+            lambda node_id: (self.io(graph.nodes[node_id].class_type) or ({}, ()))[0] or None,
+            lambda node_id: _describe(graph.nodes[node_id]),
+        )
 
     # --- components --------------------------------------------------------------------------------
     def _add(self, cid: str, info: ComponentInfo, label: str, pin: str = "") -> str:
@@ -221,6 +254,9 @@ class _Extractor:
         outputs = []
         for out_type in spec.outputs:
             carried = {c for k in CARRIES.get(out_type, ()) for c in by_kind.get(k, ())}
+            if model_type(out_type):  # a loader of a type no table names: its value is its model
+                carried |= by_kind.get(OTHER_KIND, set())
+                self._model_types.update((c, out_type) for c in by_kind.get(OTHER_KIND, ()))
             for patched in spec.patches:  # a LoRA shares the base weights and adds its own
                 link = node.inputs.get(patched)
                 if isinstance(link, Link) and CARRIES.get(out_type, frozenset()) & {
@@ -276,6 +312,8 @@ class _Extractor:
         out_type = out_types[link.output] if 0 <= link.output < len(out_types) else "*"
         if out_type == "*":
             return upstream
+        if model_type(out_type):  # passes on only a model of its own type
+            return frozenset(c for c in upstream if self._model_types.get(c) == out_type)
         kinds = CARRIES.get(out_type, frozenset())
         return frozenset(c for c in upstream if self.components[c].kind in kinds)
 
@@ -329,6 +367,10 @@ class _Extractor:
         io = self.io_of(node)
         if io is None:
             return carried_in
+        if node.class_type in CONFIG_READERS:
+            return frozenset()
+        if node.class_type in GENERATORS:
+            return carried_in
         out_types = io[1]
         if out_types and all(t in LIGHT_OUTPUTS for t in out_types):
             return frozenset()
@@ -381,48 +423,6 @@ class _Extractor:
             self._note(f"{where} is not known before the run ({why}): {fallback} assumed")
         return fallback
 
-    def upstream_value(self, node_id: str, names: Iterable[str]) -> dict[str, Any]:
-        """The nearest upstream node (breadth first, along the links the host runs) whose inputs
-        ``names`` all evaluate to numbers; with its ``length`` and ``batch_size`` when it has them.
-
-        Past a switch whose condition is known only at run time, every branch is searched and the
-        largest value found is used (a note names the switch): the plan holds whichever branch runs."""
-        names = tuple(names)
-        frontier, seen, found = [node_id], set(), []
-        switches: list[str] = []  # switches with an unknown condition met on the way
-        while frontier:
-            nxt = []
-            for nid in frontier:
-                if nid in seen or nid not in self.g.nodes:
-                    continue
-                seen.add(nid)
-                inputs = self.values.live_inputs(nid)
-                if all(n in inputs for n in names):
-                    values = {n: self.number(nid, n) for n in names}
-                    if all(v is not None for v in values.values()):
-                        extra = {k: self.number(nid, k) for k in ("length", "batch_size") if k in inputs}
-                        found.append(values | {k: int(v) for k, v in extra.items() if v is not None})
-                        if not switches:
-                            return found[0]
-                        continue
-                    missing = next(n for n, v in values.items() if v is None)
-                    got = self.values.input(nid, missing)
-                    self._note(
-                        f"{_describe(self.g.nodes[nid])} input {missing!r} is not known before the run "
-                        f"({(got.unknown or repr(got.value)) if got else 'absent'}): looked further upstream"
-                    )
-                if self.g.nodes[nid].class_type == SWITCH and self.values.switch_taken(nid) is None:
-                    switches.append(nid)
-                nxt += [v.node for v in inputs.values() if isinstance(v, Link)]
-            frontier = nxt
-        if len(found) < 2:
-            return found[0] if found else {}
-        largest = max(found, key=lambda f: math.prod(float(v) for v in f.values()))
-        shown = ", ".join(_describe(self.g.nodes[n]) for n in switches)
-        size = " x ".join(str(largest[n]) for n in names)
-        self._note(f"{shown} picks its {'/'.join(names)} at run time: the largest branch ({size}) is planned")
-        return largest
-
     def step(self, node_id: str) -> Step:
         node = self.g.nodes[node_id]
         used = self.uses(node_id)
@@ -433,9 +433,8 @@ class _Extractor:
         for value in self.values.live_inputs(node_id).values():
             streamed |= self.streamed(value) if isinstance(value, Link) else {}
         evaluations = self._evaluations(node_id)
-        shape = self.upstream_value(node_id, ("width", "height"))
-        width, height = int(shape.get("width", 1024)), int(shape.get("height", 1024))
-        frames, batch = int(shape.get("length", 1)), int(shape.get("batch_size", 1))
+        latent = self._shape(node_id, used)
+        width, height, frames, batch = latent.width, latent.height, latent.frames, latent.batch
         cfg_on = self._cfg_on(node_id)
         activation = activation_min = reservation = 0
         roles = self.roles(node_id)
@@ -474,13 +473,17 @@ class _Extractor:
             )
             for c in ordered
         )
+        total_s = evaluations * compute_s
+        if node.class_type in GENERATORS:  # one call reads the prompt; each further pass adds one token
+            tokens = int(self.number(node_id, "max_length", max, GENERATED_TOKENS) or 0)
+            evaluations, total_s = 1 + tokens, compute_s * (1 + tokens / TEXT_TOKENS)
         return Step(
             node_id,
             node.class_type,
             ordered,
             evaluations,
             activation,
-            evaluations * compute_s,
+            total_s,
             activation_min=activation_min,
             reservation=reservation,
             streamed=tuple(sorted((c, b) for c, b in streamed.items() if c in used)),
@@ -500,11 +503,32 @@ class _Extractor:
                     roles.setdefault(cid, role)
         return roles
 
+    def _shape(self, node_id: str, used: frozenset[str]) -> Shape:
+        """The latent (or image) size the node computes on; a stated default, with a note, where it is
+        only known at run time and matters (a diffusion model's or a VAE's step)."""
+        read = self.latents.step_shape(node_id)
+        node = self.g.nodes[node_id]
+        outputs = (self.io_of(node) or ({}, ()))[1]
+        matters = any(self.info[c].kind in SHAPED_KINDS for c in used) and bool(MEDIA_TYPES & set(outputs))
+        if read.value is None:
+            if matters:
+                d = DEFAULT_SHAPE
+                self._note(
+                    f"{_describe(node)}: the latent's size is not known before the run ({read.why}): "
+                    f"{d.width}x{d.height}, {d.frames} frame assumed"
+                )
+            return DEFAULT_SHAPE
+        if read.why and matters:
+            shape = read.value
+            self._note(f"{_describe(node)}: {shape.width}x{shape.height} planned ({read.why})")
+        return read.value
+
     def _evaluations(self, node_id: str) -> int:
         """Model evaluations of a sampler: its steps, or the part start_at_step..end_at_step of them
-        (KSamplerAdvanced: the host samples sigmas[start:end+1]). Unknown steps count as the most of
-        any branch, else DEFAULT_STEPS; an unknown range as the widest."""
-        inputs = self.g.nodes[node_id].inputs
+        (KSamplerAdvanced: the host samples sigmas[start:end+1]), or one per gap of its sigma list
+        (SamplerCustom(Advanced), counted along the links: latents.py). Unknown steps count as the most
+        of any branch, else DEFAULT_STEPS with a note; an unknown range as the widest."""
+        inputs = self.values.live_inputs(node_id)
         if "steps" in inputs:
             steps = int(self.number(node_id, "steps", max, DEFAULT_STEPS))
             start = int(self.number(node_id, "start_at_step", min, 0) or 0)
@@ -512,10 +536,15 @@ class _Extractor:
             end = steps if end is None else int(end)
             return max(1, min(end, steps) - start)
         sigmas = inputs.get("sigmas")
-        if isinstance(sigmas, Link):  # SamplerCustom(Advanced): the scheduler node holds the steps
-            found = self.upstream_value(sigmas.node, ("steps",))
-            if found:
-                return max(1, int(found["steps"]))
+        if isinstance(sigmas, Link):
+            read = self.latents.sigma_count(sigmas)
+            if read.value is not None:
+                return max(1, int(read.value) - 1)
+            self._note(
+                f"{_describe(self.g.nodes[node_id])}: its steps are not known before the run ({read.why}): "
+                f"{DEFAULT_STEPS} assumed"
+            )
+            return DEFAULT_STEPS
         return 1
 
     def _cfg_on(self, node_id: str) -> bool:
@@ -571,9 +600,21 @@ def _describe(node: Node) -> str:
 
 
 DEFAULT_STEPS = 20  # the host's KSampler default: assumed for steps nothing tells
+GENERATED_TOKENS = 256  # TextGenerate's default max_length
+# Kinds whose memory and compute depend on the latent's size.
+SHAPED_KINDS = frozenset({"diffusion_model", "checkpoint", "vae", "controlnet"})
 VAE_TILE = 512  # pixels: the tile a VAE step reserves room for (one tile of a tiled decode)
 # Inputs that size a latent or an image: ComfyUI's minimum for each is 0 (keep the aspect) or more.
 SIZE_INPUTS = frozenset({"width", "height", "length", "batch_size", "frames", "num_frames"})
+
+
+def _unknown_types(graph: Graph, order: Sequence[str], io: NodeIO) -> dict[str, int]:
+    """Node types that will run which the node table does not know, with how many nodes of each."""
+    counts: dict[str, int] = {}
+    for node in (graph.nodes[node_id] for node_id in order):
+        if io(node.class_type) is None:
+            counts[node.class_type] = counts.get(node.class_type, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 def _checked(step: Callable[[str], Step], node_id: str) -> Step:
@@ -611,6 +652,15 @@ def workload_from_graph(
         ex.notes.append(f"{line}, a model this plan does not count (Headroom cannot read that loader)")
     steps = tuple(_checked(ex.step, node_id) for node_id in order)
     used = {c for s in steps for c in s.uses}
+    unknown = _unknown_types(graph, order, node_io)
+    if unknown:
+        listed = ", ".join(f"{name} (x{count})" if count > 1 else name for name, count in unknown.items())
+        ex.notes.insert(
+            0,
+            f"{sum(unknown.values())} node(s) of {len(unknown)} type(s) that will run are unknown to the "
+            f"planner ({host_version()}'s node table and Headroom's): {listed}; their inputs are read from "
+            "the workflow and their outputs taken to pass on the models they are given",
+        )
     idle = Counter(ex.components[cid].label for cid in sorted(set(ex.components) - used))
     for label, count in idle.items():  # one line per file, not one per copy of a big prompt
         times = f" ({count:,} loaders)" if count > 1 else ""

@@ -127,7 +127,10 @@ def plan_text(plan: Plan, workload: Workload, baselines: dict[str, Outcome], why
             "fits: yes;", f"fits: not known: {files} not counted (see the notes); without them"
         )
     parts.append(text)
-    parts += [f"note: {note}" for note in plan_notes(plan, workload)]
+    notes = plan_notes(plan, workload)
+    if notes:
+        parts.append(f"{len(notes)} note(s): what the plan could not read before the run and what it assumed")
+    parts += [f"note: {note}" for note in notes]
     return "\n".join(parts)
 
 
@@ -225,6 +228,7 @@ def plan_json(plan: Plan, workload: Workload, baselines: dict[str, Outcome]) -> 
         },
         "notes": plan_notes(plan, workload),
         "uncounted": list(workload.uncounted),
+        "note_count": len(plan_notes(plan, workload)),
     }
 
 

@@ -11,7 +11,8 @@ to produce a value; those evaluated here, mirroring the 2026 host's source:
 - ``ComfyMathExpression`` (nodes_math.py): ``simpleeval.simple_eval(expression, names, functions)``
   over its ``values.a``, ``values.b``, ... inputs (plus ``values``, their list) and the host's function
   table; outputs float, int and bool of the result. The same library is used, so the semantics match;
-- ``ComfyNotNode``: ``not value``.
+- ``ComfyNotNode``: ``not value``;
+- utility nodes that size a workflow (``ResolutionSelector``), in node_outputs.py.
 
 Anything else (a custom node's output, a value only known at run time) is *unknown*: the result says
 which node stopped the evaluation and, where a switch with an unknown condition chooses between known
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .graph import Graph, Link
+from .node_outputs import NODE_OUTPUTS
 from .walk import fill
 
 PRIMITIVES = frozenset(
@@ -245,7 +247,24 @@ class Evaluator:
             if got is None:
                 return Value((True,))  # a missing input is None: not None is True
             return Value(tuple(not v for v in got.candidates), got.unknown)
+        if kind in NODE_OUTPUTS:
+            return self._node_output(node.id, link.output)
         return Value((), f"{_node_name(self.graph, node.id)} output {link.output}, which is not evaluated")
+
+    def _node_output(self, node_id: str, output: int) -> Value:
+        names, compute = NODE_OUTPUTS[self.graph.nodes[node_id].class_type]
+        inputs: dict[str, Any] = {}
+        for name in names:
+            got = self.input(node_id, name)
+            if got is None:
+                continue  # the host's default applies
+            if not got.exact:
+                return Value((), got.unknown)
+            inputs[name] = got.value
+        outputs = compute(inputs)
+        if outputs is None or not 0 <= output < len(outputs):
+            return Value((), f"{_node_name(self.graph, node_id)}: inputs {inputs} are not what it accepts")
+        return Value((outputs[output],))
 
     def _switch(self, node_id: str) -> Value:
         taken = self.switch_taken(node_id)

@@ -233,3 +233,17 @@ def test_steps_reach_a_sampler_from_a_frontend_primitive_through_a_backend_primi
     graph = parse_workflow(data)
     assert graph.nodes["4"].inputs["steps"] == Link("2", 0)  # the reroute is gone, the PrimitiveInt runs
     assert Evaluator(graph).input("4", "steps").value == 12  # the frontend primitive's value
+
+
+def test_loaders_of_2026_model_types_give_components_their_consumers_compute_with() -> None:
+    # MoGe (0.33's LoadMoGeModel -> MOGE_MODEL) and the LTX-2 latent upscaler: types no table names.
+    prompt = {
+        "1": {"class_type": "LoadMoGeModel", "inputs": {"model_name": "moge_2_vitl_normal_fp16.safetensors"}},
+        "2": {"class_type": "LoadImage", "inputs": {"image": "room.png"}},
+        "3": {"class_type": "MoGeInference", "inputs": {"moge_model": ["1", 0], "image": ["2", 0]}},
+        "4": {"class_type": "PreviewAny", "inputs": {"source": ["3", 0]}},
+    }
+    workload = _workload(prompt)
+    (moge,) = workload.components
+    assert moge.kind == "other" and moge.bytes > 0 and not moge.streamable
+    assert _uses(workload) == {"3": {moge.label}}

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from comfyui_headroom.memory.planning.extract import DEFAULT_STEPS, _Extractor, node_io, workload_from_graph
+from comfyui_headroom.memory.planning.latents import Shape
 from comfyui_headroom.memory.workflow.graph import Link, parse_workflow
 from comfyui_headroom.memory.workflow.order import predict_order
 from comfyui_headroom.memory.workflow.values import MATH_FUNCTIONS, Evaluator, Value, math_expression
@@ -241,12 +242,7 @@ def test_steps_range_cfg_and_shape_are_read_through_links() -> None:
     extractor, workload = _extract(data)
     assert _sampler_step(workload).evaluations == 8 - 3
     assert extractor._cfg_on("5") is False
-    assert extractor.upstream_value("5", ("width", "height")) == {
-        "width": 640,
-        "height": 480,
-        "length": 81,
-        "batch_size": 2,
-    }
+    assert extractor.latents.step_shape("5").value == Shape(640, 480, frames=81, batch=2)
     assert workload.notes == ()
     # cfg 1 costs half the compute of cfg 3.5 at the same steps (one batch instead of cond + uncond).
     _, with_cfg = _extract(_sampler_prompt(steps=["12", 0], start_at_step=["13", 0]))
@@ -281,7 +277,8 @@ def test_a_size_not_known_before_the_run_is_named() -> None:
         in note
         for note in workload.notes
     )
-    assert extractor.upstream_value("5", ("width", "height")) == {}  # the default size then applies
+    assert extractor.latents.step_shape("5").value is None  # the default size then applies, with a note
+    assert any("1024x1024, 1 frame assumed" in note for note in workload.notes)
 
 
 # -------------------------------------------------------------------------------------- templates
@@ -331,7 +328,7 @@ def test_wan22_t2v_template_plans_the_path_its_switch_selects(
     assert not any("not known before the run" in n for n in workload.notes)
     extractor = _Extractor(graph, order, node_io, None)
     assert extractor._cfg_on(high) is (cfg != 1.0)
-    assert extractor.upstream_value(high, ("width", "height"))["length"] == 81  # floor(5 * 16) + 1
+    assert extractor.latents.step_shape(high).value.frames == 81  # floor(5 * 16) + 1
 
 
 def test_wan22_t2v_template_lightning_costs_a_fraction_of_the_default_compute() -> None:
@@ -356,5 +353,4 @@ def test_the_shipped_wan22_workflow_is_planned_with_its_real_steps_and_cfg() -> 
     samplers = [s for s in workload.steps if s.label == "KSamplerAdvanced"]
     assert [s.evaluations for s in samplers] == [10, 10]
     assert all(extractor._cfg_on(s.node_id) for s in samplers)
-    shape = extractor.upstream_value(samplers[0].node_id, ("width", "height"))
-    assert shape == {"width": 640, "height": 640, "length": 81, "batch_size": 1}
+    assert extractor.latents.step_shape(samplers[0].node_id).value == Shape(640, 640, frames=81, batch=1)
