@@ -96,6 +96,14 @@ class HeadroomOffloadLoader:
             "hidden": {"unique_id": "UNIQUE_ID"},
         }
 
+    @classmethod
+    def IS_CHANGED(cls, **inputs: Any) -> str:
+        """The named files' identities: a file overwritten or truncated between runs is loaded again."""
+        try:
+            return loading.file_versions(inputs)
+        except Exception:  # noqa: BLE001 - never fail the prompt here; the load reports the problem
+            return ""
+
     def load(self, unique_id: str | None = None, **inputs: Any) -> tuple[Any, Any, Any]:
         return loading.offload_load(str(unique_id), inputs)
 

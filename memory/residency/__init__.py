@@ -4,9 +4,9 @@
 
 from .controller import Controller, Event, HostOps, Run
 from .host_memory import Footprint, can_pin, footprint, pin, to_pageable
-from .mapped import Binding, MappedFile, bind, open_mapped
+from .mapped import Binding, FileChanged, MappedFile, bind, file_identity, live_mappings, open_mapped
 
 __all__ = [
-    "Binding", "Controller", "Event", "Footprint", "HostOps", "MappedFile", "Run", "bind", "can_pin",
-    "footprint", "open_mapped", "pin", "to_pageable",
+    "Binding", "Controller", "Event", "FileChanged", "Footprint", "HostOps", "MappedFile", "Run", "bind",
+    "can_pin", "file_identity", "footprint", "live_mappings", "open_mapped", "pin", "to_pageable",
 ]  # fmt: skip

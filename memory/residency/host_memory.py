@@ -81,6 +81,8 @@ def to_pageable(module: torch.nn.Module, files: Iterable[MappedFile] = ()) -> in
     """Give pinned and mapped tensors private pageable copies; returns the bytes copied."""
     files = list(files)
     done = 0
+    for f in files:
+        f.check()  # a changed file's pages are never copied: SIGBUS past a shortened end, or new bytes
     for _, t in _named_tensors(module):
         if t.device.type != "cpu":
             continue

@@ -7,11 +7,21 @@ The map is private (copy-on-write), so nothing can write back into the user's mo
 A loader builds its modules the usual way (a copy in RAM), then ``bind`` points each parameter whose
 bytes equal a tensor of the file at that tensor and lets the copy go. Parameters the loader converted
 (another dtype, fused or renamed keys that match nothing) keep their RAM copy and are reported.
+
+Files change under us (a re-download overwrites a model in place, a copy truncates it): a private map
+then reads the new bytes where it has not copied a page yet, and pages past a shortened end raise SIGBUS,
+which kills the process. So a mapping remembers its file's identity (device, inode, size, modification
+time) and ``check`` refuses it once the file differs, before anything reads its pages; ``bind`` and
+``to_pageable`` check first. A file is mapped once per process and identity (``open_mapped``), however
+many components use it, and unmapped when none holds it any more (``live_mappings`` counts them).
 """
 
 from __future__ import annotations
 
+import os
 import struct
+import threading
+import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,19 +40,58 @@ for _code, _name in (("F8_E4M3", "float8_e4m3fn"), ("F8_E5M2", "float8_e5m2")):
         TORCH_DTYPES[_code] = getattr(torch, _name)
 
 
+Identity = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns
+
+
+def file_identity(path: str | Path) -> Identity:
+    """What tells one version of a file from another, cheaply (one stat)."""
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class FileChanged(ComponentError):
+    """A mapped model file changed on disk (or went away) after it was mapped."""
+
+
 class MappedFile:
     """A validated safetensors file mapped read-only-by-contract into this process."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self.identity = file_identity(self.path)
         self.specs, _ = read_header(self.path)  # raises ComponentError naming the file and the problem
-        size = self.path.stat().st_size
+        size = self.identity[2]
         with self.path.open("rb") as f:
             (length,) = struct.unpack("<Q", f.read(8))
         self.data_start = 8 + length
         # shared=False: a MAP_PRIVATE mapping; pages come from the page cache and are never written back
         self.storage = torch.UntypedStorage.from_file(str(self.path), shared=False, nbytes=size)
         self.size = size
+        self.check()  # changed while it was being read: refused now rather than read half old, half new
+
+    def changed(self) -> str:
+        """How the file differs from the one mapped ("" when it is the same file, unchanged)."""
+        try:
+            now = file_identity(self.path)
+        except OSError as exc:
+            return f"it is gone ({exc.strerror or exc})"
+        if now == self.identity:
+            return ""
+        if now[2] != self.identity[2]:
+            return f"its size went from {self.identity[2]:,} to {now[2]:,} bytes"
+        if now[:2] != self.identity[:2]:
+            return "it was replaced by another file"
+        return "it was rewritten (its modification time changed)"
+
+    def check(self) -> None:
+        """Raise FileChanged, saying what to do, when the file is no longer the one mapped."""
+        how = self.changed()
+        if how:
+            raise FileChanged(
+                f"{self.path.name} changed on disk after Headroom mapped it ({how}); its old mapping is not "
+                "read again. Queue the prompt again: the Offload Loader reloads a changed file from its "
+                "new bytes (and refuses it, saying why, if it is damaged)"
+            )
 
     def __contains__(self, key: str) -> bool:
         return key in self.specs
@@ -109,6 +158,8 @@ def bind(
     file keys found by an earlier bind of the same module (after the host moved it back from the GPU).
     """
     files = list(files)
+    for mf in files:
+        mf.check()  # before torch.equal reads a page of it
     result = Binding()
     index: list[tuple[MappedFile, dict[str, list[str]]]] = []
     for mf in files:
@@ -155,12 +206,42 @@ def _find(
     return None, reason
 
 
+# Every live mapping of this process, by (resolved path, identity): held weakly, so a file is unmapped
+# when the last component using it lets it go.
+_MAPPINGS: weakref.WeakValueDictionary[tuple[str, Identity], MappedFile] = weakref.WeakValueDictionary()
+_MAPPINGS_LOCK = threading.Lock()
+
+
 def open_mapped(paths: Iterable[str | Path]) -> list[MappedFile]:
-    """Map every path; a bad file raises ComponentError naming it."""
+    """Map every path, sharing this process's mapping of a file that has not changed; a bad file raises
+    ComponentError naming it. Out of address space or memory: said as such, with what to do."""
     out = []
     for p in paths:
         try:
-            out.append(MappedFile(p))
+            key = (str(Path(p).resolve()), file_identity(p))
+            with _MAPPINGS_LOCK:
+                mf = _MAPPINGS.get(key)
+                if mf is None:
+                    mf = MappedFile(p)
+                    _MAPPINGS[(key[0], mf.identity)] = mf
+            out.append(mf)
         except (OSError, RuntimeError) as exc:  # the header was fine (ComponentError otherwise): the map
-            raise ComponentError(f"{p}: cannot memory-map: {exc}") from exc
+            raise ComponentError(f"{p}: cannot memory-map: {_why(exc)}") from exc
     return out
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc)
+    if isinstance(exc, MemoryError) or "Cannot allocate memory" in text or "ENOMEM" in text:
+        return (
+            f"out of memory or address space ({text}): close other workflows or free models (the host's "
+            "Unload models), or raise the process's limits (ulimit -v, the container's memory limit)"
+        )
+    return text
+
+
+def live_mappings() -> tuple[int, int]:
+    """How many files this process has mapped now, and their bytes (address space, not RAM)."""
+    with _MAPPINGS_LOCK:
+        maps = list(_MAPPINGS.values())
+    return len(maps), sum(m.size for m in maps)

@@ -17,7 +17,7 @@ from ...memory.models.catalog import LOADER_FOLDERS
 from ...memory.models.components import ComponentError, describe_file
 from ...memory.names import OFFLOAD_RESIDENCY_INPUTS
 from ...memory.planning.workload import component_id
-from ...memory.residency import MappedFile, open_mapped
+from ...memory.residency import MappedFile, file_identity, open_mapped
 from ..input_checks import OffloadError, check_checkpoint_parts, check_pairing, loading
 from .lookups import host_module
 from .residency import place_host_copy
@@ -159,6 +159,29 @@ def _load_clip(paths: list[Path], clip_type: str) -> Any:
 
 def _load_vae(name: str) -> Any:
     return host_module("nodes").VAELoader().load_vae(name)[0]
+
+
+_FILE_INPUTS = (
+    ("checkpoint", "checkpoints"), ("diffusion_model", "diffusion_models"),
+    *((f"text_encoder_{i}", "text_encoders") for i in (1, 2, 3)), ("vae", "vae"),
+)  # fmt: skip
+
+
+def file_versions(inputs: dict[str, Any]) -> str:
+    """The identity (size, modification time, inode) of every file the inputs name: the Offload Loader's
+    IS_CHANGED, so the host loads it again, from the new bytes, when a file is overwritten or truncated
+    between runs instead of computing with a mapping of a file that changed. A file that cannot be found
+    reads as "" (the load itself says what is wrong)."""
+    versions = []
+    for input_name, kind in _FILE_INPUTS:
+        name = inputs.get(input_name)
+        if name in ("", "none", None):
+            continue
+        try:
+            versions.append(f"{input_name}={file_identity(_full_path(kind, str(name), input_name))}")
+        except (OffloadError, OSError):
+            versions.append(f"{input_name}=?")
+    return ";".join(versions)
 
 
 def offload_load(node_id: str, inputs: dict[str, Any]) -> tuple[Any, Any, Any]:

@@ -1,0 +1,117 @@
+"""A model file changed on disk between two runs (issue #31): an overwrite gives the new file's stock
+picture, a truncation a clear error; never a crash (SIGBUS on the mapped pages), never a mix of old and new
+weights. A file is mapped once however many components use it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from headroom_testing.harness import Host, PromptFailed
+from headroom_testing.prompts import offload_loader
+from headroom_testing.tiny_models import build_tiny_sd_checkpoint
+
+pytestmark = pytest.mark.host
+
+DISK = {"model_residency": "disk", "text_encoder_residency": "disk", "vae_residency": "disk"}
+
+
+def workflow(model: list, clip: list, vae: list, seed: int) -> dict[str, Any]:
+    sampler = {
+        "model": model, "seed": seed, "steps": 2, "cfg": 4.0, "sampler_name": "euler", "scheduler": "normal",
+        "positive": ["2", 0], "negative": ["3", 0], "latent_image": ["4", 0], "denoise": 1.0,
+    }  # fmt: skip
+    return {
+        "2": {"class_type": "CLIPTextEncode", "inputs": {"text": "a changed fox", "clip": clip}},
+        "3": {"class_type": "CLIPTextEncode", "inputs": {"text": "", "clip": clip}},
+        "4": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
+        "5": {"class_type": "KSampler", "inputs": sampler},
+        "6": {"class_type": "VAEDecode", "inputs": {"samples": ["5", 0], "vae": vae}},
+        "7": {"class_type": "PreviewImage", "inputs": {"images": ["6", 0]}},
+    }
+
+
+def offloaded(name: str, seed: int) -> dict[str, Any]:
+    return {"31": offload_loader(checkpoint=name, **DISK), **workflow(["31", 0], ["31", 1], ["31", 2], seed)}
+
+
+def stock(name: str, seed: int) -> dict[str, Any]:
+    loader = {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": name}}
+    return {"131": loader, **workflow(["131", 0], ["131", 1], ["131", 2], seed)}
+
+
+def image(result: Any) -> torch.Tensor:
+    return result.outputs["6"][0][0]
+
+
+@pytest.fixture(scope="module")
+def files(host: Host) -> dict[str, Path]:
+    # fp32 on CPU: the host computes in the file's dtype, so every weight the loader builds is bound to
+    # the mapping ("disk" really maps the file)
+    folder = host.models_dir / "checkpoints"
+    out = {}
+    for name, seed in (("changing_a.safetensors", 31), ("changing_b.safetensors", 32)):
+        out[name] = build_tiny_sd_checkpoint(host.models_dir, name=name, seed=seed, dtype=torch.float32)
+    out["target"] = folder / "changing_target.safetensors"
+    host.register_models_dir(host.models_dir)
+    return out
+
+
+def _replace_in_place(target: Path, source: Path) -> None:
+    """Overwrite ``target``'s bytes without a new inode, as a download tool writing over a file does."""
+    stamp = target.stat().st_mtime_ns
+    with target.open("r+b") as f:
+        f.write(source.read_bytes())
+        f.truncate()
+    os.utime(target, ns=(stamp + 10**9, stamp + 10**9))  # a later time, whatever the clock's granularity
+
+
+def test_an_overwritten_file_gives_the_new_files_stock_picture(host: Host, files: dict[str, Path]) -> None:
+    target = files["target"]
+    shutil.copyfile(files["changing_a.safetensors"], target)
+    first = host.run(offloaded(target.name, seed=3))
+    assert torch.equal(image(first), image(host.run(stock("changing_a.safetensors", seed=3))))
+    _replace_in_place(target, files["changing_b.safetensors"])
+    assert target.stat().st_size == files["changing_a.safetensors"].stat().st_size  # same size: a mix before
+    second = host.run(offloaded(target.name, seed=4))
+    assert torch.equal(image(second), image(host.run(stock("changing_b.safetensors", seed=4))))
+
+
+def test_a_truncated_file_is_a_clear_error_and_the_next_run_works(host: Host, files: dict[str, Path]) -> None:
+    target = files["target"]
+    shutil.copyfile(files["changing_a.safetensors"], target)
+    host.run(offloaded(target.name, seed=5))
+    size = target.stat().st_size
+    with target.open("r+b") as f:
+        f.truncate(size // 2)
+    with pytest.raises(PromptFailed, match=r"changing_target\.safetensors") as failed:
+        host.run(offloaded(target.name, seed=6))
+    assert "truncated" in str(failed.value) or "changed on disk" in str(failed.value)
+    shutil.copyfile(files["changing_b.safetensors"], target)  # repaired: loaded again, whole
+    repaired = host.run(offloaded(target.name, seed=6))
+    assert torch.equal(image(repaired), image(host.run(stock("changing_b.safetensors", seed=6))))
+
+
+def test_a_mapping_that_changed_is_never_read_again(
+    host: Host, files: dict[str, Path], tmp_path: Path
+) -> None:
+    """Below the loader: binding to, or copying from, a mapping of a file that changed raises instead of
+    reading pages past the new end (SIGBUS) or the new bytes."""
+    residency = host.pack_module("memory.residency")
+    path = tmp_path / "mapped.safetensors"
+    shutil.copyfile(files["changing_a.safetensors"], path)
+    (mapped,) = residency.open_mapped([path])
+    assert residency.open_mapped([path])[0] is mapped  # one mapping per file and version
+    module = torch.nn.Linear(2, 2)
+    with path.open("r+b") as f:
+        f.truncate(path.stat().st_size // 2)
+    with pytest.raises(residency.FileChanged, match="its size went from"):
+        residency.bind(module, [mapped])
+    with pytest.raises(residency.FileChanged, match="Queue the prompt again"):
+        residency.to_pageable(module, [mapped])
+    assert residency.open_mapped([files["changing_a.safetensors"]])[0] is not mapped
