@@ -76,6 +76,9 @@ class LoaderSpec:
     overrides: tuple[tuple[str, tuple[str, ...]], ...] = ()
     residency: tuple[tuple[str, str], ...] = ()  # part kind -> the input holding the user's residency
     merge: tuple[str, ...] = ()  # part kinds whose files the loader builds into one object (one CLIP)
+    # A loader that builds one part of the file it names (LTX-2's audio VAE out of the whole checkpoint):
+    # (what the part is, the catalogued file whose size stands in for it); a note says so.
+    part: tuple[str, str] = ("", "")
 
 
 _CKPT = (("ckpt_name", "checkpoint"),)
@@ -112,6 +115,11 @@ LOADERS: dict[str, LoaderSpec] = {
     "ModelPatchLoader": LoaderSpec((("name", "model_patch"),), ("MODEL_PATCH",)),
     "StyleModelLoader": LoaderSpec((("style_model_name", "style_model"),), ("STYLE_MODEL",)),
     "AudioEncoderLoader": LoaderSpec((("audio_encoder_name", "audio_encoder"),), ("AUDIO_ENCODER",)),
+    # 0.33's nodes_lt_audio.py: the audio VAE and vocoder ("audio_vae.", "vocoder." keys) of an LTX-2
+    # checkpoint; no catalogued file holds that part alone, the LTX-2.5 audio VAE released on its own does
+    "LTXVAudioVAELoader": LoaderSpec(
+        (("ckpt_name", "vae"),), ("VAE",), part=("audio VAE", "ltx-2.5-audio-vae-bf16.safetensors")
+    ),
     "LoraLoader": LoaderSpec((("lora_name", "lora"),), ("MODEL", "CLIP"), patches=("model", "clip")),
     "LoraLoaderModelOnly": LoaderSpec((("lora_name", "lora"),), ("MODEL",), patches=("model",)),
     "HeadroomOffloadLoader": LoaderSpec(
@@ -233,7 +241,14 @@ class _Extractor:
             file = node.inputs.get(input_name)
             if not named(input_name):
                 continue
-            for part in self._lookup(str(file), kind):
+            looked_up = str(file)
+            if spec.part[1]:
+                looked_up = spec.part[1]
+                self._note(
+                    f"{_describe(node)} builds the {spec.part[0]} inside {Path(str(file)).name}: sized as "
+                    f"{spec.part[1]}, the same part released on its own"
+                )
+            for part in self._lookup(looked_up, kind):
                 part_kind = part.kind if kind == "checkpoint" else kind
                 if kind == "checkpoint" and part_kind in replaced:
                     continue  # the loader takes this part from its own file input instead
@@ -247,7 +262,7 @@ class _Extractor:
         by_kind: dict[str, set[str]] = {}
         for cid, (parts, names, part_kind) in grouped.items():
             pin = pins.get(part_kind)
-            label = f"{' + '.join(names)} [{part_kind}]"
+            label = f"{' + '.join(names)} [{spec.part[0] or part_kind}]"
             info = merge_parts(parts)
             self._add(cid, info, label, pin if isinstance(pin, str) and pin in PIN_CHOICES else "")
             by_kind.setdefault(part_kind, set()).add(cid)

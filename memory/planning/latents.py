@@ -71,6 +71,10 @@ class Shape:
 
 
 DEFAULT_SHAPE = Shape(1024, 1024, 1, 1)
+# Outputs that carry an audio latent beside a video one (LTX-2's audio-video latent, split): sized as
+# one pixel, so an audio decode costs nothing of a video decode's memory.
+AUDIO_OUTPUTS = frozenset({("LTXVSeparateAVLatent", 1)})
+AUDIO_SHAPE = Shape(1, 1)
 # ComfyUI's nodes.MAX_RESOLUTION: no size input takes more, and a chain of resizes is held to it too.
 MAX_SIDE = 16384
 
@@ -133,6 +137,10 @@ class LatentReader:
                 break
             if any(n == current.node for n, _ in chain):
                 found = Read(None, f"{self.describe(current.node)}, a dependency cycle")
+                break
+            if (self.g.nodes[current.node].class_type, current.output) in AUDIO_OUTPUTS:
+                found = Read(AUDIO_SHAPE, f"{self.describe(current.node)} output {current.output} is audio")
+                self._memo[key] = found
                 break
             if self._unknown_switch(current.node):
                 found = self._largest_branch(current.node)

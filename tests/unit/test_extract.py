@@ -247,3 +247,20 @@ def test_loaders_of_2026_model_types_give_components_their_consumers_compute_wit
     (moge,) = workload.components
     assert moge.kind == "other" and moge.bytes > 0 and not moge.streamable
     assert _uses(workload) == {"3": {moge.label}}
+
+
+def test_the_ltx2_audio_vae_is_a_part_of_its_checkpoint_sized_by_its_released_twin() -> None:
+    prompt = {
+        "1": {"class_type": "LTXVAudioVAELoader", "inputs": {"ckpt_name": "ltx-2-19b-distilled.safetensors"}},
+        "2": {"class_type": "LTXVEmptyLatentAudio",
+              "inputs": {"frames_number": 121, "frame_rate": 25, "batch_size": 1, "audio_vae": ["1", 0]}},
+        "3": {"class_type": "LTXVAudioVAEDecode", "inputs": {"samples": ["2", 0], "audio_vae": ["1", 0]}},
+        "4": {"class_type": "PreviewAny", "inputs": {"source": ["3", 0]}},
+    }  # fmt: skip
+    workload = _workload(prompt)
+    (vae,) = workload.components
+    assert vae.label == "ltx-2-19b-distilled.safetensors [audio VAE]"
+    assert vae.bytes == lookup("ltx-2.5-audio-vae-bf16.safetensors", "vae").bytes
+    assert any("builds the audio VAE inside ltx-2-19b-distilled.safetensors" in n for n in workload.notes)
+    # the empty audio latent only asks the VAE for a count: only the decode computes with it
+    assert _uses(workload) == {"3": {vae.label}}

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from comfyui_headroom.memory.planning.extract import _Extractor, node_io, workload_from_graph
-from comfyui_headroom.memory.planning.latents import Shape
+from comfyui_headroom.memory.planning.latents import AUDIO_SHAPE, Shape
 from comfyui_headroom.memory.workflow.graph import Link, parse_workflow
 from comfyui_headroom.memory.workflow.order import predict_order
 from comfyui_headroom.memory.workflow.values import Evaluator
@@ -344,3 +344,15 @@ def test_a_video_template_is_planned_at_its_frames(name: str, latent: str, frame
     for long, short in zip(samplers, shorter, strict=True):
         assert short.compute_s < 0.6 * long.compute_s
         assert short.activation <= long.activation
+
+
+def test_the_audio_half_of_an_ltx2_latent_is_not_sized_as_video() -> None:
+    data = _prompt(
+        n1=("EmptyLTXVLatentVideo", {"width": 1280, "height": 720, "length": 121, "batch_size": 1}),
+        n2=("LTXVSeparateAVLatent", {"av_latent": ["1", 0]}),
+        n3=("PreviewAny", {"source": ["2", 1]}),
+        n4=("PreviewAny", {"source": ["2", 0]}),
+    )
+    ex = _extractor(data)
+    assert ex.latents.shape(Link("2", 0)).value == Shape(1280, 720, frames=121)
+    assert ex.latents.shape(Link("2", 1)).value == AUDIO_SHAPE
