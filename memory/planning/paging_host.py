@@ -38,6 +38,7 @@ from .host_settings import HostSettings
 from .workload import Component, Step, Workload
 
 RELEASE_SLACK = 512 * MiB  # execution.py frees ``shortfall + 512 MiB`` of pins after a node
+PIN_HYSTERESIS = 256 * MiB  # ensure_pin_budget frees ``shortfall + PIN_PRESSURE_HYSTERESIS``
 SOURCES = ("pinned", "pageable", "disk")
 
 
@@ -214,7 +215,7 @@ def _upload(
     if missing and s.pinned_memory and (s.high_ram or not s.fast_disk):
         room = state.ram - state.held() - state.margin
         if room < missing and not s.high_ram:
-            _make_room(state, node, missing - room, keep=set(step.uses))
+            _make_room(state, node, missing - room + PIN_HYSTERESIS, keep=set(step.uses))
             room = state.ram - state.held() - state.margin
         new = missing if s.high_ram else max(0, min(missing, room))
         registered = max(0, min(new, state.cap - sum(state.pinned.values())))
