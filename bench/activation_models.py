@@ -334,7 +334,7 @@ def cases_2026() -> list[Case]:
     scripts/catalog_archs.py through the host's own model detection (comfy.model_detection), cast to the
     measured dtype. ``small`` copies are not offered (no CPU-vs-meta check for these)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    from catalog_archs import HUNYUAN_VIDEO_15, Z_IMAGE, diffusion, flux2
+    from catalog_archs import HUNYUAN_VIDEO_15, KANDINSKY5_IMAGE, KANDINSKY5_VIDEO, Z_IMAGE, diffusion, flux2
 
     def built(config: dict) -> Callable[..., torch.nn.Module]:
         def build(dt, dev, small):
@@ -369,13 +369,38 @@ def cases_2026() -> list[Case]:
     def z_image_call(m, c, s, dt, dev, b):
         return m(latent(c, s, 16, dt, dev, b), t(dt, dev, b), rnd((b, 256, 2560), dt, dev), 256)
 
+    def kandinsky5_call(channels: int):
+        def call(m, c, s, dt, dev, b):
+            x = latent(c, s, channels, dt, dev, b)
+            return m(x, t(dt, dev, b), rnd((b, 256, 3584), dt, dev), rnd((b, 768), dt, dev))
+
+        return call
+
     video = ((480, 320, 33), (848, 480, 65), (1280, 720, 121))
+    k5_video = ((512, 512, 25), (768, 512, 121), (1024, 768, 121))
     return [
         flux2_case(3072, 5, 20, 7680),
         flux2_case(4096, 8, 24, 12288),
         flux2_case(6144, 8, 48, 15360),
         Case("hunyuan_video15", "HunyuanVideo 1.5", built(HUNYUAN_VIDEO_15), hunyuan15_call, video, 16, 4),
         Case("z_image", "Z-Image", built(Z_IMAGE), z_image_call, IMAGE_SIZES),
+        # Kandinsky 5 Lite: video (1792 wide, HunyuanVideo latent + image and mask: 33 channels), image
+        Case(
+            "kandinsky5_1792",
+            "Kandinsky 5 Video Lite",
+            built(KANDINSKY5_VIDEO),
+            kandinsky5_call(33),
+            k5_video,
+            8,
+            4,
+        ),
+        Case(
+            "kandinsky5_2560",
+            "Kandinsky 5 Image Lite",
+            built(KANDINSKY5_IMAGE),
+            kandinsky5_call(16),
+            IMAGE_SIZES,
+        ),
     ]
 
 

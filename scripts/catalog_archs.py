@@ -138,6 +138,17 @@ Z_IMAGE = {
     "axes_lens": [1536, 512, 512], "rope_theta": 256.0, "ffn_dim_multiplier": 8.0 / 3.0,
     "z_image_modulation": True, "time_scale": 1000.0, "pad_tokens_multiple": 32,
 }  # fmt: skip
+# Kandinsky 5 Lite (model_detection.py reads these shapes): the image model's parameters give the
+# released file's size exactly; the video model's (2.0B) are 12% under the released 5s files' size
+KANDINSKY5_IMAGE = {
+    "image_model": "kandinsky5", "model_dim": 2560, "ff_dim": 10240, "time_dim": 512, "visual_embed_dim": 64,
+    "num_text_blocks": 2, "num_visual_blocks": 50, "axes_dims": (32, 48, 48),
+    "rope_scale_factor": (1.0, 1.0, 1.0),
+}  # fmt: skip
+KANDINSKY5_VIDEO = {
+    "image_model": "kandinsky5", "model_dim": 1792, "ff_dim": 7168, "time_dim": 512, "visual_embed_dim": 132,
+    "num_text_blocks": 2, "num_visual_blocks": 32, "axes_dims": (16, 24, 24),
+}  # fmt: skip
 LTXAV_19B = {"image_model": "ltxav"}  # comfy/ldm/lightricks/av_model.py LTXAVModel's defaults: 48 x 4096
 SD35_LARGE = {
     "in_channels": 16,
@@ -353,6 +364,18 @@ def vae(name: str) -> Callable[[Path], torch.nn.Module]:
                 if name == "wan21":
                     return comfy.ldm.wan.vae.WanVAE(dim=96, z_dim=16, **common)
                 return comfy.ldm.wan.vae2_2.WanVAE(dim=160, z_dim=48, **common)
+            if name == "hunyuan_video15":  # comfy/sd.py (0.33): the 32-channel, 16x/4x causal VAE
+                cfg = {
+                    "block_out_channels": [128, 256, 512, 1024, 1024], "in_channels": 3, "out_channels": 3,
+                    "num_res_blocks": 2, "ffactor_spatial": 16, "ffactor_temporal": 4, "z_channels": 32,
+                    "downsample_match_channel": True, "upsample_match_channel": True,
+                }  # fmt: skip
+                refiner = "comfy.ldm.hunyuan_video.vae_refiner"
+                return AutoencodingEngine(
+                    regularizer_config={"target": "comfy.ldm.models.autoencoder.EmptyRegularizer"},
+                    encoder_config={"target": f"{refiner}.Encoder", "params": cfg},
+                    decoder_config={"target": f"{refiner}.Decoder", "params": cfg},
+                )
             if name.startswith("ltxv"):
                 from comfy.ldm.lightricks.vae.causal_video_autoencoder import VideoVAE
 
@@ -447,6 +470,7 @@ ARCHS: dict[str, Callable[[Path], torch.nn.Module]] = {
     "vae_wan22": vae("wan22"),
     "vae_ltxv0": vae("ltxv0"),
     "vae_ltxv2": vae("ltxv2"),
+    "vae_hunyuan_video15": vae("hunyuan_video15"),
     "clip_vision_h": clip_vision("clip_vision_config_h.json"),
     "clip_vision_g": clip_vision("clip_vision_config_g.json"),
     "clip_vision_l": clip_vision("clip_vision_config_vitl.json"),
@@ -462,6 +486,7 @@ ARCHS: dict[str, Callable[[Path], torch.nn.Module]] = {
     "wan21_humo_14b": dit(wan(*WAN_14B, in_dim=36, model_type="humo")),
     "wan22_animate_14b": dit(wan(*WAN_14B, in_dim=36, model_type="animate")),
     "rt_detr_v4": dit({"image_model": "RT_DETR_v4"}),
+    "kandinsky5_image_lite": dit(KANDINSKY5_IMAGE),
     "qwen3_4b": llm("Qwen3_4B"),
     "qwen3_8b": llm("Qwen3_8B"),
     "qwen3vl_4b": qwen3vl("qwen3vl_4b"),

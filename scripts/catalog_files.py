@@ -260,6 +260,12 @@ FILES: list[tuple[str, str, list[Part]]] = [
     ("Wan2_1-HuMo-17B_fp8_e4m3fn.safetensors", DM, single("wan21_humo_14b", FP8)),
     ("wan2.2_animate_14B_bf16.safetensors", DM, single("wan22_animate_14b", BF16)),
     ("Wan2_2-Animate-14B_fp8_e4m3fn_scaled_KJ.safetensors", DM, single("wan22_animate_14b", FP8_SCALED)),
+    ("kandinsky5lite_t2i.safetensors", DM, single("kandinsky5_image_lite", BF16)),
+    ("hunyuanvideo15_vae_fp16.safetensors", "vae", single("vae_hunyuan_video15", FP16)),
+    # Capybara v0.1 (xgen-universe, released in Comfy-Org's HunyuanVideo 1.5 repackage): 1.5's layers
+    ("capybara_v0.1.safetensors", DM, single("hunyuan_video_15", FP16)),
+    # Causal Forcing (frame-wise), released in the Wan 2.1 repackage: Wan 2.1 T2V 1.3B in fp32
+    ("causal_forcing-framewise.safetensors", DM, single("wan21_t2v_1.3b", FP32)),
     # RT-DETR v4 (a detector the 0.33 host loads through UNETLoader)
     ("rt_detr_v4-x-hgnet_fp16.safetensors", DM, single("rt_detr_v4", FP16)),
     ("rt_detr_v4-x-hgnet_fp32.safetensors", DM, single("rt_detr_v4", FP32)),
@@ -291,3 +297,21 @@ LORAS: list[tuple[str, str, int, Recipe]] = [
     ("Wan21_CausVid_14B_T2V_lora_rank32.safetensors", "wan21_t2v_14b", 32, BF16),
     ("Wan21_CausVid_bidirect2_T2V_1_3B_lora_rank32.safetensors", "wan21_t2v_1.3b", 32, BF16),
 ]
+
+# Files no host class here sizes exactly, whose family is known for that exact file (the catalog entry
+# is the fact the plan has without the file; the header decides once the file is there):
+# file name -> (family, why). Their size is the one their template's note states.
+FAMILY_FACTS: dict[str, tuple[str, str]] = {
+    **{
+        f"kandinsky5lite_{v}.safetensors": ("kandinsky5", "Kandinsky 5.0 Video Lite (the host's Kandinsky5)")
+        for v in ("t2v_sft_5s", "i2v_5s", "t2v_5s", "t2v_10s")
+    },
+    **{
+        f"ltx-2-19b-{v}.safetensors": ("ltxv", "LTX-2 19B audio-video checkpoint (the host's LTXAV)")
+        for v in ("dev", "distilled", "dev-fp8", "distilled-fp8")
+    },
+    **{
+        f"ltx-2.3-22b-{v}.safetensors": ("ltxv", "LTX-2.3 22B audio-video checkpoint (the host's LTXAV)")
+        for v in ("dev", "distilled", "dev-fp8", "distilled-fp8")
+    },
+}

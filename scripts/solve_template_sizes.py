@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from catalog_files import FAMILY_FACTS  # noqa: E402
 from check_model_catalog import template_files, templates_dir  # noqa: E402
 from template_notes import stated_sizes  # noqa: E402
 
@@ -228,10 +229,12 @@ def _record(est, size: int, source: str) -> dict:
     kind, dtype, family and the assumed blocks, each said so in the note)."""
     scale = size / max(est.bytes, 1)
     blocks = [[b.name, None, 1, int(b.bytes * scale)] for b in est.blocks]
-    note = f"{source}; dtype and family from the name's tokens" + ("; assumed equal blocks" if blocks else "")
+    family, why = FAMILY_FACTS.get(est.file or "", (est.family, "from the name's tokens"))
+    note = f"{source}; dtype from the name's tokens; family {why}"
+    note += "; assumed equal blocks" if blocks else ""
     return {
         "kind": est.kind if est.kind in KINDS and est.kind != "unknown" else "other",
-        "family": est.family,
+        "family": family,
         "dtype": est.dtype,
         "bytes": size,
         "blocks": _runs(blocks),

@@ -228,6 +228,11 @@ def _dit_families(keys: frozenset[str], t: Mapping[str, TensorSpec]) -> Layout |
         return Layout("diffusion_model", "mochi", ("blocks",))
     if "genre_embedder.weight" in keys:
         return Layout("diffusion_model", "ace_step", ("transformer_blocks",))
+    if "visual_transformer_blocks.0.cross_attention.key_norm.weight" in keys:  # model_detection.py (0.33)
+        n, width = _count(keys, "visual_transformer_blocks"), _shape(t, "visual_embeddings.in_layer.bias", 0)
+        note = f"Kandinsky 5: {n} visual blocks, width {width}"
+        lists = ("text_transformer_blocks", "visual_transformer_blocks")
+        return Layout("diffusion_model", "kandinsky5", lists, note=note)
     if "encoder.pan_blocks.1.cv4.conv.weight" in keys:
         # RT-DETR v4 (comfy/ldm/rt_detr, 0.33): a detector ComfyUI loads through UNETLoader
         return Layout("detector", "rt_detr", note="object detector (HGNet backbone, DETR decoder)")
@@ -327,7 +332,8 @@ def _vaes(keys: frozenset[str], t: Mapping[str, TensorSpec]) -> Layout | None:
         return Layout("vae", "ltxv_vae")
     if "decoder.conv_in.conv.weight" in keys:
         z = _shape(t, "decoder.conv_in.conv.weight", 1)
-        return Layout("vae", "hunyuan_video_vae" if z == 16 else f"vae3d_{z}ch", note=f"{z} latent channels")
+        family = {16: "hunyuan_video_vae", 32: "hunyuan_video15_vae"}.get(z or 0, f"vae3d_{z}ch")
+        return Layout("vae", family, note=f"{z} latent channels")
     for key in ("decoder.conv_in.weight", "decoder.conv_in.conv.weight"):
         if key in keys:
             z = _shape(t, key, 1)

@@ -79,6 +79,7 @@ DIFFUSION: dict[str, DiffusionSpec] = {
     ),
     "hunyuan_video15": DiffusionSpec(4.0, "0.33 supported_models.py:2088-2098", 16, 4),
     "z_image": DiffusionSpec(2.8, "0.33 supported_models.py:1202-1204"),
+    "kandinsky5": DiffusionSpec(1.25, "0.33 supported_models.py:2137-2149", temporal=4),
 }
 # Measured peak of one call at batch 1: bytes = a * latent cells + b, per compute dtype ("bf16" also for
 # fp16 and fp8 weights, which compute in bf16/fp16). Source: bench/activations.py (see the results file).
@@ -115,9 +116,16 @@ MEASURED: dict[str, dict[str, tuple[float, float]]] = {
     "hunyuan_video15": {"fp32": (91420.0, 18409476), "bf16": (46272.93, 8703514)},
     # Z-Image 6B, 30 x 3840, 256 text tokens
     "z_image": {"fp32": (59616.14, 42827100), "bf16": (30093.41, 20995235)},
+    # Kandinsky 5 Lite: video 32 x 1792 (HunyuanVideo latent), image 50 x 2560; 256 Qwen2.5-VL tokens
+    "kandinsky5_1792": {"fp32": (12369.64, 187497038), "bf16": (9184.47, 25144064)},
+    "kandinsky5_2560": {"fp32": (28544.0, 6650884), "bf16": (14400.0, 3456514)},
 }
-# Flux.2 by hidden size, like Wan: the dev's width when the size is not known
-FLUX2_BY_HIDDEN: dict[int, str] = {3072: "flux2_3072", 4096: "flux2_4096", 6144: "flux2_6144"}
+# Families measured per width, like Wan: the widest when the size is not known
+BY_WIDTH: dict[str, dict[int, str]] = {
+    "flux2": {3072: "flux2_3072", 4096: "flux2_4096", 6144: "flux2_6144"},
+    "kandinsky5": {1792: "kandinsky5_1792", 2560: "kandinsky5_2560"},
+}
+FLUX2_BY_HIDDEN = BY_WIDTH["flux2"]
 # Families with the same blocks as a measured one (same width and layout): chroma = Flux without vec.
 MEASURED_ALIAS = {"chroma": "flux", "sd2": "sd15"}
 # Wan by hidden size: the 14B (5120) is "wan21" above; the 5B and 1.3B are measured separately.
@@ -149,6 +157,7 @@ VAES: dict[str, VaeSpec] = {
     "hunyuan_video_vae": VaeSpec(8, 4, "hunyuan_video", "sd.py:460-461"),
     "ltxv_vae": VaeSpec(32, 8, "ltxv", "sd.py:425-426"),
     "hunyuan_image_vae": VaeSpec(32, 0, "hunyuan_image", "sd.py:348-349"),
+    "hunyuan_video15_vae": VaeSpec(16, 4, "hunyuan_video15", "0.33 sd.py:774-775"),
 }
 
 # Text encoders, measured by bench/activations.py on the full released model (77/256/512 tokens; CLIP
@@ -294,10 +303,10 @@ def measured_coefficients(family: str, dtype: str, dim: int | None = None) -> tu
         if want > dims[-1]:  # wider than any measured Wan: scale with the width
             a, b = MEASURED[key]["fp32" if dtype_size(dtype) == 4 else "bf16"]
             return a * want / dims[-1], b * want / dims[-1]
-    if family == "flux2":
-        widths = sorted(FLUX2_BY_HIDDEN)
-        want = dim or DEFAULT_SCALE["hidden"]
-        key = FLUX2_BY_HIDDEN[next((d for d in widths if d >= want), widths[-1])]
+    if family in BY_WIDTH:
+        widths = sorted(BY_WIDTH[family])
+        want = dim or widths[-1]
+        key = BY_WIDTH[family][next((d for d in widths if d >= want), widths[-1])]
     if key not in MEASURED:
         return None
     a, b = MEASURED[key]["fp32" if dtype_size(dtype) == 4 else "bf16"]
@@ -372,6 +381,8 @@ def _vae_bytes(family: str, width: int, height: int, frames: int, size: int, enc
         n = 900 * max(frames, 2) * height * width if encode else 1500 * t * h * w * 4 * 8 * 8
     elif spec.decode == "ltxv":
         n = 70 * max(frames, 7) * height * width if encode else 900 * t * h * w * 8 * 8 * 8
+    elif spec.decode == "hunyuan_video15":  # decodes in temporal chunks: no frames factor
+        n = 1400 * 9 * height * width if encode else 3600 * 4 * h * w * 16 * 16
     else:  # hunyuan_image
         n = 700 * height * width if encode else 700 * h * w * 32 * 32
     return math.ceil(n * size * frames_factor)

@@ -68,6 +68,8 @@ ARCH: dict[str, tuple[Arch, ...]] = {
     "hunyuan_image": (Arch(3584, 60, 17e9, patch=1, text=256),),
     "lumina2": (Arch(2304, 26, 2.6e9, text=256), Arch(3840, 30, 6.2e9, text=256)),  # Lumina 2, Z-Image
     "z_image": (Arch(3840, 30, 6.2e9, text=256),),  # the family its header says (dim 3840)
+    # Kandinsky 5 Lite video (32 x 1792) and image (50 x 2560): self-attention + cross-attention to text
+    "kandinsky5": (Arch(1792, 32, 2.0e9, cross=256), Arch(2560, 50, 6.0e9, cross=256)),
     "omnigen2": (Arch(2520, 32, 4e9, text=256),),
     "pixart": (Arch(1152, 28, 0.6e9, cross=300),),
     "wan21": (Arch(1536, 30, 1.4e9, cross=512), Arch(5120, 40, 14.3e9, cross=512)),

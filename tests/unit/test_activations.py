@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from comfyui_headroom.cli import main as cli_main
 from comfyui_headroom.memory.planning.activations import (
+    BY_WIDTH,
     DIFFUSION,
     MARGIN,
     MEASURED,
@@ -104,7 +105,7 @@ def test_wan_coefficients_follow_the_model_width() -> None:
 
 
 def test_unmeasured_families_keep_comfyuis_formula() -> None:
-    for family in set(DIFFUSION) - set(MEASURED) - set(MEASURED_ALIAS) - {"wan22", "flux2"}:  # by width
+    for family in set(DIFFUSION) - set(MEASURED) - set(MEASURED_ALIAS) - {"wan22"} - set(BY_WIDTH):
         got = activation_bytes(family, "diffusion_model", width=1024, height=1024, cfg=False)
         assert got == host_reservation(family, width=1024, height=1024), family
 
