@@ -42,6 +42,8 @@ FLUX = ROOT / "example_workflows" / "api" / "Flux Dev text to image.json"
         ("NVIDIA A100-SXM4-40GB", "A100 40GB"),
         ("AMD Radeon RX 7900 XTX", "RX 7900 XTX"),
         ("l40s", "L40S"),
+        ("NVIDIA L40", "L40"),  # not the L4 its name contains
+        ("NVIDIA L4", "L4"),
     ],
 )
 def test_a_card_is_found_by_the_name_the_host_or_the_user_gives(reported: str, card: str) -> None:
