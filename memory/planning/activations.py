@@ -180,6 +180,10 @@ TEXT_ENCODERS: dict[str, tuple[str, int, int]] = {
     "qwen25_3b": ("qwen25_vl_7b", 2048, 512), "gemma2_2b": ("qwen25_vl_7b", 2304, 512),
     "qwen3_4b": ("qwen25_vl_7b", 2560, 512), "gemma3_4b": ("qwen25_vl_7b", 2560, 512),
     "gemma3_12b": ("qwen25_vl_7b", 3840, 512),
+    # the 0.33 host's LLM encoders (Flux.2, Z-Image, Qwen-Image 2.1, Krea 2, MiniMax H3): by hidden size
+    "qwen3_8b": ("qwen25_vl_7b", 4096, 512), "qwen3_32b": ("qwen25_vl_7b", 5120, 512),
+    "qwen3vl_4b": ("qwen25_vl_7b", 2560, 512), "qwen3vl_8b": ("qwen25_vl_7b", 4096, 512),
+    "qwen3vl_32b": ("qwen25_vl_7b", 5120, 512), "mistral3_24b": ("qwen25_vl_7b", 5120, 512),
 }  # fmt: skip
 TEXT_HIDDEN = {
     "t5xxl": 4096,

@@ -472,6 +472,12 @@ class _Extractor:
                 least = activation_bytes(
                     family, info.kind, **size, cfg=cfg_on, encode=encode, split=True, dim=dim
                 )
+                if info.kind == "vae":  # without room for a plan-sized tile, the host's fallback tile
+                    small = size | {
+                        "width": min(width, VAE_FALLBACK_TILE),
+                        "height": min(height, VAE_FALLBACK_TILE),
+                    }
+                    least = activation_bytes(family, "vae", **small, encode=encode)
                 held = need
                 if info.kind in ("diffusion_model", "checkpoint"):
                     held = host_reservation(family, **size, cfg=cfg_on, dim=dim)
@@ -619,6 +625,9 @@ GENERATED_TOKENS = 256  # TextGenerate's default max_length
 # Kinds whose memory and compute depend on the latent's size.
 SHAPED_KINDS = frozenset({"diffusion_model", "checkpoint", "vae", "controlnet"})
 VAE_TILE = 512  # pixels: the tile a VAE step reserves room for (one tile of a tiled decode)
+# The tile the host decodes with after an out-of-memory error (comfy/sd.py VAE.decode of 0.33: 256 px
+# over the spatial compression): the least a decode needs, so it sets the minimum VRAM.
+VAE_FALLBACK_TILE = 256
 # Inputs that size a latent or an image: ComfyUI's minimum for each is 0 (keep the aspect) or more.
 SIZE_INPUTS = frozenset({"width", "height", "length", "batch_size", "frames", "num_frames"})
 
