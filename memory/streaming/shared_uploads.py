@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import torch
 
 _log = logging.getLogger("headroom.streaming")
+_UNKNOWN = object()
 
 ModelCall = Callable[[Any, dict], Any]  # (the host's apply_model, its args) -> the model's output
 
@@ -54,6 +55,7 @@ class SharedUploads:
         self.calls = 0  # model calls computed
         self.shared_steps = 0
         self.replay_mismatches = 0
+        self._warned = False
 
     def counts(self) -> dict[str, int]:
         return {
@@ -78,17 +80,26 @@ class SharedUploads:
         self.calls += 1
         return self._call_model(apply_model, args)
 
-    def calc_cond_batch(
-        self, executor: Any, model: Any, conds: Any, x_in: Any, timestep: Any, options: Any
-    ) -> Any:
+    def calc_cond_batch(self, executor: Any, *args: Any, **kwargs: Any) -> Any:
+        """The host's ``calc_cond_batch(model, conds, x_in, timestep, model_options, ...)`` wrapper:
+        every argument goes through as given (a host that adds one loses nothing); only ``conds`` is
+        read, and where it cannot be found the step runs unshared, with one log line."""
+        conds = args[1] if len(args) > 1 else kwargs.get("conds", _UNKNOWN)
+        if conds is _UNKNOWN:
+            if not self._warned:
+                self._warned = True
+                _log.warning(
+                    "Headroom: calc_cond_batch has no conds argument on this host; steps run unshared"
+                )
+            return executor(*args, **kwargs)
         if not self._share or has_hooks(conds):
             before = self.calls
-            out = executor(model, conds, x_in, timestep, options)
+            out = executor(*args, **kwargs)
             self._share = self.calls - before > 1 and self._streams()  # a split: share from the next step
             return out
         self._mode, self._recorded = "record", []
         try:
-            executor(model, conds, x_in, timestep, options)
+            executor(*args, **kwargs)
         finally:
             self._mode = None
         recorded, self._recorded = self._recorded, []
@@ -103,7 +114,7 @@ class SharedUploads:
         self._outputs = [(args, out) for (_, args), out in zip(recorded, outputs, strict=True)]
         self._mode = "replay"
         try:
-            out = executor(model, conds, x_in, timestep, options)
+            out = executor(*args, **kwargs)
         finally:
             self._mode, self._outputs = None, []
         self._share = len(calls) > 1 and self._streams()

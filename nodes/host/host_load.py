@@ -26,6 +26,7 @@ from torch import nn
 
 from ...memory.streaming.host_buffer import bind, direct, held, in_host_memory, swap
 from ...memory.streaming.storage import packed, storage_bytes
+from .patches import REGISTRY
 
 Captured = dict[str, torch.Tensor]  # "module.path.name" (the patcher's keys) -> host tensor
 
@@ -87,14 +88,14 @@ def hold_back(patcher: Any) -> Callable[[], None] | None:
 
     @functools.wraps(load)
     def nothing(device_to: Any = None, lowvram_model_memory: int = 0, *args: Any, **kwargs: Any) -> Any:
+        patch.fire()
         kwargs["full_load"] = False
         return load(patcher, device_to, 1, *args[:1], **kwargs)  # args[:1]: force_patch_weights
 
-    patcher.load = nothing
+    patch = REGISTRY.replace("ModelPatcher.load[hold_back]", patcher, "load", nothing)
 
     def undo() -> None:
-        if vars(patcher).get("load") is nothing:
-            del patcher.load
+        REGISTRY.uninstall(patch)
 
     return undo
 

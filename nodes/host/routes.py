@@ -19,6 +19,7 @@ from ...memory.units import format_bytes, parse_bytes
 from ...version import __version__
 from .lookups import host_version, is_legacy_host
 from .monitor import DEMAND_S, Monitor
+from .patches import REGISTRY
 from .state import configure_ram_budget, monitor, ram_budget, residency
 
 _log = logging.getLogger("headroom")
@@ -29,14 +30,34 @@ def install_server(m: Monitor, server: Any) -> None:
     """The routes (once per server) and the preflight handler, where the host's server has the hook."""
     web = importlib.import_module("aiohttp.web")
     if not getattr(server, "_headroom_routes", False):
+        before = list(server.routes)
         _add_routes(web, server.routes)
-        server._headroom_routes = True
+        added = [r for r in server.routes if all(r is not b for b in before)]
+        REGISTRY.record("server.PromptServer.routes", functools.partial(_remove_routes, server.routes, added))
+        REGISTRY.replace("server.PromptServer._headroom_routes", server, "_headroom_routes", True)
     if hasattr(server, "add_on_prompt_handler"):
-        server.add_on_prompt_handler(functools.partial(_on_prompt, m))
+        handler = functools.partial(_on_prompt, m)
+        server.add_on_prompt_handler(handler)
+        REGISTRY.record(
+            "server.PromptServer.on_prompt_handlers", functools.partial(_remove_handler, server, handler)
+        )
     else:
         m.hooks["preflight"] = "off: this host's PromptServer has no add_on_prompt_handler"
         _log.warning("Headroom: preflight is off: no add_on_prompt_handler on this host")
     m.server = server
+
+
+def _remove_routes(routes: Any, added: list[Any]) -> None:
+    """Take our route definitions out of the host's table (an app built from it already keeps them)."""
+    items = getattr(routes, "_items", None)  # aiohttp's RouteTableDef is a read-only Sequence over this
+    if isinstance(items, list):
+        items[:] = [r for r in items if all(r is not a for a in added)]
+
+
+def _remove_handler(server: Any, handler: Any) -> None:
+    handlers = getattr(server, "on_prompt_handlers", None)
+    if isinstance(handlers, list) and handler in handlers:
+        handlers.remove(handler)
 
 
 def _safe(what: str, fn: Any, *args: Any) -> None:
@@ -50,6 +71,7 @@ def _on_prompt(m: Monitor, json_data: Any) -> Any:
     """POST /prompt, before validation, on the event loop: plan in the background, never block or alter the
     prompt. On hosts that honour a given prompt_id one is assigned here, so /headroom/plan/{id} works while
     the prompt is still queued."""
+    REGISTRY.fire("server.PromptServer.on_prompt_handlers")
     try:
         prompt = json_data.get("prompt") if isinstance(json_data, dict) else None
         if not isinstance(prompt, dict):
@@ -146,6 +168,7 @@ def _add_routes(web: Any, routes: Any) -> None:
                 "sampling": m.sampler.running,
                 "sources": m.probe.sources(),
                 "hooks": dict(m.hooks),
+                "patches": REGISTRY.state(),  # per patch of the host: installed (count) and fired (runs)
                 "assume_vram": m.assume_vram,
                 "latest": latest.as_dict(),
                 "samples": [s.as_dict() for s in samples],

@@ -47,6 +47,7 @@ from ...memory.units import format_bytes
 from . import host_load
 from .events import Subscriber
 from .lookups import host_module
+from .patches import REGISTRY
 
 _log = logging.getLogger("headroom")
 
@@ -382,6 +383,7 @@ class Armed:
     stream: StreamedModel
     patchers: list[Any] = field(default_factory=list)  # current hosts: the ones given our wrappers
     module: Any = None  # the 2024 host: the BaseModel whose apply_model calls the stream
+    patch: Any = None  # the 2024 host: that apply_model's entry in the patch registry
     scope: Any = None
     # a Stream Model node's streaming already on a clone, with how many samplings it had run before
     others: list[tuple[StreamedModel, int]] = field(default_factory=list)
@@ -426,6 +428,7 @@ def arm(patcher: Any, clones: list[Any], settings: StreamSettings) -> Armed:
     original = module.apply_model
 
     def apply_model(x: Any, t: Any, **c: Any) -> Any:
+        armed.patch.fire()
         other = _ACTIVE.get(id(module.diffusion_model))
         if other is not None and other is not stream.session:  # a Stream Model node's clone streams it
             if all(other.run is not r for r in armed.seen):
@@ -435,7 +438,8 @@ def arm(patcher: Any, clones: list[Any], settings: StreamSettings) -> Armed:
 
     armed.module, armed.scope = module, stream.sampling()
     armed.scope.__enter__()
-    module.apply_model = apply_model  # an instance attribute over the class's method, until disarm
+    # an instance attribute over the class's method, until disarm
+    armed.patch = REGISTRY.replace("BaseModel.apply_model[2024 stream]", module, "apply_model", apply_model)
     return armed
 
 
@@ -448,7 +452,7 @@ def disarm(armed: Armed, clones: list[Any]) -> list[StreamingRun]:
                 for kind, key, _ in _hooks(wrappers_mp, armed.stream):
                     p.remove_wrappers_with_key(kind, key)
     if armed.module is not None:
-        armed.module.__dict__.pop("apply_model", None)
+        REGISTRY.uninstall(armed.patch)
         armed.scope.__exit__(None, None, None)
     if armed.stream.session is not None:
         armed.stream._end(armed.stream.session)

@@ -180,3 +180,27 @@ def test_same_call_and_has_hooks() -> None:
     assert not same_call(a, {**a, "input": torch.ones(2) * 2})
     assert not same_call(a, {**a, "timestep": torch.ones(1)})
     assert not has_hooks(conds()) and has_hooks(conds(hooks="lora")) and not has_hooks([None, []])
+
+
+def test_arguments_a_newer_host_adds_pass_through_and_a_missing_conds_runs_unshared(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    streamer = Streamer([0, 1])
+    shared, host = recorder(streamer)
+    torch.manual_seed(0)
+    x, t = torch.randn(1, 4), torch.tensor([0.3])
+    seen = []
+
+    def executor(
+        model: Any, c: list, x_in: torch.Tensor, timestep: torch.Tensor, options: Any, **extra: Any
+    ) -> Any:
+        seen.append(extra)
+        return host.calc_cond_batch(model, c, x_in, timestep, True)
+
+    out = shared.calc_cond_batch(executor, None, conds(), x, t, {}, future_flag=True)
+    assert all(e == {"future_flag": True} for e in seen) and len(seen) == 2  # dry run and replay
+    torch.testing.assert_close(torch.stack(out), torch.stack(stock(True)), rtol=0, atol=0)
+    with caplog.at_level(logging.WARNING, logger="headroom.streaming"):
+        shared.calc_cond_batch(lambda **kw: "plain", something_else=1)
+        shared.calc_cond_batch(lambda **kw: "plain", something_else=1)
+    assert len(caplog.records) == 1 and "unshared" in caplog.text
