@@ -14,6 +14,8 @@ the one the other host tests check.
 
 from __future__ import annotations
 
+import importlib
+import sys
 import time
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -102,6 +104,9 @@ def dynamic(host: Host, monkeypatch: pytest.MonkeyPatch) -> Any:
     import comfy_aimdo.control
 
     assert comfy_aimdo.control.init(), "comfy-aimdo's library did not load (its mmap runs on CPU)"
+    for module in list(sys.modules.values()):  # imported before init (main.py inits first): bind lib now
+        if getattr(module, "__name__", "").startswith("comfy_aimdo.") and vars(module).get("lib", 0) is None:
+            importlib.reload(module)
     mm = host.model_management
     aimdo = FakeAimdo(64 * 2**20)
     free = lambda dev=None, torch_free_too=False: (  # noqa: E731
@@ -118,15 +123,16 @@ def dynamic(host: Host, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 class Layers(torch.nn.Module):
-    """A model of the host's comfy.ops Linear layers (``width`` wide, ``depth`` deep)."""
+    """A model of the host's comfy.ops Linear layers (``width`` wide, ``depth`` deep); ``plain``: torch's
+    own Linear, for the file's weights (0.33's comfy.ops Linear under DynamicVRAM has no weight until
+    it loads a state dict)."""
 
-    def __init__(self, width: int, depth: int) -> None:
+    def __init__(self, width: int, depth: int, plain: bool = False) -> None:
         import comfy.ops
 
         super().__init__()
-        self.layers = torch.nn.ModuleList(
-            comfy.ops.disable_weight_init.Linear(width, width) for _ in range(depth)
-        )
+        linear = torch.nn.Linear if plain else comfy.ops.disable_weight_init.Linear
+        self.layers = torch.nn.ModuleList(linear(width, width) for _ in range(depth))
 
 
 def build(host: Host, aimdo: FakeAimdo, tmp: Path, name: str, width: int, depth: int) -> tuple[Any, Path]:
@@ -136,7 +142,7 @@ def build(host: Host, aimdo: FakeAimdo, tmp: Path, name: str, width: int, depth:
     from safetensors.torch import save_file
 
     torch.manual_seed(len(name))
-    reference = Layers(width, depth)
+    reference = Layers(width, depth, plain=True)
     for p in reference.parameters():
         torch.nn.init.normal_(p)
     path = tmp / f"{name}.safetensors"
