@@ -123,6 +123,9 @@ CASES: list[Case] = [
     Case("Flux.1-dev, bf16 compute", "flux_dev_checkpoint_example", "RTX 4090", 1 / 1.7, "step",
          "huggingface.co/fireworks-ai/FLUX.1-dev-fp8-flumina README: BFL codebase, fp8 weight-only (bf16 "
          "matmuls), 1.7 it/s", setup="1024x1024, cfg 1 (guidance-distilled)"),
+    Case("Flux.1-dev, bf16 compute", "flux_dev_checkpoint_example", "RTX 4090", 1 / 2.32, "step",
+         "huggingface.co/fireworks-ai/FLUX.1-dev-fp8-flumina README: BFL codebase, fp8 weight-only (bf16 "
+         "matmuls), 2.32 it/s", {"50:0": 768, "50:1": 768}, "768x768, cfg 1 (guidance-distilled)"),
     Case("Flux.1-dev, bf16 compute", "flux_dev_checkpoint_example", "RTX 6000 Ada", 1 / 1.74, "step",
          "huggingface.co/fireworks-ai/FLUX.1-dev-fp8-flumina README: BFL codebase (bf16), 1.74 it/s",
          setup="1024x1024, cfg 1 (guidance-distilled)", fitted=False),
@@ -268,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             f"Efficiency shares: matmul {eff.matmul:.2f}, attention {eff.attention:.2f} ({eff.source}).",
             f"The published machines' disk ({DISK_GBS:g} GB/s) and pageable ({PAGEABLE_GBS:g} GB/s) rates",
             "are not published: they were fitted with the shares (`--fit`: a grid, least squared log",
-            "ratios) on 19 cases; held out: the RTX 6000 Ada case (after the fit) and Mage Flow (FLOPs not",
+            "ratios) on 20 cases; held out: the RTX 6000 Ada case (after the fit) and Mage Flow (FLOPs not",
             "counted). 16 cases are two families (Qwen-Image, Wan 14B) on one card model: in-sample.",
             "The runs were made on stock ComfyUI: the prediction is the ComfyUI baseline's wall (its loads,",
             "offloads and casts) with the plan's compute. Before this model (issue #26): 0.38-1.61x on 13",

@@ -36,11 +36,11 @@ class Efficiency:
     source: str = "default"
 
 
-# Fitted by ``bench/wall_time.py --fit`` to the published run times (bench/results/wall_time.md): 19 runs on
+# Fitted by ``bench/wall_time.py --fit`` to the published run times (bench/results/wall_time.md): 20 runs on
 # an RTX 4090 and 4090 D. Attention above 1: the attention kernels of those runs went faster than
 # the bf16 FP32-accumulate figure of the GeForce spec sheets (flash/SDPA kernels, or 8-bit attention such
 # as SageAttention where the host had it); scripts/gpu-check measures a card's own shares.
-EFFICIENCY = Efficiency(matmul=0.62, attention=1.65, source="fitted to 19 published run times")
+EFFICIENCY = Efficiency(matmul=0.58, attention=2.00, source="fitted to 20 published run times")
 
 
 @dataclass(frozen=True)
