@@ -16,7 +16,9 @@ class HeadroomStreamModel(StreamNode):
         "Put between a model and any sampler (KSampler, KSamplerAdvanced, SamplerCustom, "
         "SamplerCustomAdvanced): while it samples, the blocks that do not fit your VRAM stream from "
         "pinned RAM while the previous ones compute. Same seed, same result; every byte is given back "
-        "when sampling ends."
+        "when sampling ends. On ComfyUI with DynamicVRAM (2026, NVIDIA) the host pages the model itself: "
+        "this node then stands aside (the log says so) and Headroom orders the host's evictions instead; "
+        "it streams on hosts that do not page: GGUF models, --disable-dynamic-vram, AMD before ROCm 7.14."
     )
     TARGET = (
         "model",

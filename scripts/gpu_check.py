@@ -79,6 +79,7 @@ TIMEOUTS = {
     "bench/residency_gpu.py": 360,
     "bench/tiled_vae.py": 300,
     "bench/dynamic_vram_gpu.py": 420,
+    "bench/host_repeat_gpu.py": 420,  # COMFYUI_ROOT=ComfyUI 0.33: ~10.5 GiB of weights, 2 modes x 2 x 4 runs
     "bench/gpu_throughput_gpu.py": 120,  # writes ~10.5 GB of weights, then 4 modes x 4 runs
 }
 DEFAULT_TEST_TIMEOUT, DEFAULT_BENCH_TIMEOUT = 240, 300

@@ -185,7 +185,11 @@ def repeat_uses(
 
 STREAM_NOTE = (
     "not streamed: ComfyUI's DynamicVRAM (comfy-aimdo) pages this model in per layer itself and Headroom "
-    "orders its evictions instead; start ComfyUI with --disable-dynamic-vram to stream it with this budget"
+    "orders its evictions and releases its pins instead (a second copy scheme would fight the host's VBAR). "
+    "The host's own block prefetch (comfy/model_prefetch.py) is wired into a few models only (LTX-AV, "
+    "MiniMax, Wan-Animate2, some text encoders); whether Headroom should drive it for the others (Wan 2.x, "
+    "Flux, Qwen-Image) waits for a GPU benchmark (scripts/gpu-check). Start ComfyUI with "
+    "--disable-dynamic-vram to stream this model with the node's budget"
 )
 
 
