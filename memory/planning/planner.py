@@ -246,7 +246,10 @@ class _Problem:
         """Joint array over the live components' allowed tiers (shared between equal steps: read only)."""
         step = self.w.steps[s]
         shape = self._shape
-        modes = tuple((shape[i], i in self._used[s], i in self._streamed[s]) for i in self._alive[s])
+        # the tiers each may take belong in the key: a held copy of a model has one, a free copy all
+        modes = tuple(
+            (shape[i], i in self._used[s], i in self._streamed[s], self.allowed(s, i)) for i in self._alive[s]
+        )
         key = (step.activation_min, step.evaluations, modes)
         cost = self._costs.get(key)
         if cost is None:

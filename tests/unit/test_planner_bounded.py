@@ -128,3 +128,31 @@ def test_the_template_with_nine_subgraph_copies_plans_at_every_budget() -> None:
     for card in (8, 24):
         p = planner.plan(planned.workload, Budget.from_card(card * GiB, 32 * GiB), HW)
         assert p.feasible and len(p.notes) == 1 and "qwen_image_vae.safetensors [vae]" in p.notes[0]
+
+
+def test_a_held_copy_and_a_free_copy_of_one_model_do_not_share_a_cost_array(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Equal copies of a model share step costs (a big prompt's repeats), but a held copy has one tier
+    and a free copy all of theirs: the held one's array must not serve the free one (it would let the
+    free copy sit whole on a GPU it does not fit)."""
+    monkeypatch.setattr(planner, "EXACT_STATES", 6)
+    half = GB // 2
+    a0, a1 = (Component(f"a{i}", f"copy{i}", 4 * GB, blocks=(half,) * 8) for i in range(2))
+    big = Component("b", "big", 10 * GB, blocks=(GB,) * 10)
+    steps = (
+        Step("0", "Encode", ("a0", "b")),  # 6 x 6 placements: a0 (fewest byte-steps) is held
+        Step("1", "Encode", ("a0",), evaluations=4),
+        Step("2", "Other"),
+        Step("3", "Decode", ("a1",), evaluations=4),  # a1 alone: free, 6 placements
+        Step("4", "Decode", ("a1",), evaluations=4),
+    )
+    budget = Budget(vram=3 * GB, ram=64 * GB, pinned=32 * GB)
+    w = Workload((a0, a1, big), steps)
+    problem = planner._Problem(w, budget, HW, 1)
+    assert planner._bound(problem, "frugal") == [0]
+    assert problem.step_cost(1).shape == (1,) and problem.step_cost(3).shape == (6,)
+    p = planner.plan(w, budget, HW)
+    assert p.feasible and p.notes and "copy0" in p.notes[0] and "copy1" not in p.notes[0]
+    assert all(s.vram_peak <= budget.vram for s in p.steps)
+    assert p.steps[3].placements["a1"].tier.gpu == "S"
