@@ -485,7 +485,7 @@ ARCHS: dict[str, Callable[[Path], torch.nn.Module]] = {
     "ltxav_19b": dit(LTXAV_19B),
     "wan21_humo_14b": dit(wan(*WAN_14B, in_dim=36, model_type="humo")),
     "wan22_animate_14b": dit(wan(*WAN_14B, in_dim=36, model_type="animate")),
-    "rt_detr_v4": dit({"image_model": "RT_DETR_v4"}),
+    "rt_detr_v4": dit({"image_model": "RT_DETR_v4", "enc_h": 384}),  # the X model: encoder width 384
     "kandinsky5_image_lite": dit(KANDINSKY5_IMAGE),
     "qwen3_4b": llm("Qwen3_4B"),
     "qwen3_8b": llm("Qwen3_8B"),
@@ -494,6 +494,8 @@ ARCHS: dict[str, Callable[[Path], torch.nn.Module]] = {
     "qwen3vl_32b": qwen3vl("qwen3vl_32b"),
     "gemma3_12b": llm("Gemma3_12B"),
     "mistral3_small_24b": llm("Mistral3Small24B"),
+    # Flux.2's release drops the layers past 30 (text_encoders/flux.py flux2_te(pruned=True))
+    "mistral3_small_24b_pruned": llm("Mistral3Small24B", num_hidden_layers=30),
 }
 
 

@@ -261,6 +261,12 @@ FILES: list[tuple[str, str, list[Part]]] = [
     ("wan2.2_animate_14B_bf16.safetensors", DM, single("wan22_animate_14b", BF16)),
     ("Wan2_2-Animate-14B_fp8_e4m3fn_scaled_KJ.safetensors", DM, single("wan22_animate_14b", FP8_SCALED)),
     ("kandinsky5lite_t2i.safetensors", DM, single("kandinsky5_image_lite", BF16)),
+    # Qwen-Image Edit 2509/2511 in comfy-kitchen int8 (the 20B Qwen-Image layers), Chroma in fp8
+    *[
+        (f"qwen_image_edit_{v}_int8_convrot.safetensors", DM, single("qwen_image", INT8))
+        for v in ("2509", "2511")
+    ],
+    ("Chroma1-HD-fp8mixed.safetensors", DM, single("chroma", FP8)),
     ("hunyuanvideo15_vae_fp16.safetensors", "vae", single("vae_hunyuan_video15", FP16)),
     # Capybara v0.1 (xgen-universe, released in Comfy-Org's HunyuanVideo 1.5 repackage): 1.5's layers
     ("capybara_v0.1.safetensors", DM, single("hunyuan_video_15", FP16)),
@@ -283,6 +289,8 @@ FILES: list[tuple[str, str, list[Part]]] = [
     ("qwen3vl_32b_minimax_h3_nvfp4_awq.safetensors", TE, single("qwen3vl_32b", NVFP4)),
     ("qwen_3_4b.safetensors", TE, single("qwen3_4b", BF16)),
     ("qwen_3_8b_fp8mixed.safetensors", TE, single("qwen3_8b", FP8)),
+    ("mistral_3_small_flux2_bf16.safetensors", TE, single("mistral3_small_24b_pruned", BF16)),
+    ("mistral_3_small_flux2_fp8.safetensors", TE, single("mistral3_small_24b_pruned", FP8)),
     ("gemma_3_12B_it.safetensors", TE, single("gemma3_12b", BF16)),
     ("gemma_3_12B_it_fp8_scaled.safetensors", TE, single("gemma3_12b", FP8_SCALED)),
     ("RealESRGAN_x4plus.safetensors", "upscale_models", single("esrgan_x4", FP32)),

@@ -204,6 +204,13 @@ def template_entries(files: dict[str, list[dict]], folder: Path | None = None) -
         if name not in out:
             out[name] = [{"directory": directory, "components": [_record(estimates[name], size, STATED)]}]
     known |= noted
+    # files of templates with no published total (no equation), which a note still sizes
+    for directory, name in sorted(_listed(folder)):
+        if name in stated and name not in out and name not in files and name not in estimates:
+            est = cat.estimate_from_name(name, cat.folder_kind(directory) or "other")
+            record = _record(est, stated[name][0], STATED)
+            out[name] = [{"directory": directory, "components": [record]}]
+            noted[(directory, name)] = stated[name][0]
     estimates = {n: e for n, e in estimates.items() if n not in out}
     sol = solve(known, eqs, {n: max(e.bytes, 1 << 20) for n, e in estimates.items()})
     for name, size in sorted(sol.sizes.items()):
@@ -222,6 +229,16 @@ def template_entries(files: dict[str, list[dict]], folder: Path | None = None) -
         "stated": sorted({n for _, n in noted}),
     }
     return out, record
+
+
+def _listed(folder: Path) -> set[tuple[str, str]]:
+    """(directory, file) of every model file any template lists."""
+    found: set[tuple[str, str]] = set()
+    for path in folder.glob("*.json"):
+        if path.name != "index.json":
+            workflow = json.loads(path.read_text(encoding="utf-8"))
+            found |= set(template_files(workflow)) if isinstance(workflow, dict) else set()
+    return found
 
 
 def _record(est, size: int, source: str) -> dict:
