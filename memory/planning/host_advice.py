@@ -182,16 +182,15 @@ def host_advice(
     # Headroom's own lever on this host
     kept = run(settings, headroom=True)
     saves = base.runs_s[1] - kept.runs_s[1]
-    out.append(
-        HostAdvice(
-            "Headroom retention",
-            "use" if saves > 0.05 else "info",
-            f"Headroom's retention (a model not needed again, here or in the next run, gives its pins "
-            f"back at once): the repeat run reloads {_reloaded(kept)} instead of "
-            f"{_reloaded(base)}: {saves:+.1f} s per run",
-            saves,
+    what = "Headroom's retention (a model not needed again, here or in the next run, gives its pins back)"
+    if not base.reloads:
+        line = f"{what}: nothing to keep, the host's repeat run reloads nothing here"
+    else:
+        line = (
+            f"{what}: the repeat run reloads {_reloaded(kept)} instead of {_reloaded(base)}: "
+            f"{saves:+.1f} s per run"
         )
-    )
+    out.append(HostAdvice("Headroom retention", "use" if saves > 0.05 else "info", line, saves))
     return out
 
 
