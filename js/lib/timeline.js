@@ -39,6 +39,9 @@ export function timelineRows(report) {
       .map(([component, why]) => `${component.replace(/\.safetensors/g, "")}: ${why}`)
       .join("\n"),
     events: (r.residency_events ?? []).map((e) => `${e.component}: ${e.tier_from} → ${e.tier_to}`).join(", "),
+    // what bounded the node, measured (compute, disk or upload), and its line with the figures
+    boundKind: r.bounded_by?.kind ?? "",
+    bound: r.bounded_by?.line ?? "",
   }));
 }
 

@@ -59,6 +59,10 @@ test("timeline rows compare plan and reality", () => {
   assert.equal(rows[0].reasons, "flux [dit]: on GPU: used here, fits (0.20 GiB of 8.00 GiB)");
   assert.equal(rows[1].reasons, ""); // no reasons: no tooltip text
   assert.equal(rows[2].actual, null);
+  assert.equal(rows[0].boundKind, ""); // a report from before "bounded by": nothing shown
+  const bound = timelineRows({ nodes: [{ node: "3", status: "done", bounded_by: { kind: "disk", line: "disk-bound: 13.40 GiB read at 2.2 GB/s, 6.4 s of its 9.0 s" } }] });
+  assert.equal(bound[0].boundKind, "disk");
+  assert.equal(bound[0].bound, "disk-bound: 13.40 GiB read at 2.2 GB/s, 6.4 s of its 9.0 s");
   assert.deepEqual(timelineRows(null), []);
   assert.equal(rowState({ status: "done", planned_order: 1, vram_peak: 205 * MiB, planned_vram_peak: 200 * MiB }), "ok");
 });
