@@ -36,6 +36,7 @@ SIZE_SOURCES = (
 FRAME_INPUTS = ("length", "frames", "num_frames", "video_frames", "frame_count")
 BATCH_INPUTS = ("batch_size", "batch")
 SWITCH = "ComfySwitchNode"
+MAX_NESTING = 64  # run-time switches and measured sizes within one another, far past any real workflow
 BRANCHES = ("on_false", "on_true")
 # Nodes whose outputs are an image's width, height and batch (ComfyUI 0.33's GetImageSize).
 SIZE_READERS = frozenset({"GetImageSize"})
@@ -108,6 +109,7 @@ class LatentReader:
         )  # fmt: skip
         self.live = values.live_inputs
         self._memo: dict[tuple[str, int], Read] = {}
+        self._depth = 0
 
     # --- shapes ------------------------------------------------------------------------------------
     def step_shape(self, node_id: str) -> Read:
@@ -123,7 +125,17 @@ class LatentReader:
         return self.shape(media) if media else Read(None, f"{self.describe(node_id)} has no latent input")
 
     def shape(self, link: Link) -> Read:
-        """The shape of the value ``link`` carries."""
+        """The shape of the value ``link`` carries. A chain is walked in a loop; only a run-time switch or
+        an image size read for a size nests, and that nesting is bounded (a hostile prompt)."""
+        if self._depth >= MAX_NESTING:
+            return Read(None, f"{self.describe(link.node)}: more than {MAX_NESTING} nested switches or sizes")
+        self._depth += 1
+        try:
+            return self._shape(link)
+        finally:
+            self._depth -= 1
+
+    def _shape(self, link: Link) -> Read:
         chain: list[tuple[str, Link]] = []  # (node id, its upstream link) for each pass-through or resize
         current: Link | None = link
         found: Read | None = None

@@ -356,3 +356,19 @@ def test_the_audio_half_of_an_ltx2_latent_is_not_sized_as_video() -> None:
     ex = _extractor(data)
     assert ex.latents.shape(Link("2", 0)).value == Shape(1280, 720, frames=121)
     assert ex.latents.shape(Link("2", 1)).value == AUDIO_SHAPE
+
+
+def test_a_deep_nest_of_run_time_switches_is_bounded_not_recursed() -> None:
+    data = _prompt(n0=("EmptyLatentImage", {"width": 512, "height": 512, "batch_size": 1}))
+    data["c"] = {"class_type": "SomeCustomBool", "inputs": {}}
+    previous = "0"
+    for i in range(1, 5001):  # each switch's false branch is the previous switch
+        data[f"s{i}"] = {"class_type": "ComfySwitchNode",
+                         "inputs": {"switch": ["c", 0], "on_false": [previous, 0], "on_true": ["0", 0]}}  # fmt: skip
+        previous = f"s{i}"
+    data["k"] = {"class_type": "VAEDecode", "inputs": {"samples": [previous, 0], "vae": ["v", 0]}}
+    data["v"] = {"class_type": "VAELoader", "inputs": {"vae_name": "ae.safetensors"}}
+    data["p"] = {"class_type": "PreviewImage", "inputs": {"images": ["k", 0]}}
+    ex = _extractor(data)
+    read = ex.latents.step_shape("k")  # no RecursionError: the nesting stops at its bound
+    assert read.value is None or read.value == Shape(512, 512)
