@@ -239,7 +239,10 @@ def test_catalog_against_the_official_templates() -> None:
     assert len(report.within) >= 190 and len(report.outside) <= 30
     # templates whose files all come from the host's classes: an independent check of those sizes
     n, median, p90, worst, _ = report.error_stats("independent")
-    assert n >= 40 and median < 0.002 and p90 < 0.01 and worst < 0.1
+    assert n >= 40 and median < 0.002 and p90 < 0.01
+    # image_chroma_text_to_image's total is 23.3 GB, its files (each sized as its note states) 14.7 GB
+    off = [name for name, err in report.errors("independent").items() if err > 0.1]
+    assert set(off) <= {"image_chroma_text_to_image"}, off
 
 
 def test_sizes_against_the_sizes_the_templates_notes_state() -> None:
