@@ -36,6 +36,8 @@ class Outcome:
     oom_step: str | None = None  # the node where this policy runs out of VRAM
     ram_peak: int = 0
     per_step_s: list[float] = field(default_factory=list)
+    # per step, where the bytes it moved came from ("pageable" RAM, "disk"), where the policy records it
+    per_step_uploads: list[dict[str, int]] = field(default_factory=list)
 
     @property
     def fits(self) -> bool:
@@ -50,12 +52,14 @@ def comfyui_reactive(w: Workload, budget: Budget, hw: Hardware) -> Outcome:
     out = Outcome("comfyui", 0.0, 0.0)
     for step in w.steps:
         seconds = 0.0
+        moved = {"pageable": 0, "disk": 0}
         used = [w.component(c) for c in step.uses]
         for c in used:
             if c.id not in in_ram:
                 in_ram.add(c.id)
                 ram += c.bytes
                 seconds += c.bytes / hw.disk
+                moved["disk"] += c.bytes
         minimum_required = max(MIN_INFERENCE, step.reservation)  # the host's own formula
         need = 1.1 * sum(c.bytes - loaded.get(c.id, 0) for c in used) + minimum_required
         free = budget.vram - sum(loaded.values())
@@ -86,12 +90,15 @@ def comfyui_reactive(w: Workload, budget: Budget, hw: Hardware) -> Outcome:
             overflow = min(c.bytes - resident, max(0, ram - budget.ram))
             streamed = c.bytes - resident - overflow
             seconds += step.evaluations * (streamed / hw.h2d_pageable + overflow / hw.disk)
+            moved["pageable"] += max(0, resident - loaded.get(c.id, 0)) + step.evaluations * streamed
+            moved["disk"] += step.evaluations * overflow
             loaded[c.id] = resident
             if c.id in order:
                 order.remove(c.id)
             order.insert(0, c.id)
         out.ram_peak = max(out.ram_peak, ram)
         out.per_step_s.append(seconds)
+        out.per_step_uploads.append(moved)
         out.transfer_s += seconds
         out.wall_s += seconds + step.compute_s  # per-op casts are synchronous: no overlap
     return out

@@ -227,3 +227,20 @@ def test_the_preflight_verdict_and_the_monitor_carry_the_host_settings() -> None
     run = RunRecord("p", "k", 0.0, planned=planned)
     text = text_report(run, Sample(t=0.0), {})
     assert "host: ComfyUI 2026" in text and verdict.host["advice"][0] in text
+
+
+def test_the_reactive_hosts_repeat_run_keeps_its_models_in_ram_and_rereads_what_ram_cannot_hold() -> None:
+    from comfyui_headroom.memory.planning.host_advice import reactive_host
+
+    roomy = reactive_host(two_experts(), budget(16, 64), HW)
+    assert roomy.transfer_s == pytest.approx(comfyui_reactive_s(budget(16, 64)))  # run 1: the baseline
+    assert [n.node_id for n in roomy.run(2)] == ["2", "3", "4"] and roomy.reloads == {}
+    assert all(set(n.uploads) <= {"pageable"} for n in roomy.run(2))  # from its RAM copy
+    tight = reactive_host(two_experts(), budget(16, 24), HW)
+    assert tight.reloads and tight.runs_s[1] > roomy.runs_s[1]  # 30 GiB of weights in 24 GB: paged from files
+
+
+def comfyui_reactive_s(b: Budget) -> float:
+    from comfyui_headroom.memory.planning.baselines import comfyui_reactive
+
+    return comfyui_reactive(two_experts(), b, HW).transfer_s
