@@ -311,6 +311,15 @@ LORAS: list[tuple[str, str, int, Recipe]] = [
 # file name -> (family, why). Their size is the one their template's note states.
 FAMILY_FACTS: dict[str, tuple[str, str]] = {
     **{
+        name: ("minimax_h3", "MiniMax H3 DiT, pruned (the host's MiniMaxH3)")
+        for name in (
+            "minimax_h3_fl2va_pruned_int8_convrot.safetensors",
+            "minimax_h3_ref2va_pruned_int8_convrot.safetensors",
+            "fastvideo_fasth3_8step_v2_pruned_int8_convrot.safetensors",
+            "fasth3_omniref_8step_pruned_int8_convrot.safetensors",
+        )
+    },
+    **{
         f"kandinsky5lite_{v}.safetensors": ("kandinsky5", "Kandinsky 5.0 Video Lite (the host's Kandinsky5)")
         for v in ("t2v_sft_5s", "i2v_5s", "t2v_5s", "t2v_10s")
     },

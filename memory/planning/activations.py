@@ -80,6 +80,7 @@ DIFFUSION: dict[str, DiffusionSpec] = {
     "hunyuan_video15": DiffusionSpec(4.0, "0.33 supported_models.py:2088-2098", 16, 4),
     "z_image": DiffusionSpec(2.8, "0.33 supported_models.py:1202-1204"),
     "kandinsky5": DiffusionSpec(1.25, "0.33 supported_models.py:2137-2149", temporal=4),
+    "minimax_h3": DiffusionSpec(0.114, "0.33 supported_models.py:960-973", 16, 4),
 }
 # Measured peak of one call at batch 1: bytes = a * latent cells + b, per compute dtype ("bf16" also for
 # fp16 and fp8 weights, which compute in bf16/fp16). Source: bench/activations.py (see the results file).
@@ -119,6 +120,14 @@ MEASURED: dict[str, dict[str, tuple[float, float]]] = {
     # Kandinsky 5 Lite: video 32 x 1792 (HunyuanVideo latent), image 50 x 2560; 256 Qwen2.5-VL tokens
     "kandinsky5_1792": {"fp32": (12369.64, 187497038), "bf16": (9184.47, 25144064)},
     "kandinsky5_2560": {"fp32": (28544.0, 6650884), "bf16": (14400.0, 3456514)},
+}
+# Families not measured here whose blocks are of a measured kind: (measured key, scale per latent cell,
+# why). MiniMax H3 (comfy/ldm/minimax, 0.33: 50 joint blocks x 5376, SwiGLU) is Flux.2-dev-like per token
+# (6144 wide, per-token peak ~34 x hidden bytes, as every measured DiT's 20-35 x); its tokens are 1x2x2
+# patches of its 16x latent, 4 cells each. An estimate: its inputs (a packed audio-video sequence) are
+# not built by bench/activations.py yet.
+SCALED: dict[str, tuple[str, float, str]] = {
+    "minimax_h3": ("flux2_6144", 5376 / 6144 / 4, "scaled from Flux.2 dev by width, per 2x2 patch"),
 }
 # Families measured per width, like Wan: the widest when the size is not known
 BY_WIDTH: dict[str, dict[int, str]] = {
@@ -307,6 +316,10 @@ def measured_coefficients(family: str, dtype: str, dim: int | None = None) -> tu
         if want > dims[-1]:  # wider than any measured Wan: scale with the width
             a, b = MEASURED[key]["fp32" if dtype_size(dtype) == 4 else "bf16"]
             return a * want / dims[-1], b * want / dims[-1]
+    if family in SCALED:
+        base, scale, _ = SCALED[family]
+        a, b = MEASURED[base]["fp32" if dtype_size(dtype) == 4 else "bf16"]
+        return a * scale, b
     if family in BY_WIDTH:
         widths = sorted(BY_WIDTH[family])
         want = dim or widths[-1]

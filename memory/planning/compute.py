@@ -70,6 +70,7 @@ ARCH: dict[str, tuple[Arch, ...]] = {
     "z_image": (Arch(3840, 30, 6.2e9, text=256),),  # the family its header says (dim 3840)
     # Kandinsky 5 Lite video (32 x 1792) and image (50 x 2560): self-attention + cross-attention to text
     "kandinsky5": (Arch(1792, 32, 2.0e9, cross=256), Arch(2560, 50, 6.0e9, cross=256)),
+    "minimax_h3": (Arch(5376, 50, 33e9, text=512),),  # comfy/ldm/minimax/model.py defaults (0.33)
     "omnigen2": (Arch(2520, 32, 4e9, text=256),),
     "pixart": (Arch(1152, 28, 0.6e9, cross=300),),
     "wan21": (Arch(1536, 30, 1.4e9, cross=512), Arch(5120, 40, 14.3e9, cross=512)),

@@ -19,6 +19,7 @@ from comfyui_headroom.memory.planning.activations import (
     MARGIN,
     MEASURED,
     MEASURED_ALIAS,
+    SCALED,
     TEXT_ENCODERS,
     TEXT_MEASURED,
     VAES,
@@ -105,7 +106,9 @@ def test_wan_coefficients_follow_the_model_width() -> None:
 
 
 def test_unmeasured_families_keep_comfyuis_formula() -> None:
-    for family in set(DIFFUSION) - set(MEASURED) - set(MEASURED_ALIAS) - {"wan22"} - set(BY_WIDTH):
+    for family in (
+        set(DIFFUSION) - set(MEASURED) - set(MEASURED_ALIAS) - {"wan22"} - set(BY_WIDTH) - set(SCALED)
+    ):
         got = activation_bytes(family, "diffusion_model", width=1024, height=1024, cfg=False)
         assert got == host_reservation(family, width=1024, height=1024), family
 
