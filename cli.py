@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 from .memory.optional import optional_module
 from .memory.planning.host_settings import add_host_flags
-from .memory.units import GB, GiB, format_bytes, parse_bytes
+from .memory.units import GB, GiB, SizeOverflow, format_bytes, parse_bytes
 from .version import __version__
 
 # Exit codes: 0 it fits, 1 it does not fit (the output says what would make it fit), 2 bad input.
@@ -44,7 +44,7 @@ def _size(least: int, most: int) -> Callable[[str], int]:
         )
         try:
             nbytes = parse_bytes(text)
-        except OverflowError:  # "1e308" GB: finite, but not once in bytes
+        except SizeOverflow:  # "1e308" GB: finite, but not once in bytes
             raise out_of_range from None
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
@@ -160,7 +160,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .memory.planning.host_advice import host_lines, host_report, hosts_json, rerun_nodes
     from .memory.planning.host_settings import settings_from_args
     from .memory.planning.pipeline import plan_workflow
-    from .memory.planning.report import plan_json, plan_text, timeline_png
+    from .memory.planning.report import TimelineTooLarge, plan_json, plan_text, timeline_png
     from .memory.workflow.graph import WorkflowError
 
     problem = _check_paths(args)
@@ -206,6 +206,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         else:
             try:
                 timeline_png(result, workload, args.png)
+            except TimelineTooLarge as exc:
+                print(f"note: no timeline drawn to {args.png}: {exc}", file=sys.stderr)
             except OSError as exc:
                 print(f"error: cannot write --png {args.png}: {exc.strerror or exc}", file=sys.stderr)
                 return EXIT_BAD_INPUT

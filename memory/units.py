@@ -14,6 +14,10 @@ _UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 _SIZE = re.compile(r"^\s*((?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 
 
+class SizeOverflow(ValueError):
+    """A size too large to count in bytes ("1e308GB")."""
+
+
 def parse_bytes(text: str | int | float, default_unit: str = "g") -> int:
     """Parse "8GB", "8 GiB", "7.5g", "512MB" or a bare number (in ``default_unit``) into bytes.
 
@@ -32,7 +36,28 @@ def parse_bytes(text: str | int | float, default_unit: str = "g") -> int:
             unit = ""  # "512B" / "512 b": plain bytes
     if value < 0 or not math.isfinite(value):
         raise ValueError(f"a size cannot be negative or infinite: {text!r}")
-    return int(round(value * _UNITS[unit.lower()]))
+    nbytes = value * _UNITS[unit.lower()]
+    if not math.isfinite(nbytes):  # "1e308GB": finite, but not once in bytes
+        raise SizeOverflow(f"not a size: {text!r} is too large")
+    return int(round(nbytes))
+
+
+# The range every size setting takes (HEADROOM_RAM_BUDGET, HEADROOM_ASSUME_VRAM, the RAM budget setting):
+# below 512 MiB nothing runs (ComfyUI itself takes more), above 64 TiB no machine has it.
+SETTING_MIN, SETTING_MAX = 512 * MiB, 64 * TiB
+
+
+def parse_size_setting(text: str | int | float, name: str) -> int:
+    """A size setting in bytes (a bare number is GiB), within [SETTING_MIN, SETTING_MAX]; anything else
+    raises ValueError naming the setting, the value and what to write."""
+    fix = f"write a size from {format_bytes(SETTING_MIN)} to {format_bytes(SETTING_MAX)}, for example 24GB"
+    try:
+        nbytes = parse_bytes(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r} is not a size: {fix}") from None
+    if not SETTING_MIN <= nbytes <= SETTING_MAX:
+        raise ValueError(f"{name}={text!r} is out of range: {fix}")
+    return nbytes
 
 
 def format_bytes(n: int | float) -> str:
@@ -62,7 +87,7 @@ def parse_vram_budget_bytes(text: str | float | int | None) -> int | None:
         raise ValueError(f"{text!r} is not {VRAM_BUDGET_FORMS}")
     try:
         nbytes = parse_bytes(text)
-    except (ValueError, OverflowError):  # "1e308" GB is finite, but not once in bytes
+    except ValueError:  # "1e308" GB is finite, but not once in bytes: SizeOverflow
         raise ValueError(f"{text!r} is not {VRAM_BUDGET_FORMS}") from None
     if nbytes < MIN_VRAM_BUDGET:
         smallest = format_bytes(MIN_VRAM_BUDGET)

@@ -11,7 +11,7 @@ from ..units import GiB, format_bytes
 from .baselines import Outcome
 from .planner import Action, Placement, Plan, Prefetch
 from .reasons import step_reasons
-from .workload import Workload
+from .workload import Component, Workload
 
 
 def plan_table(plan: Plan, workload: Workload, why: bool = False) -> str:
@@ -235,20 +235,47 @@ def plan_json(plan: Plan, workload: Workload, baselines: dict[str, Outcome]) -> 
 _COLOURS = {"G": "#2e7d32", "S": "#f9a825", "P": "#1565c0", "R": "#64b5f6", "D": "#bdbdbd"}
 
 
+# The largest timeline drawn: a column per node and a row per component stay legible (and the figure's
+# memory bounded; a 20,000-node chain was killed at 4.9 GB).
+MAX_TIMELINE_STEPS, MAX_TIMELINE_COMPONENTS = 400, 60
+
+
+class TimelineTooLarge(ValueError):
+    """A plan too large to draw legibly; the message says what was drawn up to and what to use."""
+
+
+def _drawn_steps(plan: Plan, workload: Workload) -> tuple[list[Any], list[Component]]:
+    """The steps and components a timeline shows: every step, or only those computing with a model when
+    all do not fit (a long chain of latent nodes); refused past MAX_TIMELINE_*."""
+    steps = list(plan.steps)
+    if len(steps) > MAX_TIMELINE_STEPS:
+        steps = [sp for sp in steps if sp.step.uses]
+    used = {c for sp in steps for c in sp.step.uses} if len(steps) < len(plan.steps) else None
+    comps = [c for c in workload.components if used is None or c.id in used]
+    if len(steps) > MAX_TIMELINE_STEPS or len(comps) > MAX_TIMELINE_COMPONENTS:
+        raise TimelineTooLarge(
+            f"{len(steps):,} nodes computing with {len(comps):,} model components: a timeline is drawn "
+            f"for up to {MAX_TIMELINE_STEPS} nodes and {MAX_TIMELINE_COMPONENTS} components (--json has "
+            "the whole plan)"
+        )
+    return steps, comps
+
+
 def timeline_png(plan: Plan, workload: Workload, path: Path) -> None:
-    """Residency timeline: one row per component, one column per node, coloured by tier."""
+    """Residency timeline: one row per component, one column per node, coloured by tier (only the nodes
+    that compute with a model when there are too many; TimelineTooLarge past that)."""
+    steps, comps = _drawn_steps(plan, workload)
     import matplotlib
 
     matplotlib.use("Agg")  # no display needed; never touch a GUI backend from the CLI
     from matplotlib import pyplot as plt
     from matplotlib.patches import Patch
 
-    comps = list(workload.components)
     fig, (ax, vram_ax) = plt.subplots(
-        2, 1, figsize=(max(6, 0.6 * len(plan.steps) + 3), 1.2 + 0.5 * len(comps) + 2), sharex=True,
+        2, 1, figsize=(max(6, 0.6 * len(steps) + 3), 1.2 + 0.5 * len(comps) + 2), sharex=True,
         gridspec_kw={"height_ratios": [max(1, len(comps)), 2]},
     )  # fmt: skip
-    for s, sp in enumerate(plan.steps):
+    for s, sp in enumerate(steps):
         for row, c in enumerate(comps):
             placement = sp.placements.get(c.id)
             key = "D" if placement is None else placement.tier.gpu or placement.tier.host
@@ -263,11 +290,11 @@ def timeline_png(plan: Plan, workload: Workload, path: Path) -> None:
             ["GPU", "streamed", "pinned RAM", "RAM", "disk"], _COLOURS.values(), strict=True)],
         loc="upper center", bbox_to_anchor=(0.5, 1.35), ncol=5, fontsize=8, frameon=False,
     )  # fmt: skip
-    xs = [s + 0.5 for s in range(len(plan.steps))]
-    vram_ax.bar(xs, [sp.vram_peak / GiB for sp in plan.steps], width=0.8, color="#455a64")
+    xs = [s + 0.5 for s in range(len(steps))]
+    vram_ax.bar(xs, [sp.vram_peak / GiB for sp in steps], width=0.8, color="#455a64")
     vram_ax.axhline(plan.budget.vram / GiB, color="#c62828", linestyle="--", linewidth=1)
     vram_ax.set_ylabel("VRAM GiB")
-    labels = [f"{sp.step.label[:18]} #{sp.step.node_id}" for sp in plan.steps]
+    labels = [f"{sp.step.label[:18]} #{sp.step.node_id}" for sp in steps]
     vram_ax.set_xticks(xs, labels, fontsize=7, rotation=40, ha="right")
     fig.tight_layout()
     fig.savefig(path, dpi=120, format="png")  # exactly `path`: no ".png" appended to other names

@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from ..optional import optional_module
-from ..units import GiB, format_bytes, parse_bytes
+from ..units import SETTING_MIN, GiB, format_bytes, parse_size_setting
 
 _log = logging.getLogger("headroom")
 RAM_BUDGET_ENV = "HEADROOM_RAM_BUDGET"
 MIN_RESERVE, MAX_RESERVE = 1 * GiB, 4 * GiB  # the reserve is 10% of RAM within these
-MIN_SETTING = GiB // 2  # a smaller budget is below what Python, torch and the host take: always over
+MIN_SETTING = SETTING_MIN  # a smaller budget is below what Python, torch and the host take: always over
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ class RamKnob:
                 raise ValueError(f"a RAM budget cannot be negative: {value}")
             nbytes = value  # bytes, as every figure in the pack
         elif value is not None and not (isinstance(value, str) and value.strip().lower() in ("", "auto")):
-            nbytes = parse_bytes(value)  # a size as people write it; a bare number is GiB
+            nbytes = parse_size_setting(value, "the RAM budget")  # a bare number is GiB
         with self.lock:
             self.setting = nbytes
 
@@ -155,10 +155,10 @@ class RamKnob:
         text = self.env.get(RAM_BUDGET_ENV, "")
         if text:
             try:
-                return fixed_budget(parse_bytes(text), m, RAM_BUDGET_ENV)
+                return fixed_budget(parse_size_setting(text, RAM_BUDGET_ENV), m, RAM_BUDGET_ENV)
             except ValueError as exc:
                 if self.warned != text:
-                    _log.warning("Headroom: %s is ignored: %s", RAM_BUDGET_ENV, exc)
+                    _log.warning("Headroom: %s; it is ignored (the machine's budget is used)", exc)
                     self.warned = text
         with self.lock:
             setting = self.setting

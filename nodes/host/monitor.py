@@ -29,7 +29,7 @@ from ...memory.telemetry.hub import Telemetry
 from ...memory.telemetry.memory_history import MemoryHistory, cuda_memory
 from ...memory.telemetry.probe import MemoryProbe, Sample
 from ...memory.telemetry.sampler import Sampler
-from ...memory.units import parse_bytes
+from ...memory.units import parse_size_setting
 from .events import Subscriber
 from .host_flags import running_host_settings
 from .lookups import host_module, models_dir, output_nodes
@@ -55,9 +55,9 @@ def _env_rate() -> float:
 def _env_vram() -> int | None:
     text = os.environ.get(ASSUME_VRAM_ENV, "")
     try:
-        return parse_bytes(text) if text else None
+        return parse_size_setting(text, ASSUME_VRAM_ENV) if text else None
     except ValueError as exc:
-        _log.warning("Headroom: %s is ignored: %s", ASSUME_VRAM_ENV, exc)
+        _log.warning("Headroom: %s; it is ignored (no card is assumed)", exc)
         return None
 
 

@@ -14,8 +14,8 @@ import uuid
 from typing import Any
 
 from ...memory.names import ROUTES
-from ...memory.residency.ram_budget import MIN_SETTING, RAM, RAM_BUDGET_ENV
-from ...memory.units import format_bytes, parse_bytes
+from ...memory.residency.ram_budget import RAM, RAM_BUDGET_ENV
+from ...memory.units import parse_size_setting
 from ...version import __version__
 from .lookups import host_version, is_legacy_host
 from .monitor import DEMAND_S, Monitor
@@ -119,7 +119,12 @@ def _ram_budget_body() -> dict[str, Any]:
     if env is not None and budget.source == RAM_BUDGET_ENV:
         body["note"] = f"{RAM_BUDGET_ENV}={env} is set on the server: it wins over this setting"
     elif env is not None:
-        body["note"] = f"{RAM_BUDGET_ENV}={env} is not a size: ignored"
+        try:
+            parse_size_setting(env, RAM_BUDGET_ENV)
+            why = f"{RAM_BUDGET_ENV}={env!r} is not used"
+        except ValueError as exc:
+            why = str(exc)
+        body["note"] = f"{why}; ignored"
     return body
 
 
@@ -132,14 +137,9 @@ def _ram_budget_value(body: Any) -> tuple[str | None, str]:
     if text.lower() in ("", "auto"):
         return "auto", ""
     try:
-        nbytes = parse_bytes(text)
+        parse_size_setting(text, "RAM budget")  # the range HEADROOM_RAM_BUDGET takes too
     except ValueError as exc:
-        return None, f"RAM budget: {exc}"
-    if nbytes < MIN_SETTING:
-        return (
-            None,
-            f"RAM budget: {text} is below {format_bytes(MIN_SETTING)}, less than ComfyUI itself takes",
-        )
+        return None, str(exc)
     return text, ""
 
 

@@ -299,7 +299,10 @@ def test_the_ram_budget_setting_is_validated_and_the_environment_variable_wins(
         for bad, says in [
             ({"value": "lots"}, "not a size"),
             ({"value": "-4GB"}, "not a size"),
-            ({"value": "0.1"}, "below 512.00 MiB"),
+            ({"value": "0.1"}, "out of range: write a size from 512.00 MiB to 64.00 TiB"),
+            ({"value": "1e308"}, "not a size"),  # were 500s: an OverflowError in bytes
+            ({"value": 1e308}, "not a size"),
+            ({"value": "1e300GB"}, "not a size"),
             ({"value": True}, "send"),
             ({"value": None}, "send"),
             ({"other": "3GB"}, "send"),
@@ -313,9 +316,12 @@ def test_the_ram_budget_setting_is_validated_and_the_environment_variable_wins(
         body = served.post_json("/headroom/ram_budget", {"value": "3GB"})
         assert body["budget"]["ram"] == 2 * 2**30 and body["budget"]["source"] == "HEADROOM_RAM_BUDGET"
         assert body["setting"] == 3 * 2**30 and "wins over this setting" in body["note"]
-        monkeypatch.setenv("HEADROOM_RAM_BUDGET", "plenty")  # a bad variable is ignored, and said so
-        body = served.get_json("/headroom/ram_budget")
-        assert body["budget"]["source"] == "setting" and "not a size" in body["note"]
+        for bad, says in (("plenty", "not a size"), ("1e308", "not a size"), ("0", "out of range")):
+            monkeypatch.setenv("HEADROOM_RAM_BUDGET", bad)  # a bad variable is ignored, and said so
+            body = served.get_json("/headroom/ram_budget")
+            assert body["budget"]["source"] == "setting" and says in body["note"], body
+            assert f"HEADROOM_RAM_BUDGET={bad!r}" in body["note"]
+            served.get_json("/headroom/status")  # answers (was a 500 with 1e308)
         monkeypatch.delenv("HEADROOM_RAM_BUDGET")
 
         body = served.post_json("/headroom/ram_budget", {"value": " Auto "})

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from comfyui_headroom.cli import main
-from comfyui_headroom.memory.planning import planner
+from comfyui_headroom.memory.planning import planner, report
 from comfyui_headroom.memory.planning.costmodel import Budget, Hardware
 from comfyui_headroom.memory.planning.extract import workload_from_graph
 from comfyui_headroom.memory.planning.pipeline import plan_workflow
@@ -314,3 +314,30 @@ def test_a_link_the_host_accepts_is_not_refused() -> None:
         parse_workflow(prompt)
     except WorkflowError as exc:  # pragma: no cover - the assertion below says what failed
         pytest.fail(str(exc))
+
+
+def test_a_long_plan_draws_only_the_nodes_that_use_models_or_says_why_not() -> None:
+    """--png on a 20,001-node chain was killed at 4.9 GB: the timeline draws the nodes computing with a
+    model when all of them would not fit, and refuses with a line past that."""
+    prompt = sd()
+    previous = ["4", 0]
+    for i in range(report.MAX_TIMELINE_STEPS + 50):
+        prompt[f"u{i}"] = {
+            "class_type": "LatentUpscaleBy",
+            "inputs": {"samples": previous, "upscale_method": "nearest-exact", "scale_by": 1.0},
+        }
+        previous = [f"u{i}", 0]
+    prompt["5"]["inputs"]["samples"] = previous
+    planned = plan_workflow(prompt, BUDGET)
+    steps, comps = report._drawn_steps(planned.plan, planned.workload)
+    assert [sp.step.label for sp in steps] == ["CLIPTextEncode", "KSampler", "VAEDecode"]
+    assert len(comps) == 3
+    many = {}
+    for i in range(report.MAX_TIMELINE_COMPONENTS + 1):  # a checkpoint per copy, each its own seed
+        copy_i = json.loads(json.dumps(sd()).replace('["', f'["{i}_'))
+        copy_i["4"]["inputs"]["seed"] = i
+        copy_i["1"]["inputs"]["ckpt_name"] = f"model_{i}.safetensors"
+        many |= {f"{i}_{n}": node for n, node in copy_i.items()}
+    planned = plan_workflow(many, BUDGET)
+    with pytest.raises(report.TimelineTooLarge, match="a timeline is drawn for up to"):
+        report._drawn_steps(planned.plan, planned.workload)

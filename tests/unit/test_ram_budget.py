@@ -98,7 +98,7 @@ def test_the_variable_beats_the_setting_which_beats_the_machine(caplog: pytest.L
     assert (b.ram, b.pinned, b.source) == (24 * GiB, 16 * GiB, RAM_BUDGET_ENV)
     env[RAM_BUDGET_ENV] = "lots"
     assert knob.resolve().source == "setting"  # a bad variable is ignored, with a warning
-    assert "HEADROOM_RAM_BUDGET is ignored" in caplog.text
+    assert "HEADROOM_RAM_BUDGET='lots' is not a size" in caplog.text and "it is ignored" in caplog.text
     knob.configure("auto")
     assert knob.resolve().source == "machine"
     for bad in ("-1GB", -1, "plenty"):

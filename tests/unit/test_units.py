@@ -8,6 +8,7 @@ from comfyui_headroom.memory.units import (
     MIN_VRAM_BUDGET,
     format_bytes,
     parse_bytes,
+    parse_size_setting,
     parse_vram_budget,
     parse_vram_budget_bytes,
 )
@@ -96,3 +97,17 @@ def test_every_node_words_a_bad_budget_the_same_way(text: object) -> None:
     assert str(in_node.value) == f"Some Node: input vram_budget: {plain.value}."
     assert validate_vram_budget(text, "Some Node") == str(in_node.value)
     assert '"auto" or a size, for example 6, 6GB, 6 GiB or 6144MB' in str(plain.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [("1e308", "not a size"), (1e308, "not a size"), ("1e300GB", "not a size"), ("0", "out of range"),
+     ("0.1", "out of range"), ("65TiB", "out of range"), ("lots", "not a size"),
+     (float("nan"), "not a size")],
+)  # fmt: skip
+def test_every_size_setting_has_one_parser_and_one_range(text: object, says: str) -> None:
+    """HEADROOM_RAM_BUDGET, HEADROOM_ASSUME_VRAM and the RAM budget route: refused naming the setting
+    (1e308 was an OverflowError: a 500 from the route, an import failure for the variable)."""
+    with pytest.raises(ValueError, match=f"HEADROOM_X=.* {says}: write a size from 512.00 MiB to 64.00 TiB"):
+        parse_size_setting(text, "HEADROOM_X")  # type: ignore[arg-type]
+    assert parse_size_setting("24GB", "HEADROOM_X") == 24 * 2**30
