@@ -56,12 +56,12 @@ def comfy(request: pytest.FixtureRequest) -> SimpleNamespace:
                 from comfy.cli_args import args
 
                 args.cpu = True
-    import comfy.memory_management as cmm
     import comfy.model_management as mm
     import comfy.model_patcher as mp
 
     if not hasattr(mm, "free_pins") or not hasattr(mp, "PromptModelTracker"):
         pytest.skip("this ComfyUI has no RAM-pressure pin release with a current-prompt flag (0.30+)")
+    import comfy.memory_management as cmm
     import comfy_aimdo.control
     import comfy_aimdo.host_buffer
 
