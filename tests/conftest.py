@@ -1,7 +1,9 @@
 """Shared test configuration. Tiers: unit (tests/unit), host (tests/host), gpu, e2e.
 
 A tier that cannot run here is skipped with its reason printed (pytest runs with -ra). CI sets
-HEADROOM_REQUIRE_HOST=1 so that a missing host fails the run instead of skipping it.
+HEADROOM_REQUIRE_HOST=1 so that a missing host fails the run instead of skipping it. Every run ends
+with the tests run and skipped per tier and the host (headroom_testing.coverage); ./scripts/test
+checks them against tests/coverage_floor.json.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from headroom_testing.coverage import pytest_addoption, pytest_configure  # noqa: F401 (hooks)
 from headroom_testing.harness import Host, HostUnavailable, find_host_root
 
 

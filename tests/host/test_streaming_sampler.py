@@ -12,6 +12,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from comfyui_headroom.memory.units import parse_bytes
+from comfyui_headroom.nodes.common import parse_vram_budget
 from headroom_testing.harness import Host, PromptInvalid
 from headroom_testing.tiny_models import build_tiny_sd_checkpoint
 
@@ -127,7 +129,11 @@ def test_a_bad_budget_is_refused_at_queue_time_naming_the_node_and_the_input(tin
 
 @pytest.mark.parametrize("budget", ["6", "6GB", "6 GiB", "6144MB", "auto", " 0.5 gb "])
 def test_the_budget_sizes_the_command_line_takes_pass_validation(tiny: Host, budget: str) -> None:
-    tiny.validate(prompt("HeadroomStreamingSampler", vram_budget=budget), "good-budget")
+    """The host accepts the prompt whole (its one output will run) and the node reads the budget as the
+    bytes the command line's ``--vram`` reads from the same text."""
+    assert tiny.validate(prompt("HeadroomStreamingSampler", vram_budget=budget), "good-budget") == ["7"]
+    expected = None if budget == "auto" else parse_bytes(budget)
+    assert parse_vram_budget(budget, SAMPLER_NAME) == expected
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,82 @@
+"""The run's coverage line and floor (headroom_testing.coverage): a test that stops running fails the run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from headroom_testing.coverage import below_floor, host_label, read_floor, record_floor, tier_of
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def test_the_tier_is_the_folder_under_tests() -> None:
+    assert tier_of("tests/unit/test_x.py::test_a[1]") == "unit"
+    assert tier_of("tests/host/test_x.py::test_a") == "host"
+    assert tier_of("/abs/tests/e2e/test_x.py::test_a") == "e2e"
+    assert tier_of("tests/fuzz/test_x.py") == "fuzz"
+    assert tier_of("elsewhere/test_x.py::t") == "other"
+
+
+def test_below_floor_names_each_short_tier_with_both_counts() -> None:
+    assert below_floor({"unit": 10, "host": 5}, {"unit": 10, "host": 4}) == []
+    assert below_floor({"unit": 9, "host": 5}, {"unit": 10, "host": 4, "gpu": 0}) == [
+        "unit: 9 tests ran, the floor is 10"
+    ]
+    assert below_floor({}, {"e2e": 1}) == ["e2e: 0 tests ran, the floor is 1"]
+
+
+def test_the_floor_is_recorded_and_read_per_host(tmp_path: Path) -> None:
+    path = tmp_path / "floor.json"
+    assert read_floor(path, "a") is None
+    record_floor(path, "a", {"unit": 3, "other": 7})
+    record_floor(path, "b", {"unit": 1})
+    assert read_floor(path, "a") == {"unit": 3} and read_floor(path, "b") == {"unit": 1}
+    assert read_floor(path, "c") is None
+
+
+def _run(project: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", str(project / "pytest.ini"), "-p", "no:cacheprovider", *args],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_dropped_test_fails_the_run_and_the_summary_says_what_ran(tmp_path: Path) -> None:
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "conftest.py").write_text(
+        "from headroom_testing.coverage import pytest_addoption, pytest_configure  # noqa: F401\n"
+    )
+    unit = tmp_path / "tests" / "unit"
+    unit.mkdir(parents=True)
+    (unit / "test_a.py").write_text(
+        "import pytest\n\ndef test_one():\n    pass\n\ndef test_two():\n    pass\n\n"
+        "@pytest.mark.skip(reason='x')\ndef test_skipped():\n    pass\n"
+    )
+    floor = tmp_path / "floor.json"
+    floor.write_text(json.dumps({"hosts": {host_label(): {"unit": 2, "gpu": 0}}}))
+
+    whole = _run(tmp_path, "--coverage-floor", str(floor))
+    assert whole.returncode == 0, whole.stdout
+    assert f"coverage on {host_label()}: unit 2 ran / 1 skipped" in whole.stdout
+
+    (unit / "test_a.py").write_text("def test_one():\n    pass\n")  # test_two dropped
+    dropped = _run(tmp_path, "--coverage-floor", str(floor))
+    assert dropped.returncode == 1, dropped.stdout
+    assert "coverage below the floor: unit: 1 tests ran, the floor is 2" in dropped.stdout
+
+    (unit / "test_a.py").write_text("")  # nothing left: pytest's "no tests" (5) is a failure too
+    empty = _run(tmp_path, "--coverage-floor", str(floor))
+    assert empty.returncode == 1, empty.stdout
+
+    recorded = _run(tmp_path, "--coverage-floor", str(floor), "--coverage-record")
+    assert recorded.returncode == 5  # no floor check when recording; pytest's own status stands
+    assert read_floor(floor, host_label()) == {"unit": 0, "host": 0, "gpu": 0, "e2e": 0, "fuzz": 0}
