@@ -82,12 +82,10 @@ class StreamStats:
         return out
 
     def bound_s(self) -> float | None:
-        """The median of the per-step bounds: no step ran faster than its own bound, so this is at most
-        the median step time (None until a step is timed, or when some steps were not timed)."""
+        """The least of the timed steps' bounds (None until a step is timed): a lower bound of each of
+        them, and of the steady-state step when the first step is slower (warm-up, order learning)."""
         bounds = self.step_bounds()
-        if not bounds or len(bounds) < len(self.steps_iv):
-            return None
-        return statistics.median(bound for _, bound in bounds)
+        return min(bound for _, bound in bounds) if bounds else None
 
 
 def _busy(intervals: Sequence[tuple[float, float]], a: float, b: float) -> float:

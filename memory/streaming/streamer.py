@@ -86,6 +86,11 @@ class _Upload:
         return self.ready
 
 
+# Steps whose blocks and uploads are timed: the first learns the block order and warms up (allocator,
+# kernels), the second is the steady state the node's text compares with its bound.
+CALIBRATE_STEPS = 2
+
+
 class BlockStreamer:
     def __init__(
         self,
@@ -97,7 +102,7 @@ class BlockStreamer:
         pin: bool = True,
         pin_bytes: int | None = None,
         ledger: DeviceLedger | None = None,
-        calibrate_steps: int | None = None,
+        calibrate_steps: int | None = CALIBRATE_STEPS,
         upload_thread: bool | None = None,
     ) -> None:
         self.model, self.layout, self.choice = model, layout, choice
@@ -258,7 +263,8 @@ class BlockStreamer:
 
     @property
     def _timing(self) -> bool:
-        """Every step is timed unless ``calibrate_steps`` limits it to the first ones."""
+        """The first ``calibrate_steps`` steps time their blocks and uploads (None: every step); later
+        steps record one mark each, for the step time."""
         return self.calibrate_steps is None or self.stats.steps <= self.calibrate_steps
 
     # --- the ring ----------------------------------------------------------------------------------

@@ -586,3 +586,28 @@ def test_the_bound_is_a_lower_bound_of_the_step_time_even_with_a_slow_first_step
     assert 0.5 * streamed <= summary["bound_s"] <= summary["step_s"]
     for step, bound in streamer.stats.step_bounds():
         assert bound <= step
+
+
+def test_only_the_calibration_steps_time_their_blocks_and_uploads() -> None:
+    """The README's calibration: the first CALIBRATE_STEPS steps time each block and upload; later steps
+    record one mark each (their step time) and no per-block timing at all."""
+    from comfyui_headroom.memory.streaming.streamer import CALIBRATE_STEPS
+
+    model = _model()
+    budget, rest, blocks = _budget(model, 0.25)
+    streamer = BlockStreamer(model, discover_blocks(model), choose_streaming(blocks, rest, budget), "cpu")
+    streamer.attach()
+    try:
+        with torch.no_grad():
+            for _ in range(CALIBRATE_STEPS + 3):
+                model(torch.randn(2, 8))
+        summary = streamer.summary()
+    finally:
+        streamer.detach()
+    stats = streamer.stats
+    assert CALIBRATE_STEPS == 2 and summary["steps"] == 5
+    assert [timed for _, _, timed in stats.steps_iv] == [True, True, False, False]
+    assert sum(len(v) for v in stats.block_compute_s.values()) == 2 * len(streamer.streamed)
+    n = len(streamer.streamed)
+    assert 2 * n <= len(stats.upload_s) <= 2 * n + streamer.choice.depth + 1 < 5 * n <= stats.uploads
+    assert summary["bound_s"] is not None and summary["h2d_bytes_per_s"] is not None
