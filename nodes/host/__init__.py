@@ -29,12 +29,12 @@ exports only ``install_monitor``, what ComfyUI's import of the pack calls.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from typing import Any
 
+from .events import HOOKS_ENV, hooks_enabled
 from .lookups import prompt_server
-from .monitor import DISABLE_ENV
+from .monitor import DISABLE_ENV, monitor_enabled
 from .patches import REGISTRY
 from .routes import install_server
 from .state import events as _events
@@ -46,20 +46,34 @@ _log = logging.getLogger("headroom")
 def install_monitor(server: Any = None) -> dict[str, str]:
     """Hook the executor (the event source the monitor and the residency controller subscribe to) and,
     when there is a PromptServer (or ``server`` is given), the monitor's routes, events and preflight.
-    Idempotent. Outside a host (the command line, pip imports) it does nothing; returns each hook's state."""
+    Idempotent. Outside a host (the command line, pip imports) it does nothing; returns each hook's state.
+
+    Two switches, each doing only what it says: ``HEADROOM_MONITOR=0`` turns the Memory Monitor off (no
+    routes, no sampler thread, no telemetry), while the executor hooks stay for the residency controller,
+    the OOM retry and the 2024 host's end of streaming; ``HEADROOM_HOOKS=0`` installs no executor hook at
+    all, and with them goes everything they drive (those three and the monitor's per-node telemetry)."""
     execution = sys.modules.get("execution")
     if execution is None or "nodes" not in sys.modules:
         return {}
-    if os.environ.get(DISABLE_ENV) == "0":  # the user's switch: no hook, no route, no thread
-        _log.info("Headroom: the memory monitor is off (%s=0)", DISABLE_ENV)
-        return {"nodes": f"off: {DISABLE_ENV}=0", "server": f"off: {DISABLE_ENV}=0"}
-    m = _monitor()
-    if "nodes" not in m.hooks:
-        m.hooks.update(_events().install(execution))
-        if m.hooks["nodes"] != "on":
+    hooks: dict[str, str] = {}
+    if not hooks_enabled():  # the user's switch: Headroom leaves the executor as it is
+        _log.info(
+            "Headroom: the executor hooks are off (%s=0): no residency control, no OOM retry", HOOKS_ENV
+        )
+        hooks["nodes"] = f"off: {HOOKS_ENV}=0"
+    else:
+        source = _events()
+        fresh = not source.hooks  # installed now: its warning is said once per process
+        hooks.update(source.install(execution))
+        if fresh and hooks["nodes"] != "on":
             _log.warning(
-                "Headroom: per-node memory telemetry is %s; the workflow runs as usual", m.hooks["nodes"]
+                "Headroom: per-node memory telemetry is %s; the workflow runs as usual", hooks["nodes"]
             )
+    if not monitor_enabled():  # the user's switch: no route, no thread, no telemetry
+        _log.info("Headroom: the memory monitor is off (%s=0)", DISABLE_ENV)
+        return {**hooks, "server": f"off: {DISABLE_ENV}=0"}
+    m = _monitor()
+    m.hooks.update(hooks)
     server = server if server is not None else prompt_server()
     if server is None:
         m.hooks.setdefault("server", "off: no PromptServer in this process (routes and events need one)")

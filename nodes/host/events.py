@@ -30,6 +30,7 @@ import contextlib
 import functools
 import inspect
 import logging
+import os
 import sys
 import threading
 from collections.abc import Iterable, Iterator
@@ -70,6 +71,14 @@ class Subscriber:
         """A node of the running prompt ran out of memory: True if it was made room for and may run once
         more (it is run again once at most)."""
         return False
+
+
+HOOKS_ENV = "HEADROOM_HOOKS"
+
+
+def hooks_enabled() -> bool:
+    """False when the user turned Headroom's executor hooks off (``HEADROOM_HOOKS=0``)."""
+    return os.environ.get(HOOKS_ENV) != "0"
 
 
 class EventSource:

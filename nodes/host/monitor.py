@@ -37,6 +37,14 @@ from .lookups import host_module, models_dir, output_nodes
 _log = logging.getLogger("headroom")
 RATE_ENV, ASSUME_VRAM_ENV, DISABLE_ENV = "HEADROOM_MONITOR_HZ", "HEADROOM_ASSUME_VRAM", "HEADROOM_MONITOR"
 DEFAULT_RATE_HZ = 1.0
+
+
+def monitor_enabled() -> bool:
+    """False when the user turned the Memory Monitor off (``HEADROOM_MONITOR=0``); the executor hooks
+    have their own switch (``events.HOOKS_ENV``)."""
+    return os.environ.get(DISABLE_ENV) != "0"
+
+
 DEMAND_S = 15.0  # after the last /headroom/status read or node boundary, keep sampling this long
 
 

@@ -18,7 +18,7 @@ from ...memory.planning.costmodel import Budget
 from ...memory.residency.ram_budget import RAM, RamBudget
 from ...memory.telemetry.runs import ResidencyEvent
 from .events import EventSource
-from .monitor import Monitor
+from .monitor import Monitor, monitor_enabled
 from .residency import Residency
 from .sampling import subscribe_scopes
 
@@ -52,7 +52,7 @@ def events() -> EventSource:
 
 
 def _event_source() -> EventSource:
-    source = EventSource([monitor(), residency()])
+    source = EventSource([monitor(), residency()] if monitor_enabled() else [residency()])
     subscribe_scopes(source)  # first: a streamed model detaches before the controller moves models
     return source
 

@@ -17,6 +17,7 @@ from comfyui_headroom.memory.planning.costmodel import Budget
 from comfyui_headroom.memory.planning.preflight import Preflight
 from comfyui_headroom.nodes import host
 from comfyui_headroom.nodes.host import events, routes, state
+from comfyui_headroom.nodes.host.monitor import Monitor
 
 
 @pytest.fixture
@@ -108,15 +109,30 @@ def test_a_prompt_is_tied_to_the_workflow_the_frontend_sent_it_from(fresh: None)
 
 
 def test_the_user_can_switch_the_monitor_off(fresh: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HEADROOM_MONITOR=0 is the monitor only: no route, no monitor, but the executor hooks stay, with the
+    residency controller (and through it the OOM retry and the 2024 host's end of streaming) subscribed."""
     monkeypatch.setitem(sys.modules, "execution", ModuleType("execution"))
     monkeypatch.setitem(sys.modules, "nodes", ModuleType("nodes"))
     monkeypatch.setenv("HEADROOM_MONITOR", "0")
     server = FakeServer()
-    assert host.install_monitor(server) == {
-        "nodes": "off: HEADROOM_MONITOR=0",
-        "server": "off: HEADROOM_MONITOR=0",
-    }
+    hooks = host.install_monitor(server)
+    assert hooks["server"] == "off: HEADROOM_MONITOR=0"
+    assert {"nodes", "oom_retry", "validation", "cached"} <= set(hooks)  # the executor hooks were tried
     assert not list(server.routes) and not server.handlers and state._MONITOR is None
+    assert state._EVENTS is not None and state._RESIDENCY in state._EVENTS.subscribers
+    assert not any(isinstance(s, Monitor) for s in state._EVENTS.subscribers)
+
+
+def test_the_user_can_switch_the_executor_hooks_off(fresh: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HEADROOM_HOOKS=0: no executor hook and no event source; the monitor's routes still serve."""
+    monkeypatch.setitem(sys.modules, "execution", ModuleType("execution"))
+    monkeypatch.setitem(sys.modules, "nodes", ModuleType("nodes"))
+    monkeypatch.setenv("HEADROOM_HOOKS", "0")
+    server = FakeServer()
+    hooks = host.install_monitor(server)
+    assert hooks["nodes"] == "off: HEADROOM_HOOKS=0" and "oom_retry" not in hooks
+    assert state._EVENTS is None and state._MONITOR is not None
+    assert hooks["server"] == "on" and list(server.routes)
 
 
 def test_the_residency_controller_plans_on_dynamic_vram_hosts(
