@@ -487,6 +487,8 @@ ARCHS: dict[str, Callable[[Path], torch.nn.Module]] = {
     "wan22_animate_14b": dit(wan(*WAN_14B, in_dim=36, model_type="animate")),
     "rt_detr_v4": dit({"image_model": "RT_DETR_v4", "enc_h": 384}),  # the X model: encoder width 384
     "kandinsky5_image_lite": dit(KANDINSKY5_IMAGE),
+    # HiDream-O1: model_detection.py gives no config, the class's defaults are the release's (8.06B)
+    "hidream_o1": dit({"image_model": "hidream_o1"}),
     "qwen3_4b": llm("Qwen3_4B"),
     "qwen3_8b": llm("Qwen3_8B"),
     "qwen3vl_4b": qwen3vl("qwen3vl_4b"),

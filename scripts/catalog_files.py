@@ -268,6 +268,16 @@ FILES: list[tuple[str, str, list[Part]]] = [
     ],
     ("Chroma1-HD-fp8mixed.safetensors", DM, single("chroma", FP8)),
     ("hunyuanvideo15_vae_fp16.safetensors", "vae", single("vae_hunyuan_video15", FP16)),
+    # HiDream-O1 (pixel space, no VAE): checkpoints holding the model alone
+    ("hidream_o1_image_bf16.safetensors", CK, [("model.diffusion_model.", "hidream_o1", BF16)]),
+    *[
+        (
+            f"hidream_o1_image{v}_fp8_scaled.safetensors",
+            CK,
+            [("model.diffusion_model.", "hidream_o1", FP8_SCALED)],
+        )
+        for v in ("", "_dev")
+    ],
     # Capybara v0.1 (xgen-universe, released in Comfy-Org's HunyuanVideo 1.5 repackage): 1.5's layers
     ("capybara_v0.1.safetensors", DM, single("hunyuan_video_15", FP16)),
     # Causal Forcing (frame-wise), released in the Wan 2.1 repackage: Wan 2.1 T2V 1.3B in fp32

@@ -233,6 +233,9 @@ def _dit_families(keys: frozenset[str], t: Mapping[str, TensorSpec]) -> Layout |
         note = f"Kandinsky 5: {n} visual blocks, width {width}"
         lists = ("text_transformer_blocks", "visual_transformer_blocks")
         return Layout("diffusion_model", "kandinsky5", lists, note=note)
+    if "t_embedder1.mlp.0.weight" in keys and "x_embedder.proj1.weight" in keys:  # model_detection.py (0.33)
+        note = f"HiDream-O1 (pixel space, 32 px patches): {_count(keys, 'language_model.layers')} LM layers"
+        return Layout("diffusion_model", "hidream_o1", ("visual.blocks", "language_model.layers"), note=note)
     if "encoder.pan_blocks.1.cv4.conv.weight" in keys:
         # RT-DETR v4 (comfy/ldm/rt_detr, 0.33): a detector ComfyUI loads through UNETLoader
         return Layout("detector", "rt_detr", note="object detector (HGNet backbone, DETR decoder)")

@@ -81,6 +81,7 @@ DIFFUSION: dict[str, DiffusionSpec] = {
     "z_image": DiffusionSpec(2.8, "0.33 supported_models.py:1202-1204"),
     "kandinsky5": DiffusionSpec(1.25, "0.33 supported_models.py:2137-2149", temporal=4),
     "minimax_h3": DiffusionSpec(0.114, "0.33 supported_models.py:960-973", 16, 4),
+    "hidream_o1": DiffusionSpec(0.033, "0.33 supported_models.py:1679-1690 (pixel space)", spatial=1),
 }
 # Measured peak of one call at batch 1: bytes = a * latent cells + b, per compute dtype ("bf16" also for
 # fp16 and fp8 weights, which compute in bf16/fp16). Source: bench/activations.py (see the results file).

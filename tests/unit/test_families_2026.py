@@ -206,3 +206,17 @@ def test_minimax_h3_plans_as_its_family() -> None:
     assert info.family == "minimax_h3" and "MiniMax H3" in info.note
     planned = plan_workflow(_template("video_minimax_h3_t2v"), Budget.from_card(12 * GiB, 64 * GiB))
     assert planned.plan is not None and planned.plan.feasible
+
+
+def test_hidream_o1_is_built_and_streams() -> None:
+    """HiDream-O1 (a CheckpointLoaderSimple file holding the model alone): the 0.33 class's size, its
+    family from its keys, and blocks (its vision tower and language-model layers) so it can stream."""
+    info = lookup("hidream_o1_image_bf16.safetensors", "checkpoint")
+    assert (info.kind, info.family) == ("diffusion_model", "hidream_o1")
+    assert info.bytes == pytest.approx(15.02 * GiB, rel=0.01) and len(info.blocks) > 30
+    keys = {
+        "t_embedder1.mlp.0.weight": (8, 8),
+        "x_embedder.proj1.weight": (8, 8),
+        "language_model.layers.0.a.weight": (8, 8),
+    }
+    assert describe_tensors(_specs(keys), kind="checkpoint")[0].family == "hidream_o1"
