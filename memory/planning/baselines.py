@@ -1,7 +1,7 @@
 """Other policies priced in the planner's cost model, for comparison.
 
-- ``comfyui_reactive``: ComfyUI 0.3.64's model management as coded in comfy/model_management.py
-  (research/host-comfyui.md): a model is loaded when a node needs it (``load_models_gpu``), room is
+- ``comfyui_reactive``: ComfyUI 0.3.64's model management as coded in comfy/model_management.py:
+  a model is loaded when a node needs it (``load_models_gpu``), room is
   made by ``free_memory(required * 1.1 + extra)`` evicting partially offloaded models first, then the
   smallest (reference counts are not predictable from a workflow and count as equal), with partial
   unloads of just the shortfall; what does not fit is loaded "lowvram": the budget

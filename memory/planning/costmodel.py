@@ -4,8 +4,8 @@ Everything is in one currency, seconds of transfer: bytes moved over a link divi
 bandwidth. Compute time only enters the predicted wall time (where transfers overlap it), never the
 objective, so the optimum is "move the fewest bytes over the slowest links".
 
-Bandwidth defaults per PCIe generation are the pinned host-to-device figures of
-research/streaming-anchors.md (PCIe3 x16 ~12.5 GB/s, PCIe4 ~25 GB/s, PCIe5 ~55 GB/s). Pageable copies
+Bandwidth defaults per PCIe generation are typical measured pinned host-to-device rates of an x16 link
+(PCIe3 ~12.5 GB/s, PCIe4 ~25 GB/s, PCIe5 ~55 GB/s: about 80% of the link's 16/32/64 GB/s). Pageable copies
 are staged by the driver; no reliable figure is published, so we assume half the pinned rate until
 the runtime calibrates it. Disk is a cold NVMe read through the page cache.
 """

@@ -1,5 +1,6 @@
 """The 2026 host as a baseline: what ComfyUI 0.33 with DynamicVRAM and the RAM-pressure cache does with a
-workload, node by node, over a first and a repeat run. Built from its source (research/host-late-2026.md):
+workload, node by node, over a first and a repeat run. Built from its source (comfy/model_management.py,
+comfy/model_patcher.py and comfy-aimdo 0.4 as ComfyUI 0.33 ships them):
 
 - **VRAM** (comfy-aimdo VBARs): a model's load puts its VBAR on top of the priority list; a layer takes a
   page when it first computes; a fault that finds no room frees pages of the lowest-priority VBAR first

@@ -11,7 +11,7 @@ under pressure, so they are outside it. Where the budget comes from, first match
 
 The pinned part is capped by what the OS lets one process page-lock (``pinned_limit``): ComfyUI pins at
 most 40% of RAM on Windows, where the driver refuses more, and on Linux
-``max(0.4R, min(0.9R, R - 4 GiB, R + swap - 16 GiB))`` (research/host-2026.md).
+``max(0.4R, min(0.9R, R - 4 GiB, R + swap - 16 GiB))`` (the host's ``comfy/model_management.py``).
 """
 
 from __future__ import annotations
