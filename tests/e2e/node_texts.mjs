@@ -7,7 +7,14 @@ import { closeDialogs, gotoComfy, openComfy } from "./lib/page.mjs";
 
 const [base, artifacts, promptFile, only = "tooltips,search,help,validation"] = process.argv.slice(2);
 const run = new Set(only.split(","));
-const TYPES = ["HeadroomOffloadLoader", "HeadroomStreamingSampler", "HeadroomTiledVAEDecode", "HeadroomMemoryMonitor"];
+const TYPES = [
+  "HeadroomOffloadLoader",
+  "HeadroomStreamingSampler",
+  "HeadroomStreamModel",
+  "HeadroomStreamCLIP",
+  "HeadroomTiledVAEDecode",
+  "HeadroomMemoryMonitor",
+];
 const { page, result, finish } = await openComfy(base, { artifacts });
 
 // Add one node of `type` at a fixed place on an empty canvas at scale 1; the hover points (page

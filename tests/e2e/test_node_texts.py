@@ -17,9 +17,11 @@ pytestmark = pytest.mark.e2e
 NODES = (
     "HeadroomOffloadLoader",
     "HeadroomStreamingSampler",
+    "HeadroomStreamModel",
+    "HeadroomStreamCLIP",
     "HeadroomTiledVAEDecode",
     "HeadroomMemoryMonitor",
-)
+)  # the pack's every node (test_the_list_is_every_node_of_the_pack); node_texts.mjs's TYPES is the same
 BAD_BUDGET = {
     "4": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": TINY_CHECKPOINT}},
     "6": {"class_type": "CLIPTextEncode", "inputs": {"text": "a cat", "clip": ["4", 1]}},
@@ -111,3 +113,11 @@ def test_the_help_pages_exist_for_every_node_in_the_web_directory() -> None:
     for node_id in NODES:
         text = (docs / f"{node_id}.md").read_text()
         assert text.startswith("# ") and "## Inputs" in text and "## Example" in text and "## Limits" in text
+
+
+def test_the_list_is_every_node_of_the_pack() -> None:
+    from comfyui_headroom.nodes import NODE_CLASS_MAPPINGS
+
+    assert sorted(NODES) == sorted(NODE_CLASS_MAPPINGS)
+    script = (Path(__file__).parent / "node_texts.mjs").read_text()
+    assert all(f'"{node_id}"' in script for node_id in NODES)
