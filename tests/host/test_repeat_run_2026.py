@@ -283,3 +283,53 @@ def test_with_headroom_retention_the_repeat_run_reads_nothing_the_budget_holds(
     assert experts <= TOTAL_RAM - 2 * GiB < experts + 3 * 4 * (WIDTH * WIDTH + WIDTH)
     assert two_runs(comfy, machine, tmp_path / "kept", retention=True) == {}
     assert predicted(retention=True) == {}
+
+
+def test_the_controller_gives_back_the_pins_of_a_model_the_graph_is_done_with(
+    comfy: SimpleNamespace, machine: Machine, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The same release through the residency controller at a node boundary (DynamicBoundaries), logged
+    per move with its reason: the encoder's pins go back when the high expert's node starts."""
+    try:
+        host = request.getfixturevalue("host")
+    except Exception as exc:  # the harness could not load this host with the pack
+        pytest.skip(f"the pack's controller needs the harness: {exc}")
+    import time
+
+    state = host.pack_module("nodes.host.state")
+    request.getfixturevalue("monkeypatch").setattr(state, "_RESIDENCY", None)
+    (tmp_path / "m").mkdir()
+    patchers = {name: build(comfy, machine, tmp_path / "m", name) for name in LAYERS}
+    ids = {name: f"{n}:{name}:model" for n, name in enumerate(LAYERS, 1)}
+    loading, run_log = host.pack_module("nodes.host.loading"), host.pack_module("memory.residency.run_log")
+    controller = state.residency().controller
+    for name, patcher in patchers.items():
+        path = tmp_path / "m" / f"{name}.safetensors"
+        handle = loading.ComponentHandle(
+            ids[name], path.name, "diffusion_model", patcher, patcher.model, [path], "auto"
+        )
+        controller.register(ids[name], path.name, handle)
+    compute(comfy, patchers["te"])
+    assert patchers["te"].loaded_ram_size() > 0
+    from comfyui_headroom.memory.planning.costmodel import Budget, Hardware, Tier
+    from comfyui_headroom.memory.planning.planner import Placement, Plan, StepPlan
+    from comfyui_headroom.memory.planning.workload import Component, Step, Workload
+
+    comps = tuple(Component(ids[n], n, int(p.model_size())) for n, p in patchers.items())
+    steps = [
+        Step("4", "Node", (ids["te"],)),
+        Step("7", "Node", (ids["high"],)),
+        Step("8", "Node", (ids["low"],)),
+    ]
+    plans = [StepPlan(st, {st.uses[0]: Placement(Tier.GPU_RAM)}, 0, 0, 0, 0.0) for st in steps]
+    budget = Budget(vram=2**30, ram=TOTAL_RAM, pinned=TOTAL_RAM)
+    plan = Plan(True, plans, 0.0, 0.0, 0, "", budget, Hardware.pcie(4), 1)
+    run = run_log.Run("rel-1", Workload(comps, tuple(steps)), plan, time.monotonic())
+    run.managed_ids, run.position = frozenset(controller.managed), 1
+    controller.runs["rel-1"] = run
+    residency = state.residency()
+    residency.node_started("rel-1", "7")
+    moves = [e for e in residency.controller.log("rel-1") if e.action == "unpin" and e.kind == "applied"]
+    assert [e.component for e in moves] == [ids["te"]]
+    assert "not needed again in this prompt" in moves[0].detail and "most recently loaded" in moves[0].detail
+    assert patchers["te"].loaded_ram_size() == 0
