@@ -16,8 +16,10 @@ few dozen, vocabularies stay (the tokenizers' ids must fit). Weights are determi
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import inspect
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -102,7 +104,26 @@ def available(kind: str) -> str:
     except ImportError:
         return f"this host has no comfy.text_encoders.{target[0]} (no {kind} text encoder)"
     missing = [name for name in target[1:] if not hasattr(module, name)]
-    return f"comfy.text_encoders.{target[0]} has no {', '.join(missing)}" if missing else ""
+    if missing:
+        return f"comfy.text_encoders.{target[0]} has no {', '.join(missing)}"
+    return _tokenizer_files(module, target[2])
+
+
+@functools.cache
+def _tokenizer_files(module: Any, tokenizer: str) -> str:
+    """Why the host's own tokenizer for a kind cannot load (a snapshot without its tokenizer files, such as
+    0.33's ``llama_tokenizer/tokenizer.json``), or "". Printed, as the module placeholders' reasons are."""
+    kwargs = (
+        {"tokenizer_data": {"spiece_model": tiny_spiece_model()}} if tokenizer == "WanT5Tokenizer" else {}
+    )
+    try:
+        getattr(module, tokenizer)(embedding_directory=None, **kwargs)
+    except Exception as exc:
+        detail = f"{type(exc).__name__}: {str(exc)[:160]}"
+        reason = f"this host's {tokenizer} does not load ({detail}): its tokenizer files are absent"
+        print(f"headroom harness: {reason}", file=sys.stderr)
+        return reason
+    return ""
 
 
 def tiny_spiece_model() -> torch.Tensor:
