@@ -10,7 +10,7 @@ import { freeVram } from "./lib/free.js";
 import { Latest, coalesce, liveReport } from "./lib/live.js";
 import { EVENTS, ROUTES, route } from "./lib/names.js";
 import { TEXT_NODES, addTextWidget, showText } from "./lib/nodetext.js";
-import { preflightToast } from "./lib/preflight.js";
+import { hostSettingsToast, preflightToast } from "./lib/preflight.js";
 import { ramBudgetToast, ramBudgetValue } from "./lib/ram.js";
 import { SampleHistory, dueForRedraw } from "./lib/samples.js";
 import { MonitorPanel, TimelinePanel } from "./views.js";
@@ -187,6 +187,8 @@ function listen() {
     loadLiveReport(state.running);
   });
   api.addEventListener(EVENTS.preflight, ({ detail }) => {
+    const tip = hostSettingsToast(detail); // the host's own settings that fit this workflow better
+    if (tip && setting(TOASTS, true)) app.extensionManager?.toast?.add(tip);
     const toast = preflightToast(detail);
     if (!toast || !setting(TOASTS, true)) return;
     state.toasts.push(toast);

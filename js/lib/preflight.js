@@ -29,3 +29,11 @@ export function preflightToast(event, app = globalThis.app) {
     nodes,
   };
 }
+
+/** A toast suggesting the host's own settings that fit this workflow better (the verdict's host.suggest:
+ * one line each, with the figure it comes from), or null when there is none. */
+export function hostSettingsToast(event) {
+  const lines = event?.host?.suggest ?? [];
+  if (!lines.length) return null;
+  return { severity: "info", summary: `Headroom: for ${event.host.settings}`, detail: lines.join("\n"), life: 12000 };
+}

@@ -1,7 +1,7 @@
 """The settings of the host the user runs, in the host's own terms: its flags and what they derive.
 
-The 2026 host (ComfyUI 0.33, read from its source: comfy/cli_args.py, comfy/model_management.py) decides memory from a few
-command-line flags and the machine. The figures here are the host's own formulas:
+The 2026 host (ComfyUI 0.33, read from its source: comfy/cli_args.py, comfy/model_management.py) decides
+memory from a few command-line flags and the machine. The figures here are the host's own formulas:
 
 - reserve: ``EXTRA_RESERVED_VRAM`` (comfy/model_management.py): 400 MiB, 600 MiB on Windows plus 100 MiB
   on cards over 15 GiB; ``--reserve-vram GB`` replaces it. ``--vram-headroom GB`` (DynamicVRAM) keeps that

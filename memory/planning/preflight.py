@@ -401,6 +401,10 @@ def host_verdict(planned: Planned, budget: Budget, settings: HostSettings) -> di
         "settings": data["settings"]["text"],
         "flags": data["settings"]["flags"],
         "advice": [a["line"] for a in data["advice"]],
+        # the host's own flags worth changing here (what the toast offers): a "use" line of a flag
+        "suggest": [
+            a["line"] for a in data["advice"] if a["verdict"] == "use" and a["setting"].startswith("--")
+        ],
         "reloads": getattr(paging, "reloads", {}),
         "repeat_s": getattr(paging, "runs_s", [0.0, 0.0])[-1],
     }

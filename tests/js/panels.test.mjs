@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { BadgeStore, badgeText } from "../../js/lib/badges.js";
-import { preflightToast } from "../../js/lib/preflight.js";
+import { hostSettingsToast, preflightToast } from "../../js/lib/preflight.js";
 import { planSummary, rowState, timelineRows } from "../../js/lib/timeline.js";
 
 const MiB = 2 ** 20;
@@ -71,4 +71,13 @@ test("plan summary says whether it fitted or why there is no plan", () => {
   assert.equal(planSummary(REPORT), "Plan fits");
   assert.equal(planSummary({ plan: null, plan_note: "no CUDA device" }), "No plan: no CUDA device");
   assert.equal(planSummary(null), "No run yet.");
+});
+
+test("a toast suggests the host's own settings that fit the workflow, each with its figure", () => {
+  assert.equal(hostSettingsToast({ fits: true }), null);
+  assert.equal(hostSettingsToast({ fits: true, host: { settings: "ComfyUI 2026", suggest: [] } }), null);
+  const tip = hostSettingsToast({ fits: true, host: { settings: "ComfyUI 2026 (DynamicVRAM, ram cache)", suggest: ["--cache-classic: saves 0.5 s per run"] } });
+  assert.equal(tip.severity, "info");
+  assert.equal(tip.detail, "--cache-classic: saves 0.5 s per run");
+  assert.ok(tip.summary.includes("ComfyUI 2026"));
 });
