@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..deadline import check_time
+from .bounded import EXACT_STATES, POLICIES, bound, bounded_note, improve
 from .costmodel import (
     IDLE_TIERS,
     USED_TIERS,
@@ -214,6 +215,8 @@ class _Problem:
         self._stream_tiers = [tuple(t for t in used if t.gpu == "S") or used for _, used in self._tiers]
         # components held at one tier per use (see ``_bound``): index -> (idle order, used order)
         self.fixed: dict[int, tuple[tuple[Tier, ...], tuple[Tier, ...]]] = {}
+        # components held at the tier a found plan gives them at each step (``_improve``)
+        self.sequence: dict[int, dict[int, Tier]] = {}
         # Big workflows repeat the same step (a chain of samplers on one model): its cost array depends
         # only on what this key holds, so each distinct one is computed once.
         # Equal components (copies of one model in a big prompt) share a shape: what a step's cost and a
@@ -233,6 +236,9 @@ class _Problem:
             tiers = self._stream_tiers[i]
         else:
             tiers = self._tiers[i][i in self._used[s]]
+        sequence = self.sequence.get(i)
+        if sequence is not None:
+            return (sequence[s],)
         order = self.fixed.get(i)
         if order is None:
             return tiers
@@ -372,69 +378,11 @@ def _optimise(problem: _Problem) -> tuple[float, list[tuple[int, ...]]]:
     return best, states
 
 
-# The optimiser's state at a step is the joint tier of every live component: its arrays have the product
-# of their tier counts as size, 6 per component that computes. Up to EXACT_STATES at every step the search
-# is exact (the brute-force test compares every case it can enumerate, all within this). Past it, the
-# components that matter least - the fewest byte-steps (bytes x steps live): the small ones and those
-# live at one node - are held at one tier per use, one at a time, until every step is within it, and the
-# rest is searched exactly: the work is at most EXACT_STATES per step, whatever the number of models.
-EXACT_STATES = 1 << 16
 MAX_JOINT_STATES = EXACT_STATES  # the name earlier releases exported
 
 
 class PlanTooLarge(ValueError):
-    """Kept for callers that caught it: planning is bounded now and no longer raises it."""
-
-
-_G, _S = (
-    (Tier.GPU_RAM, Tier.GPU_PINNED, Tier.GPU_ONLY),
-    (Tier.STREAM_RAM, Tier.STREAM_PINNED, Tier.STREAM_DISK),
-)
-# Preference orders of a held component, (idle, used), each the first its allowed tiers contain: "keep"
-# holds a RAM copy and the whole model on the GPU where it computes; "frugal" streams where it computes
-# and keeps nothing in RAM between uses (a tight node); "no_ram" never copies it to RAM (a tight RAM
-# budget). All three are searched; the cheapest plan wins.
-_POLICIES = {
-    "keep": ((Tier.RAM, Tier.PINNED, Tier.DISK, *_G), (*_G, *_S)),
-    "frugal": ((Tier.DISK, Tier.RAM, Tier.PINNED, *_G), (*_S, Tier.GPU_ONLY, Tier.GPU_RAM, Tier.GPU_PINNED)),
-    "no_ram": ((Tier.DISK, *_G, Tier.RAM, Tier.PINNED), (Tier.GPU_ONLY, Tier.STREAM_DISK, *_G, *_S)),
-}
-_ONCE = (Tier.GPU_ONLY, Tier.STREAM_RAM, Tier.STREAM_DISK, *_G, *_S)  # live at one node: no RAM copy
-
-
-def _bound(problem: _Problem, policy: str) -> list[int]:
-    """Hold components at one tier per use (``_POLICIES[policy]``), fewest byte-steps first, until no step
-    has more than EXACT_STATES joint placements; the components held, in that order."""
-    w = problem.w
-    states = [problem.states(s) for s in range(len(w.steps))]
-    if max(states, default=1) <= EXACT_STATES:
-        return []
-    spans = {i: span for i, span in enumerate(problem.live) if span is not None}
-    order = sorted(spans, key=lambda i: (w.components[i].bytes * (spans[i][1] - spans[i][0] + 1), i))
-    idle, used = _POLICIES[policy]
-    held: list[int] = []
-    while True:
-        worst = max(range(len(states)), key=states.__getitem__)
-        if states[worst] <= EXACT_STATES:
-            break
-        alive = set(problem.alive(worst))  # hold only what counts at the node that is too big
-        i = next(i for i in order if i in alive and i not in problem.fixed)
-        first, last = spans[i]
-        problem.fixed[i] = (idle, _ONCE if first == last and policy == "keep" else used)
-        held.append(i)
-        for s in range(first, last + 1):
-            states[s] = problem.states(s)
-    return held
-
-
-def _bounded_note(problem: _Problem, held: list[int]) -> str:
-    w = problem.w
-    names = ", ".join(dict.fromkeys(w.components[i].label for i in held))
-    return (
-        f"{len(held)} of {len(w.components)} model components held at one tier per use ({names}): "
-        f"with them free some node would have more than {EXACT_STATES:,} joint placements to search; "
-        "the plan is the best over the others, not proven optimal"
-    )
+    """Kept for callers that caught it: planning is bounded now (bounded.py) and no longer raises it."""
 
 
 PREFETCH_DEPTHS = (1, 2, 3)
@@ -462,9 +410,9 @@ def plan(workload: Workload, budget: Budget, hw: Hardware) -> Plan:
     held: list[int] = []
     if min_vram <= budget.vram:
         for depth in depths:
-            for policy in _POLICIES:
+            for policy in POLICIES:
                 problem = _Problem(workload, budget, hw, depth)
-                fixed = _bound(problem, policy)
+                fixed = bound(problem, policy)
                 cost, states = _optimise(problem)
                 if states and (
                     best is None or cost < best[0] - 1e-12 or (cost <= best[0] + 1e-12 and not fixed)
@@ -475,12 +423,14 @@ def plan(workload: Workload, budget: Budget, hw: Hardware) -> Plan:
     if best is None:
         return Plan(False, [], INF, INF, min_vram, bottleneck, budget, hw, min(depths))
     cost, depth, problem, states = best
+    if held:
+        cost, problem, states = improve(problem, cost, states, held, _optimise)
     steps = _describe(problem, states)
     _schedule_prefetch(problem, steps)
     # after the prefetches, so the peaks a reason quotes are the ones the plan reports
     for sp, reasons in zip(steps, placement_reasons(workload, budget, hw, depth, steps), strict=True):
         sp.placements = {cid: replace(p, reason=reasons[cid]) for cid, p in sp.placements.items()}
-    notes = (_bounded_note(problem, held),) if held else ()
+    notes = (bounded_note(problem, held),) if held else ()
     wall = sum(s.wall_s for s in steps)
     return Plan(True, steps, cost, wall, min_vram, bottleneck, budget, hw, depth, notes)
 

@@ -169,7 +169,7 @@ def test_many_live_components_plan_with_the_least_ones_held_and_a_note() -> None
     """A 2026 template keeps 11 models live at one node: 6**11 joint placements. The planner holds the
     components that matter least at one tier per use until every node is within EXACT_STATES, and says so;
     a workflow within it stays exact (no note)."""
-    from comfyui_headroom.memory.planning.planner import EXACT_STATES
+    from comfyui_headroom.memory.planning.bounded import EXACT_STATES
 
     comps = tuple(Component(f"c{i}", f"lora{i}", (100 + i) << 20, blocks=(50 << 20,)) for i in range(11))
     steps = (
