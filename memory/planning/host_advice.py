@@ -126,11 +126,14 @@ def host_advice(
     flag = "--disable-fast-disk" if settings.fast_disk else "--fast-disk"
     per = sum(n.uploads.get("disk", 0) for n in fast.run(1))
     verdict = "use" if saves > 0.05 else "avoid"
+    if settings.fast_disk_auto and not settings.fast_disk and saves <= 0.05:
+        # this host may have turned fast-disk on by itself: the opt-out is the line to offer
+        flag, verdict, saves = "--disable-fast-disk", "use", -saves
     out.append(
         HostAdvice(
             flag,
             verdict,
-            f"{flag}: {format_bytes(per)} come from the file in the first run at "
+            f"{flag}: with fast-disk {format_bytes(per)} come from the file in the first run at "
             f"{hw.disk / 1e9:.1f} GB/s, RAM peak {format_bytes(fast.ram_peak)} instead of "
             f"{format_bytes(base.ram_peak)}: {saves:+.1f} s over two runs",
             saves,

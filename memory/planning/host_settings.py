@@ -49,6 +49,9 @@ class HostSettings:
     windows: bool = False
     swap: int = 0  # bytes of disk swap (zram excluded), for the Linux pinned cap
     read: tuple[str, ...] = field(default=(), compare=False)  # what was read from a running host, for notes
+    # 0.37+ turns fast-disk on by itself on an NVMe drive (comfy/storage.py) unless --disable-fast-disk:
+    # the plan cannot see the drive, assumes it off and says so
+    fast_disk_auto: bool = False
 
     def __post_init__(self) -> None:
         if self.host not in HOSTS:
@@ -134,7 +137,10 @@ class HostSettings:
             name += f" {self.version}"
         if self.host == "2026":
             name += " (DynamicVRAM" if self.dynamic_vram else " (DynamicVRAM off"
-            name += f", {self.cache} cache" + (", fast-disk" if self.fast_disk else "") + ")"
+            name += f", {self.cache} cache" + (", fast-disk" if self.fast_disk else "")
+            name += (
+                ", fast-disk auto-detected: assumed off" if self.fast_disk_auto and not self.fast_disk else ""
+            ) + ")"
         flags = self.flags()
         return name + (f" with {' '.join(flags)}" if flags else "")
 

@@ -12,13 +12,17 @@ from .lookups import dynamic_vram_active, host_version
 _log = logging.getLogger("headroom")
 
 
-def _is_2026(version: str) -> bool:
-    """A host with DynamicVRAM code (0.18 and later; "0.3.x" and the 2024 copy are the reactive loader)."""
+def _at_least(version: str, least: tuple[int, int]) -> bool:
     try:
         major, minor = (int(part) for part in version.split(".")[:2])
     except ValueError:
         return False
-    return (major, minor) >= (0, 18)
+    return (major, minor) >= least
+
+
+def _is_2026(version: str) -> bool:
+    """A host with DynamicVRAM code (0.18 and later; "0.3.x" and the 2024 copy are the reactive loader)."""
+    return _at_least(version, (0, 18))
 
 
 def running_host_settings() -> HostSettings | None:
@@ -32,7 +36,10 @@ def running_host_settings() -> HostSettings | None:
         settings = settings_from_args(args, host="2026" if _is_2026(version) else "0.3")
         # enables_dynamic_vram() says what the flags ask; aimdo_enabled whether it runs (NVIDIA, CUDA 12.8+)
         paging = dynamic_vram_active()
-        return settings.with_(version=version, dynamic_vram=settings.dynamic_vram and paging)
+        auto = _at_least(version, (0, 37)) and not getattr(args, "disable_fast_disk", False)
+        return settings.with_(
+            version=version, dynamic_vram=settings.dynamic_vram and paging, fast_disk_auto=auto
+        )
     except (ValueError, TypeError) as exc:  # a flag this version spells differently: plan with defaults
         _log.info(
             "Headroom: the host's memory flags could not be read (%s); the plan assumes its defaults", exc

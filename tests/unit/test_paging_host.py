@@ -207,6 +207,16 @@ def test_the_running_hosts_flags_are_read_from_its_cli_args(monkeypatch: pytest.
     monkeypatch.setitem(sys.modules, "comfy.memory_management", SimpleNamespace(aimdo_enabled=False))  # a CPU
     off = host_flags.running_host_settings()
     assert off is not None and not off.paging
+    assert not s.fast_disk_auto  # 0.33 has no automatic fast-disk
+    monkeypatch.setitem(sys.modules, "comfyui_version", SimpleNamespace(__version__="0.38.0"))
+    monkeypatch.setitem(sys.modules, "comfy.memory_management", SimpleNamespace(aimdo_enabled=True))
+    new = host_flags.running_host_settings()
+    assert new is not None and new.fast_disk_auto and "fast-disk auto-detected: assumed off" in new.describe()
+    # the opt-out is the line a 0.37+ host gets where fast-disk would cost (two experts read per pass)
+    lines = {a.setting: a for a in host_advice(two_experts(), budget(), HW, new)}
+    assert lines["--disable-fast-disk"].verdict == "use" and lines["--disable-fast-disk"].seconds > 0
+    args.disable_fast_disk = True
+    assert not host_flags.running_host_settings().fast_disk_auto
     monkeypatch.setitem(sys.modules, "comfyui_version", SimpleNamespace(__version__="0.3.64"))
     old = host_flags.running_host_settings()
     assert old is not None and old.host == "0.3"
