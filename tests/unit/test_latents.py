@@ -363,8 +363,8 @@ def test_a_deep_nest_of_run_time_switches_is_bounded_not_recursed() -> None:
     data["c"] = {"class_type": "SomeCustomBool", "inputs": {}}
     previous = "0"
     for i in range(1, 5001):  # each switch's false branch is the previous switch
-        data[f"s{i}"] = {"class_type": "ComfySwitchNode",
-                         "inputs": {"switch": ["c", 0], "on_false": [previous, 0], "on_true": ["0", 0]}}  # fmt: skip
+        branches = {"switch": ["c", 0], "on_false": [previous, 0], "on_true": ["0", 0]}
+        data[f"s{i}"] = {"class_type": "ComfySwitchNode", "inputs": branches}
         previous = f"s{i}"
     data["k"] = {"class_type": "VAEDecode", "inputs": {"samples": [previous, 0], "vae": ["v", 0]}}
     data["v"] = {"class_type": "VAELoader", "inputs": {"vae_name": "ae.safetensors"}}
