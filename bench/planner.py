@@ -66,7 +66,14 @@ def run(folder: Path) -> dict:
             continue
         prep = time.perf_counter() - start
         used = sorted({c for s in workload.steps for c in s.uses})
-        row = {"template": path.stem, "parsed": True, "components": len(used), "per_vram": {}}
+        row = {
+            "template": path.stem,
+            "parsed": True,
+            "components": len(used),
+            "per_vram": {},
+            "notes": [note_kind(n) for n in workload.notes],
+            "unknown_types": unknown_types(workload.notes),
+        }
         for gb in VRAM_GB:
             budget = Budget.from_card(gb * GiB, RAM)
             t0 = time.perf_counter()
@@ -89,6 +96,34 @@ def run(folder: Path) -> dict:
                 checks.append(result.transfer_s / max(brute_force(workload, budget, hw), 1e-12))
         rows.append(row)
     return {"rows": rows, "failures": failures, "times": times, "checks": checks}
+
+
+# What a note says, by its wording (memory/planning/extract.py, latents.py, catalog.py), first match wins.
+NOTE_KINDS = (
+    ("node types unknown to the planner", "unknown to the planner"),
+    ("latent size not known before the run (default assumed)", "the latent's size is not known"),
+    ("latent size planned from an assumption (aspect, switch branch)", " planned ("),
+    ("steps not known before the run (default assumed)", "its steps are not known"),
+    ("a value not known before the run (default assumed)", "is not known before the run"),
+    ("a model part sized by its released twin", "the same part released on its own"),
+    ("model size from a template's note or estimated", "size estimated"),
+    ("model loaded but not used", "nothing computes with it"),
+    ("a model loader the plan does not count", "does not count"),
+    ("planner's bounded search", "held at one tier"),
+)
+
+
+def note_kind(note: str) -> str:
+    return next((kind for kind, words in NOTE_KINDS if words in note), "other")
+
+
+def unknown_types(notes: tuple[str, ...]) -> list[str]:
+    """The node types the planner's 'unknown to the planner' note lists."""
+    for note in notes:
+        if "unknown to the planner" in note:
+            listed = note.split("): ", 1)[1].split("; their inputs", 1)[0]
+            return [name.split(" (x")[0] for name in listed.split(", ")]
+    return []
 
 
 def _version() -> str:
@@ -153,6 +188,7 @@ def report(data: dict, folder: Path, command: str) -> str:
             f"| {gb} GB | {counts} | {median_min:.1f} | {ours:.0f} | {theirs:.0f} | {saving} | {bound:.0f} |"
         )
     lines += _target_lines(multi)
+    lines += _notes_lines(with_models)
     lines += [
         "",
         "## Optimality and planning time",
@@ -163,6 +199,27 @@ def report(data: dict, folder: Path, command: str) -> str:
         f"p95 {1000 * times[int(0.95 * (len(times) - 1))]:.1f} ms, max {1000 * times[-1]:.1f} ms",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _notes_lines(rows: list[dict]) -> list[str]:
+    """What the plans could not read and what they assumed: notes by kind, unknown node types."""
+    kinds = collections.Counter(k for r in rows for k in r["notes"])
+    with_notes = sum(bool(r["notes"]) for r in rows)
+    types = collections.Counter(t for r in rows for t in r["unknown_types"])
+    lines = [
+        "",
+        "## What the plans could not read (notes)",
+        "",
+        f"Templates that use local models: {len(rows)}; with at least one note: {with_notes}; "
+        f"notes: {sum(kinds.values())}. Every assumption is a note; none is made silently.",
+        "",
+        "| note | count |",
+        "|---|---:|",
+    ]
+    lines += [f"| {kind} | {count} |" for kind, count in kinds.most_common()]
+    unknown = ", ".join(f"{t} ({n})" for t, n in types.most_common()) or "none"
+    lines += ["", f"Node types unknown to the planner in these templates: {len(types)} ({unknown})."]
+    return lines
 
 
 def _target_lines(multi: list[dict]) -> list[str]:
@@ -179,6 +236,15 @@ def _target_lines(multi: list[dict]) -> list[str]:
         f"{100 * (1 - ours / theirs):.0f}% less (target: at least 25% less). Runs only Headroom fits: "
         f"{only_ours}; runs only ComfyUI fits: {only_theirs}.",
     ]
+
+
+def wall_section() -> list[str]:
+    """The wall-time check's headline (bench/wall_time.py writes bench/results/wall_time.md)."""
+    path = ROOT / "bench" / "results" / "wall_time.md"
+    headline = next((line for line in path.read_text().splitlines() if line.startswith("**Within")), None)
+    if headline is None:
+        return []
+    return ["", "## Wall time against published runs", "", f"{headline} Table: [wall_time.md](wall_time.md)."]
 
 
 def catalog_section() -> list[str]:
@@ -212,7 +278,8 @@ def main() -> None:
     args = parser.parse_args()
     folder = args.templates or templates_dir()
     data = run(folder)
-    text = report(data, folder, "python " + " ".join(sys.argv)) + "\n".join(catalog_section()) + "\n"
+    text = report(data, folder, "python " + " ".join(sys.argv))
+    text += "\n".join(wall_section() + catalog_section()) + "\n"
     print(text)
     args.out.write_text(text)
     if args.json:
