@@ -334,7 +334,15 @@ def cases_2026() -> list[Case]:
     scripts/catalog_archs.py through the host's own model detection (comfy.model_detection), cast to the
     measured dtype. ``small`` copies are not offered (no CPU-vs-meta check for these)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    from catalog_archs import HUNYUAN_VIDEO_15, KANDINSKY5_IMAGE, KANDINSKY5_VIDEO, Z_IMAGE, diffusion, flux2
+    from catalog_archs import (
+        HUNYUAN_VIDEO_15,
+        KANDINSKY5_IMAGE,
+        KANDINSKY5_VIDEO,
+        LTXAV_19B,
+        Z_IMAGE,
+        diffusion,
+        flux2,
+    )
 
     def built(config: dict) -> Callable[..., torch.nn.Module]:
         def build(dt, dev, small):
@@ -376,6 +384,13 @@ def cases_2026() -> list[Case]:
 
         return call
 
+    def ltxav_call(m, c, s, dt, dev, b):
+        # [video latent, audio latent]: 128 channels at 32x/8x; the audio of 5 s (126 latents x 16 bins)
+        # in every call, so it sits in the intercept; the context is Gemma's video + audio halves
+        audio = rnd((b, m.num_audio_channels, 126, m.audio_frequency_bins), dt, dev)
+        x = [latent(c, s, 128, dt, dev, b), audio]
+        return m(x, t(dt, dev, b), rnd((b, 256, 7680), dt, dev), frame_rate=25, transformer_options={})
+
     video = ((480, 320, 33), (848, 480, 65), (1280, 720, 121))
     k5_video = ((512, 512, 25), (768, 512, 121), (1024, 768, 121))
     return [
@@ -384,6 +399,15 @@ def cases_2026() -> list[Case]:
         flux2_case(6144, 8, 48, 15360),
         Case("hunyuan_video15", "HunyuanVideo 1.5", built(HUNYUAN_VIDEO_15), hunyuan15_call, video, 16, 4),
         Case("z_image", "Z-Image", built(Z_IMAGE), z_image_call, IMAGE_SIZES),
+        Case(
+            "ltxv_4096",
+            "LTX-2 19B (audio-video)",
+            built(LTXAV_19B),
+            ltxav_call,
+            ((512, 512, 33), (768, 512, 97), (1216, 704, 121)),
+            32,
+            8,
+        ),
         # Kandinsky 5 Lite: video (1792 wide, HunyuanVideo latent + image and mask: 33 channels), image
         Case(
             "kandinsky5_1792",

@@ -52,7 +52,7 @@ MIB = 1 << 20
 # case names that are not the planner's family: (family, hidden size)
 PLANNER = {"wan21": ("wan21", 5120), "wan21_1.3b": ("wan21", 1536), "wan22": ("wan22", 3072)}
 PLANNER |= {f"flux2_{h}": ("flux2", h) for h in (3072, 4096, 6144)}
-PLANNER |= {f"kandinsky5_{h}": ("kandinsky5", h) for h in (1792, 2560)}
+PLANNER |= {f"kandinsky5_{h}": ("kandinsky5", h) for h in (1792, 2560)} | {"ltxv_4096": ("ltxv", 4096)}
 
 
 class StoragePeak(PeakLiveBytes):

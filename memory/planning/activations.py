@@ -118,6 +118,8 @@ MEASURED: dict[str, dict[str, tuple[float, float]]] = {
     "hunyuan_video15": {"fp32": (91420.0, 18409476), "bf16": (46272.93, 8703514)},
     # Z-Image 6B, 30 x 3840, 256 text tokens
     "z_image": {"fp32": (59616.14, 42827100), "bf16": (30093.41, 20995235)},
+    # LTX-2 19B audio-video (LTXAV, 48 x 4096), 32x/8x latent, 5 s of audio latents in the intercept
+    "ltxv_4096": {"fp32": (229936.0, 20709364), "bf16": (114992.0, 10355186)},
     # Kandinsky 5 Lite: video 32 x 1792 (HunyuanVideo latent), image 50 x 2560; 256 Qwen2.5-VL tokens
     "kandinsky5_1792": {"fp32": (12369.64, 187497038), "bf16": (9184.47, 25144064)},
     "kandinsky5_2560": {"fp32": (28544.0, 6650884), "bf16": (14400.0, 3456514)},
@@ -134,6 +136,7 @@ SCALED: dict[str, tuple[str, float, str]] = {
 BY_WIDTH: dict[str, dict[int, str]] = {
     "flux2": {3072: "flux2_3072", 4096: "flux2_4096", 6144: "flux2_6144"},
     "kandinsky5": {1792: "kandinsky5_1792", 2560: "kandinsky5_2560"},
+    "ltxv": {2048: "ltxv", 4096: "ltxv_4096"},  # LTX-Video 2B (0.9.x), LTX-2/2.3
 }
 FLUX2_BY_HIDDEN = BY_WIDTH["flux2"]
 # Families with the same blocks as a measured one (same width and layout): chroma = Flux without vec.
@@ -328,7 +331,7 @@ def measured_coefficients(family: str, dtype: str, dim: int | None = None) -> tu
     if key not in MEASURED:
         return None
     a, b = MEASURED[key]["fp32" if dtype_size(dtype) == 4 else "bf16"]
-    if family == "ltxv" and dim and dim > 2048:  # measured: the 2B (cross-attention dim 2048)
+    if key == "ltxv" and dim and dim > 2048:  # measured: the 2B (cross-attention dim 2048)
         return a * dim / 2048, b * dim / 2048
     return a, b
 
