@@ -68,6 +68,8 @@ def test_a_server_gets_its_routes_and_the_preflight_handler(
     server = FakeServer()
     assert host.install_monitor(server)["server"] == "on"
     assert sorted((r.method, r.path) for r in server.routes) == [
+        ("GET", "/headroom/memory_history"),
+        ("GET", "/headroom/memory_history/{prompt_id}"),
         ("GET", "/headroom/plan/{prompt_id}"),
         ("GET", "/headroom/ram/{prompt_id}"),
         ("GET", "/headroom/ram_budget"),
@@ -75,10 +77,12 @@ def test_a_server_gets_its_routes_and_the_preflight_handler(
         ("GET", "/headroom/residency/{prompt_id}"),
         ("GET", "/headroom/runs"),
         ("GET", "/headroom/status"),
-        ("POST", "/headroom/ram_budget"),  # the one write: the frontend's RAM budget setting
+        # the writes: the frontend's RAM budget setting, and arming the CUDA memory history
+        ("POST", "/headroom/memory_history"),
+        ("POST", "/headroom/ram_budget"),
     ]
     host.install_monitor(server)  # idempotent: no second set of routes or handlers
-    assert len(list(server.routes)) == 8 and len(server.handlers) == 1
+    assert len(list(server.routes)) == 11 and len(server.handlers) == 1
 
 
 @pytest.mark.parametrize("body", [None, [], "text", {"no": "prompt"}, {"prompt": "not a dict"}])
