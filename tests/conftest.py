@@ -9,9 +9,13 @@ checks them against tests/coverage_floor.json.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# the links a test run "measures" (nodes/host/links.py) never reach the user's own cache
+os.environ.setdefault("HEADROOM_CACHE_DIR", tempfile.mkdtemp(prefix="headroom-cache-"))
 
 from headroom_testing.coverage import pytest_addoption, pytest_configure  # noqa: F401 (hooks)
 from headroom_testing.harness import Host, HostUnavailable, find_host_root

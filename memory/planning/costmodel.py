@@ -6,8 +6,10 @@ objective, so the optimum is "move the fewest bytes over the slowest links".
 
 Bandwidth defaults per PCIe generation are typical measured pinned host-to-device rates of an x16 link
 (PCIe3 ~12.5 GB/s, PCIe4 ~25 GB/s, PCIe5 ~55 GB/s: about 80% of the link's 16/32/64 GB/s). Pageable copies
-are staged by the driver; no reliable figure is published, so we assume half the pinned rate until
-the runtime calibrates it. Disk is a cold NVMe read through the page cache.
+are staged by the driver; no reliable figure is published, so we assume half the pinned rate. Disk is a
+cold NVMe read through the page cache. Inside ComfyUI, the rates a run measured on this machine replace
+these figures in its next plans (``telemetry.links``; ``Hardware.measured`` names them, and
+``Hardware.links_line`` says which are measured and which assumed).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ class Hardware:
     gpu_assumed: bool = True
     fp8_matmul: bool = False  # the host multiplies fp8 weights in fp8 (else it casts them to bf16)
     efficiency: Efficiency | None = None  # the card's shares of its peak; None: the table's
+    # the link figures a run on this machine measured (telemetry.links); the others are assumed
+    measured: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # every figure divides a byte count: zero divides by zero, NaN or a negative rate poisons the plan
@@ -99,6 +103,14 @@ class Hardware:
         if found is None:
             raise ValueError(f"unknown GPU {self.gpu!r}")
         return found if self.efficiency is None else replace(found, efficiency=self.efficiency)
+
+    def links_line(self) -> str:
+        """The link figures, each said measured or assumed: "upload 23.1 GB/s pinned (measured), ..."."""
+        parts = [("h2d_pinned", "upload pinned"), ("h2d_pageable", "upload pageable"), ("disk", "disk read")]
+        return ", ".join(
+            f"{label} {getattr(self, f) / 1e9:.1f} GB/s ({'measured' if f in self.measured else 'assumed'})"
+            for f, label in parts
+        )
 
     def with_overrides(self, **overrides: float) -> Hardware:
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})

@@ -97,6 +97,8 @@ def summary(plan: Plan, baselines: dict[str, Outcome]) -> str:
         f"({format_bytes(plan.budget.pinned)} pinnable), {plan.hardware.name}",
         f"minimum VRAM for this workflow: {format_bytes(plan.min_vram)} (set by {plan.bottleneck})",
     ]
+    if plan.hardware.measured:  # a run on this machine measured some links (telemetry.links)
+        lines.insert(1, f"links: {plan.hardware.links_line()}")
     if plan.feasible:
         lines.append(
             f"fits: yes; VRAM peak {format_bytes(vram_peak(plan))}; "

@@ -494,6 +494,7 @@ class BlockStreamer:
             "steps": self.stats.steps,
             "calls_together": self.stats.calls_together,
             "h2d_bytes_per_s": bw,
+            "cuda": self.cuda,
             "step_s": statistics.median(self.stats.step_s) if self.stats.step_s else None,
             "bound_s": self.stats.bound_s(),
             "bound_kind": "busiest of compute and H2D copies" if self.cuda else "compute + RAM copies, CPU",

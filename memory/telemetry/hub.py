@@ -39,6 +39,8 @@ class Telemetry:
         self.current: RunRecord | None = None
         self.last_activity = 0.0  # monotonic time of the last node start/finish
         self.listeners: list[Callable[[str, dict[str, Any]], None]] = []  # (event, payload)
+        # a node's measured disk read (bytes/s, bytes read): the host keeps it for the next plans
+        self.on_disk_rate: Callable[[float, int], None] | None = None
 
     def _emit(self, event: str, payload: dict[str, Any]) -> None:
         for listener in list(self.listeners):
@@ -142,6 +144,8 @@ class Telemetry:
         record.io = {k: v - record.io[k] for k, v in end.items() if k in record.io}
         bound = bounded_by(record.duration_s or 0.0, record.io, record.events, run.loaded)
         record.bound = bound.as_dict()
+        if self.on_disk_rate is not None and bound.disk_rate:
+            self.on_disk_rate(bound.disk_rate, bound.disk_bytes)
         log.info("Headroom: node %s %s was %s", record.node_id, record.class_type, bound.line)
 
     def nodes_cached(self, prompt_id: str, node_ids: list[str]) -> None:

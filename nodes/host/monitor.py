@@ -21,7 +21,7 @@ from typing import Any
 
 from ...memory.deadline import HOST_PLAN_LIMIT_S
 from ...memory.names import EVENTS
-from ...memory.planning.costmodel import Budget, Hardware
+from ...memory.planning.costmodel import Budget
 from ...memory.planning.preflight import PlanCache, Preflight, plan_prompt
 from ...memory.planning.records import PlannedRun
 from ...memory.residency.ram_budget import RAM
@@ -32,6 +32,7 @@ from ...memory.telemetry.sampler import Sampler
 from ...memory.units import parse_size_setting
 from .events import Subscriber
 from .host_flags import running_host_settings
+from .links import hardware_for, record_disk
 from .lookups import host_module, models_dir, output_nodes
 
 _log = logging.getLogger("headroom")
@@ -94,6 +95,7 @@ class Monitor(Subscriber):
             self.probe.read, 1 / rate if rate else 0, wanted=self._wanted, on_sample=self._push_sample
         )
         self.telemetry = Telemetry(self.probe, self.sampler)
+        self.telemetry.on_disk_rate = record_disk  # the next plans of this machine read at this rate
         self.telemetry.listeners.append(self.push)
         self.plans = PlanCache(self._plan)
         self.queued: OrderedDict[str, str] = OrderedDict()  # prompt id -> plan key, queued but not run yet
@@ -156,7 +158,7 @@ class Monitor(Subscriber):
         left = HOST_PLAN_LIMIT_S if deadline is None else max(1.0, deadline - time.monotonic())
         outputs = output_nodes(prompt)
         card = self.card_name()
-        hardware = Hardware.for_device(None if self.assume_vram is not None else card)
+        hardware = hardware_for(None if self.assume_vram is not None else card)
         return plan_prompt(
             prompt,
             budget,

@@ -31,6 +31,7 @@ from ...memory.telemetry.runs import ResidencyEvent
 from ...memory.units import format_bytes
 from . import dynamic_vram, sampling, text_encoders
 from .events import Subscriber
+from .links import device_name, hardware_for
 from .lookups import host_module, lazy_inputs, models_dir, output_nodes, queued_outputs
 from .prefetch import HostPrefetch
 
@@ -329,6 +330,7 @@ class Residency(Subscriber):
                 budget = dataclasses.replace(budget, ram=max(0, ram.budget.ram - ram.baseline), pinned=pinned)
         except Exception:  # fail open: the plan keeps the card's budget, the guard measures at the first node
             _log.warning("Headroom: could not measure the RAM budget", exc_info=True)
+        self.hardware = hardware_for(device_name())  # the card's bus, with this machine's measured links
         self.controller.prompt_started(
             prompt_id,
             prompt,

@@ -46,6 +46,7 @@ from ...memory.streaming.shared_uploads import SharedUploads
 from ...memory.units import format_bytes
 from . import host_load
 from .events import Subscriber
+from .links import record_stream
 from .lookups import host_module
 from .patches import REGISTRY
 
@@ -152,6 +153,7 @@ class _Session:
             return self.run
         try:  # never let the summary replace the sampling's own exception (an interrupt, an OOM)
             self.run.summary = {**streamer.summary(), **self.shared.counts()}
+            record_stream(self.run.summary)
         except Exception:
             _log.warning("Headroom: the streaming summary failed", exc_info=True)
         finally:

@@ -34,6 +34,7 @@ from typing import Any
 from ...memory.streaming.budget import activation_reserve
 from ...memory.streaming.text_layouts import TEXT_ACTIVATION_FLOOR, discover_text_blocks, in_call_order
 from . import host_load
+from .links import record_stream
 from .sampling import StreamSettings, check_budget, streamed_line, streaming_choice
 
 _log = logging.getLogger("headroom")
@@ -172,6 +173,7 @@ class ClipStreaming:
             return self.run
         try:  # never let the summary replace the encode's own exception (an interrupt, an OOM)
             self.run.summary = streamer.summary()
+            record_stream(self.run.summary)
         except Exception:
             _log.warning("Headroom: the text-encoder streaming summary failed", exc_info=True)
         finally:
