@@ -1,4 +1,6 @@
-"""Exact tiled decode for the LTXV video VAE (LTX-Video 0.9.x: the host's ``CausalVideoAutoencoder``).
+"""Exact tiled decode for the LTXV video VAE: LTX-Video 0.9.x and LTX-2 / 2.3 (128 latent channels), the
+host's ``CausalVideoAutoencoder`` / ``VideoVAE`` on every host, the 0.18+ core's chunked one included (its
+modules' per-thread causal caches are reset around each call: ``_Stateless``).
 
 LTXV's decoder (``decoder.conv_in``, ``up_blocks``, ``conv_norm_out``, ``conv_out``; duck-typed, never
 imported) has no attention and no GroupNorm in the configurations the host ships: its norms are
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import NamedTuple
@@ -150,6 +153,36 @@ def _resnet_plan(name: str, block: nn.Module, causal: bool) -> list[_Plan]:
     ]
 
 
+class _Stateless:
+    """Runs a host module of the 0.18 core's LTXV decoder as one whole call: its causal convolutions
+    and depth-to-space blocks keep per-thread state between calls (``temporal_cache_state``: the frames
+    carried to the next time chunk, whether the first frame was dropped), which the host's own decode
+    sets up and clears around its chunk loop. Before a call each convolution is marked as at the clip's
+    end with nothing carried in (it pads time on both sides, as the earlier hosts' stateless forward
+    does) and every other state is cleared; after it the state this thread left is removed. Nothing to
+    do on hosts whose modules keep no state."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.stateful = [
+            (m.temporal_cache_state, _name(m) == "CausalConv3d")
+            for m in module.modules()
+            if isinstance(getattr(m, "temporal_cache_state", None), dict)
+        ]
+
+    def __enter__(self) -> None:
+        tid = threading.get_ident()
+        for state, conv in self.stateful:
+            if conv:
+                state[tid] = (None, True)
+            else:
+                state.pop(tid, None)
+
+    def __exit__(self, *exc: object) -> None:
+        tid = threading.get_ident()
+        for state, _ in self.stateful:
+            state.pop(tid, None)
+
+
 def whole_mean(norm: nn.Module | None, x: torch.Tensor) -> torch.Tensor | None:
     """PixelNorm's channel mean of squares over a whole activation, as the host's forward computes it."""
     if norm is None or _name(norm) != "PixelNorm":
@@ -179,16 +212,17 @@ class LTXVTiledDecoder:
             raise Unsupported("not an LTXV decoder")
         if not hasattr(model, "per_channel_statistics"):
             raise Unsupported("not an LTXV VAE")
-        if callable(getattr(dec, "run_up", None)):
-            # The 0.18 core decodes LTXV in time chunks, its causal convolutions keeping frames between
-            # calls in per-thread state: not yet taught here, so the host decodes it.
-            raise Unsupported("LTXV decoder with chunked causal caches (run_up, 0.18 core)")
         params = inspect.signature(model.decode).parameters
-        if "timestep" not in params or "noise_scale" not in params:
-            raise Unsupported("LTXV decode() without timestep/noise_scale")
-        # The defaults the host's VAE.decode uses (it passes no options for video VAEs).
-        self.timestep = params["timestep"].default
-        self.noise_scale = params["noise_scale"].default
+        if "timestep" in params and "noise_scale" in params:
+            # The defaults the host's VAE.decode uses (it passes no options for video VAEs).
+            self.timestep = params["timestep"].default
+            self.noise_scale = params["noise_scale"].default
+        elif hasattr(model, "decode_timestep") and hasattr(model, "decode_noise_scale"):
+            # The 0.18 core (LTX-2 and later): the VAE's own attributes, read by its decode().
+            self.timestep = model.decode_timestep
+            self.noise_scale = model.decode_noise_scale
+        else:
+            raise Unsupported("LTXV decode() without a timestep and noise scale")
         self.model, self.decoder, self.options = model, dec, options
         _check_conv(dec.conv_in)
         self.patch = int(dec.patch_size)
@@ -371,7 +405,8 @@ class LTXVTiledDecoder:
             x = torch.randn_like(x) * self.noise_scale + (1.0 - self.noise_scale) * x
         x = model.per_channel_statistics.un_normalize(x)
         batch = x.shape[0]
-        sample = dec.conv_in(x, causal=dec.causal)
+        with _Stateless(dec.conv_in):
+            sample = dec.conv_in(x, causal=dec.causal)
         dtype, device = sample.dtype, sample.device
         scaled = None
         if dec.timestep_conditioning:
@@ -421,6 +456,7 @@ class LTXVTiledDecoder:
         """ResnetBlock3D.forward, op for op, split at norm2; the frame noise is drawn now (the host
         draws two ``torch.randn(frame)`` per noise-injecting block, in this order) and cropped per tile."""
         causal = self.decoder.causal
+        fresh = _Stateless(block)
         ada = None
         if block.timestep_conditioning:
             batch = temb.shape[0]
@@ -438,7 +474,8 @@ class LTXVTiledDecoder:
             if ada is not None:
                 h = h * (1 + ada[1]) + ada[0]
             h = block.non_linearity(h)
-            h = block.conv1(h, causal=causal)
+            with fresh:
+                h = block.conv1(h, causal=causal)
             if noise is not None:
                 h = h + _scaled(noise[0][None, c[0] : c[1], c[2] : c[3]], block.per_channel_scale1, h)
             return h
@@ -448,31 +485,36 @@ class LTXVTiledDecoder:
                 h = h * (1 + ada[3]) + ada[2]
             h = block.non_linearity(h)
             h = block.dropout(h)
-            h = block.conv2(h, causal=causal)
+            with fresh:
+                h = block.conv2(h, causal=causal)
             if noise is not None:
                 h = h + _scaled(noise[1][None, c[0] : c[1], c[2] : c[3]], block.per_channel_scale2, h)
-            return block.conv_shortcut(block.norm3(x)) + h
+            with fresh:
+                return block.conv_shortcut(block.norm3(x)) + h
 
         return [first_half, second_half]
 
     def _d2s_body(self, block: nn.Module) -> Callable[..., torch.Tensor]:
-        causal = self.decoder.causal
+        causal, fresh = self.decoder.causal, _Stateless(block)
 
         def body(h: torch.Tensor, c: tuple[int, int, int, int]) -> torch.Tensor:
-            return block(h, causal=causal)  # the host's own forward: no norm, nothing global
+            with fresh:
+                return block(h, causal=causal)  # the host's own forward: no norm, nothing global
 
         return body
 
     def _out_body(self, modulation: tuple[torch.Tensor, ...] | None) -> Callable[..., torch.Tensor]:
         """After conv_norm_out: the last timestep modulation, conv_act, conv_out and the unpatchify."""
         dec, patch = self.decoder, self.patch
+        fresh = _Stateless(dec.conv_out)
 
         def body(h: torch.Tensor, c: tuple[int, int, int, int]) -> torch.Tensor:
             if modulation is not None:
                 shift, scale = modulation
                 h = h * (1 + scale) + shift
             h = dec.conv_act(h)
-            h = dec.conv_out(h, causal=dec.causal)
+            with fresh:
+                h = dec.conv_out(h, causal=dec.causal)
             if patch == 1:
                 return h
             return rearrange(h, "b (c p r q) f h w -> b c (f p) (h q) (w r)", p=1, q=patch, r=patch)

@@ -53,6 +53,20 @@ LTXV_TINY_CONFIGS: dict[str, dict[str, Any]] = {
         ["compress_space", {}],
         ["res_x", {"num_layers": 1}],
     ]},
+    # LTX-2 / 2.3 (the 0.18+ core builds them with the same class): no timestep conditioning and no
+    # noise, zero padding in space, time and space upsampled by separate depth-to-space blocks that halve
+    # the channels, residual depth-to-space in all three dimensions.
+    "2": {**_LTXV_COMMON, "timestep_conditioning": False, "spatial_padding_mode": "zeros",
+          "decoder_base_channels": 32,
+          "decoder_blocks": [
+        ["res_x", {"num_layers": 1}],
+        ["compress_all", {"residual": True, "multiplier": 2}],
+        ["res_x", {"num_layers": 1}],
+        ["compress_time", {"multiplier": 2}],
+        ["res_x", {"num_layers": 2}],
+        ["compress_space", {"multiplier": 2}],
+        ["res_x", {"num_layers": 1}],
+    ]},
     "0.9.0": {**_LTXV_COMMON, "timestep_conditioning": False, "decoder_blocks": [
         ["res_x", {"num_layers": 1}], ["compress_all", {}], ["res_x_y", 1], ["res_x", {"num_layers": 2}],
         ["compress_all", {}], ["res_x", {"num_layers": 1}],
