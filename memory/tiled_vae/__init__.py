@@ -13,8 +13,8 @@ more than 1e-3 on the same decodes.
 
 ``make_tiled_decoder(model, options)`` returns the engine for the host VAE's ``first_stage_model`` (KL
 image VAEs and HunyuanVideo's 3D KL VAE, Wan 2.1 and 2.2, LTXV 0.9.x and LTX-2) or raises
-``Unsupported`` with the reason, after which the caller uses the host's own decode. No ComfyUI import: the host's module
-structure is duck-typed.
+``Unsupported`` with the reason, after which the caller uses the host's own decode. No ComfyUI
+import: the host's module structure is duck-typed.
 """
 
 from __future__ import annotations

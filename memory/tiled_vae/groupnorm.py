@@ -22,13 +22,37 @@ import torch
 
 @dataclass
 class GroupStats:
-    """Per-(sample, group) statistics of one activation: ``mean`` and ``rstd`` are float32 [N, G]."""
+    """Per-(sample, group) statistics of one activation: ``mean`` and ``rstd`` are float32 [N, G], or
+    [N, G, T] per frame of a video whose GroupNorms the host runs on runs of frames (``segment_stats``)."""
 
     mean: torch.Tensor
     rstd: torch.Tensor
 
     def to(self, device: torch.device | str) -> GroupStats:
         return GroupStats(self.mean.to(device), self.rstd.to(device))
+
+    def frames(self, f0: int, f1: int) -> GroupStats:
+        """The statistics of frames ``[f0, f1)`` (all of them when not per frame)."""
+        if self.mean.ndim == 2:
+            return self
+        return GroupStats(self.mean[..., f0:f1], self.rstd[..., f0:f1])
+
+
+Segments = list[tuple[int, int]]
+
+
+def segment_stats(x: torch.Tensor, groups: int, eps: float, segments: Segments | None) -> GroupStats:
+    """``kernel_stats`` of ``x`` [N, C, T, H, W] taken over each run of frames in ``segments`` (as the
+    host normalises each chunk it decodes on its own), spread to every frame: [N, G, T]. Whole-activation
+    statistics when ``segments`` is None."""
+    if segments is None:
+        return kernel_stats(x, groups, eps)
+    means, rstds = [], []
+    for f0, f1 in segments:
+        part = kernel_stats(x[:, :, f0:f1], groups, eps)
+        means.append(part.mean[..., None].expand(-1, -1, f1 - f0))
+        rstds.append(part.rstd[..., None].expand(-1, -1, f1 - f0))
+    return GroupStats(torch.cat(means, 2).contiguous(), torch.cat(rstds, 2).contiguous())
 
 
 def kernel_stats(x: torch.Tensor, groups: int, eps: float, groups_per_call: int = 8) -> GroupStats:
@@ -51,16 +75,31 @@ def kernel_stats(x: torch.Tensor, groups: int, eps: float, groups_per_call: int 
 
 
 class StatsMerger:
-    """Streaming (count, mean, M2) per (sample, group), merged across tiles in float64."""
+    """Streaming (count, mean, M2) per (sample, group), merged across tiles in float64; with
+    ``segments``, per run of frames (see ``segment_stats``)."""
 
-    def __init__(self, batch: int, groups: int, device: torch.device | str) -> None:
-        self.groups = groups
-        self.count = torch.zeros(batch, groups, dtype=torch.float64, device=device)
+    def __init__(
+        self, batch: int, groups: int, device: torch.device | str, segments: Segments | None = None
+    ) -> None:
+        self.groups, self.segments = groups, segments
+        runs = 1 if segments is None else len(segments)
+        self.count = torch.zeros(batch, groups, runs, dtype=torch.float64, device=device)
         self.mean = torch.zeros_like(self.count)
         self.m2 = torch.zeros_like(self.count)
 
-    def add(self, core: torch.Tensor) -> None:
-        """Merge the statistics of ``core`` [N, C, *spatial] (the tile without its halo)."""
+    def add(self, core: torch.Tensor, first_frame: int = 0) -> None:
+        """Merge the statistics of ``core`` [N, C, *spatial] (the tile without its halo); a video core's
+        frames start at ``first_frame`` of the activation."""
+        if self.segments is None:
+            self._merge(core, 0)
+            return
+        last = first_frame + core.shape[2]
+        for run, (f0, f1) in enumerate(self.segments):
+            a, b = max(f0, first_frame), min(f1, last)
+            if a < b:
+                self._merge(core[:, :, a - first_frame : b - first_frame], run)
+
+    def _merge(self, core: torch.Tensor, run: int) -> None:
         n = core.shape[0]
         flat = core.reshape(n, self.groups, -1)
         count = flat.shape[-1]
@@ -70,15 +109,25 @@ class StatsMerger:
             values = flat[:, g].double()
             mean_b[:, g] = values.mean(-1)
             m2_b[:, g] = (values - mean_b[:, g, None]).square().sum(-1)
-        total = self.count + count
-        delta = mean_b - self.mean
-        self.mean = self.mean + delta * (count / total)
-        self.m2 = self.m2 + m2_b + delta.square() * (self.count * count / total)
-        self.count = total
+        old_count, old_mean = self.count[..., run], self.mean[..., run]
+        total = old_count + count
+        delta = mean_b - old_mean
+        self.mean[..., run] = old_mean + delta * (count / total)
+        self.m2[..., run] += m2_b + delta.square() * (old_count * count / total)
+        self.count[..., run] = total
 
     def stats(self, eps: float) -> GroupStats:
         var = self.m2 / self.count  # biased, as GroupNorm uses
-        return GroupStats(self.mean.float(), torch.rsqrt(var + eps).float())
+        mean, rstd = self.mean.float(), torch.rsqrt(var + eps).float()
+        if self.segments is None:
+            return GroupStats(mean[..., 0], rstd[..., 0])
+        spans = torch.tensor([f1 - f0 for f0, f1 in self.segments], device=mean.device)
+        return GroupStats(mean.repeat_interleave(spans, 2), rstd.repeat_interleave(spans, 2))
+
+
+def _per_channel(t: torch.Tensor, ndim: int) -> torch.Tensor:
+    """[N, C] (or [N, C, T] per frame) shaped to broadcast over an [N, C, *spatial] tensor of ``ndim``."""
+    return t.reshape(*t.shape, *(1,) * (ndim - t.ndim))
 
 
 def apply_group_norm(
@@ -97,11 +146,11 @@ def apply_group_norm(
     """
     n, c = x.shape[:2]
     groups = stats.mean.shape[1]
-    extra = (1,) * (x.ndim - 2)
-    mean = stats.mean.to(x.device).repeat_interleave(c // groups, 1)  # [N, C]
+    mean = stats.mean.to(x.device).repeat_interleave(c // groups, 1)  # [N, C] or [N, C, T]
     rstd = stats.rstd.to(x.device).repeat_interleave(c // groups, 1)
     gamma = weight.to(x.device, torch.float32) if weight is not None else torch.ones(c, device=x.device)
     beta = bias.to(x.device, torch.float32) if bias is not None else torch.zeros(c, device=x.device)
+    gamma, beta = _per_channel(gamma, mean.ndim - 1), _per_channel(beta, mean.ndim - 1)
     scale = rstd * gamma
     if exact:
         shift = (-scale.double() * mean.double() + beta.double()).float()
@@ -109,10 +158,10 @@ def apply_group_norm(
         step = 16  # channels at a time: the float64 temporaries stay small
         for i in range(0, c, step):
             j = min(c, i + step)
-            s64 = scale[:, i:j].double().view(n, j - i, *extra)
-            b64 = shift[:, i:j].double().view(n, j - i, *extra)
+            s64 = _per_channel(scale[:, i:j].double(), x.ndim)
+            b64 = _per_channel(shift[:, i:j].double(), x.ndim)
             out[:, i:j] = (s64 * x[:, i:j].double() + b64).float()
         return out.to(x.dtype)
     shift = beta - scale * mean
-    y = torch.addcmul(shift.view(n, c, *extra), x.float(), scale.view(n, c, *extra))
+    y = torch.addcmul(_per_channel(shift, x.ndim), x.float(), _per_channel(scale, x.ndim))
     return y.to(x.dtype)

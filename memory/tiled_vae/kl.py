@@ -1,7 +1,8 @@
 """Exact tiled decode for the KL (GroupNorm) VAEs: SD1.x/SD2, SDXL, SD3 and Flux (4/16 channels), and
 HunyuanVideo's 3D-convolution KL VAE (its GroupNorms span the whole clip: same scheme, time upsampled
 inside the stages as the host does, and stages cut into runs of frames when the budget needs it, each
-run reading the frames its causal convolutions reach: see ``tiles.Chunk``).
+run reading the frames its causal convolutions reach: see ``tiles.Chunk``). The 0.18+ core (Kandinsky 5
+too) normalises each run of 2 latent frames on its own: so do we there (``KLTiledDecoder.segments``).
 
 The decoder (``decoder.conv_in``, ``mid.block_1/attn_1/block_2``, ``up[i].block[j]``, ``up[i].upsample``,
 ``norm_out``, ``conv_out``; duck-typed, never imported) is cut into stages at its GroupNorm layers:
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .groupnorm import GroupStats, StatsMerger, apply_group_norm, kernel_stats
+from .groupnorm import GroupStats, Segments, StatsMerger, apply_group_norm, segment_stats
 from .head import SCORE_COPIES, holds_no_scores, slice_count, slice_rows, sliceable, sliced_attention
 from .layout import Layout, StageGeometry, run_with_oom_retry
 from .parks import ParkAllocator, live_bytes
@@ -38,6 +39,7 @@ from .tiles import (
     Chunk,
     Unsupported,
     add_reach,
+    carried_conv,
     chunks,
     conv_radius,
     max_reach,
@@ -56,6 +58,8 @@ HEAD_FACTOR = 10.5
 # An attention block of unknown make runs whole: the host's split attention cuts its scores into up to
 # 128 slices fitted to the memory free, and SDPA holds none, so it needs at least 1/128 of them.
 ATTENTION_MAX_SLICES = 128
+# Latent frames per run of the 0.18+ core's carried HunyuanVideo up path (``torch.split(h, 2, dim=2)``).
+CARRIED_FRAMES = 2
 
 
 @dataclass
@@ -151,11 +155,6 @@ def check_decoder(model: nn.Module) -> nn.Module:
         upsample = getattr(level, "upsample", None)
         if i_level != 0 and (_name(upsample) != "Upsample" or not getattr(upsample, "with_conv", False)):
             raise Unsupported(f"up[{i_level}] upsamples with {_name(upsample)}, not an LDM Upsample")
-    if getattr(decoder, "carried", False):
-        # The 0.18 core runs HunyuanVideo's up path 2 latent frames at a time, carrying its causal
-        # convolutions' frames over: its GroupNorms see each chunk, not the clip, so tiling with whole-clip
-        # statistics would differ. Not yet taught here, so the host decodes it.
-        raise Unsupported("carried 3D decoder: GroupNorm per 2-latent-frame chunk (0.18 core)")
     if getattr(decoder, "give_pre_end", False):
         raise Unsupported("decoder returns its pre-output features")
     if not _is_groupnorm(decoder.norm_out):
@@ -189,7 +188,7 @@ def build_stages(decoder: nn.Module, act: Callable[[torch.Tensor], torch.Tensor]
             name = f"up{i_level}.block{j}"
 
             def body_a(h: torch.Tensor, block: nn.Module = block, swish: Callable = swish) -> torch.Tensor:
-                return block.conv1(swish(h))
+                return carried_conv(block.conv1)(swish(h))
 
             def body_b(
                 h: torch.Tensor,
@@ -199,9 +198,9 @@ def build_stages(decoder: nn.Module, act: Callable[[torch.Tensor], torch.Tensor]
                 short: nn.Module | None = short,
                 up_here: nn.Module | None = up_here,
             ) -> torch.Tensor:
-                h = block.conv2(swish(h))  # dropout is the identity in eval
+                h = carried_conv(block.conv2)(swish(h))  # dropout is the identity in eval
                 if short is not None:
-                    x = short(x)
+                    x = carried_conv(short)(x)
                 y = x + h
                 del x, h
                 return up_here(y) if up_here is not None else y
@@ -258,7 +257,7 @@ def build_stages(decoder: nn.Module, act: Callable[[torch.Tensor], torch.Tensor]
                 time_level += time_up
 
     def body_out(h: torch.Tensor) -> torch.Tensor:
-        y = decoder.conv_out(act(h))
+        y = carried_conv(decoder.conv_out)(act(h))
         return torch.tanh(y) if getattr(decoder, "tanh_out", False) else y
 
     cout_last = (
@@ -341,6 +340,8 @@ class KLTiledDecoder:
         self.decoder = check_decoder(model)
         self.options = options
         self.stages = build_stages(self.decoder, options.act)
+        # The 0.18+ core: the up path on runs of latent frames, causal frames carried, GroupNorm per run.
+        self.carried = bool(getattr(self.decoder, "carried", False))
         self.strips = options.strips(video=not isinstance(self.decoder.conv_in, nn.Conv2d))
         # Video on the CPU: a tile holds every clip of the batch, as the host's CPU decode does (a
         # one-clip 3D convolution can fall under torch's oneDNN size line where the batch does not).
@@ -469,7 +470,7 @@ class KLTiledDecoder:
         post = getattr(self.model, "post_quant_conv", None)
         if post is not None:
             z = post(z)
-        h = dec.conv_in(z)
+        h = carried_conv(dec.conv_in)(z)
         check()
         h = dec.mid.block_1(h, None)
         check()
@@ -481,6 +482,17 @@ class KLTiledDecoder:
         check()
         return dec.mid.block_2(h, None)
 
+    def segments(self, stage: Stage, latent_frames: int) -> Segments | None:
+        """The runs of ``stage``'s input frames the host normalises on their own (None: the whole clip):
+        the latent's runs of CARRIED_FRAMES, each boundary moved as the time upsamples move frames
+        (frame 0 stays one frame, frame i becomes 2i - 1 and 2i)."""
+        if not self.carried:
+            return None
+        bounds = [*range(0, latent_frames, CARRIED_FRAMES), latent_frames]
+        for _ in range(stage.time_level):
+            bounds = [0 if b == 0 else 2 * b - 1 for b in bounds]
+        return list(zip(bounds[:-1], bounds[1:], strict=True))
+
     def _decode_one(
         self,
         h: torch.Tensor,
@@ -491,23 +503,29 @@ class KLTiledDecoder:
     ) -> torch.Tensor:
         opts = self.options
         mode = opts.stats_mode()
+        frames = h.shape[2] if h.ndim == 5 else 1
+        segments = [self.segments(stage, frames) for stage in self.stages]
         with torch.no_grad():
             first = self.stages[0].norm
-            stats = kernel_stats(h, first.num_groups, first.eps)  # on the compute device: its own kernel
+            stats = segment_stats(h, first.num_groups, first.eps, segments[0])  # the compute device's kernel
             parks = {"x": h.to(opts.park_device) if h.device != torch.device(opts.park_device) else h}
             del h
             produced: dict[str, object] = {}
             for index, (stage, (geo, _, layout)) in enumerate(zip(self.stages, layouts, strict=True)):
                 nxt = self.stages[index + 1].norm if index + 1 < len(self.stages) else None
+                runs = segments[index + 1] if nxt is not None else None
 
                 def attempt(
                     layout: Layout,
                     stage: Stage = stage,
                     stats: GroupStats = stats,
                     merge_for: nn.GroupNorm | None = nxt if mode == "merge" else None,
+                    runs: Segments | None = runs,
                 ) -> None:
                     produced.clear()
-                    produced.update(self._run_stage(stage, parks, stats, layout, merge_for, progress, parker))
+                    produced.update(
+                        self._run_stage(stage, parks, stats, layout, merge_for, runs, progress, parker)
+                    )
 
                 geo.record(report, stage.name, run_with_oom_retry(attempt, layout, opts, report))
                 if stage.output != "t":  # the block (or decoder) is done with its inputs
@@ -519,7 +537,7 @@ class KLTiledDecoder:
                     if isinstance(merger, StatsMerger):
                         stats = merger.stats(nxt.eps)
                     else:
-                        stats = kernel_stats(parks[stage.output], nxt.num_groups, nxt.eps)
+                        stats = segment_stats(parks[stage.output], nxt.num_groups, nxt.eps, runs)
         return parks["image"].float()
 
     def _run_stage(
@@ -529,6 +547,7 @@ class KLTiledDecoder:
         stats: GroupStats,
         layout: Layout,
         merge_for: nn.GroupNorm | None,
+        runs: Segments | None,
         progress: Progress,
         parker: ParkAllocator,
     ) -> dict[str, object]:
@@ -537,9 +556,9 @@ class KLTiledDecoder:
         height, width = src.shape[-2:]
         video = src.ndim == 5
         device_stats = stats.to(opts.device)
-        merger = (
-            StatsMerger(src.shape[0], merge_for.num_groups, opts.device) if merge_for is not None else None
-        )
+        merger = None
+        if merge_for is not None:
+            merger = StatsMerger(src.shape[0], merge_for.num_groups, opts.device, runs)
         out: torch.Tensor | None = None
         s = stage.scale
         cuts: list[Chunk | None] = chunks(src.shape[2], layout.frames, stage.time_halo) if video else [None]
@@ -552,12 +571,14 @@ class KLTiledDecoder:
                 area = (slice(c.y0, c.y1), slice(c.x0, c.x1))
                 window = area if cut is None else (slice(cut.c0, cut.c1), *area)
                 crops = [parks[k][(..., *window)].to(opts.device, non_blocking=True) for k in stage.inputs]
-                h = apply_group_norm(crops[0], device_stats, stage.norm.weight, stage.norm.bias, opts.exact)
+                tile_stats = device_stats if cut is None else device_stats.frames(cut.c0, cut.c1)
+                h = apply_group_norm(crops[0], tile_stats, stage.norm.weight, stage.norm.bias, opts.exact)
                 y = stage.body(h, *crops[1:])
                 del h, crops
                 rows = slice((t.y0 - c.y0) * s, (t.y1 - c.y0) * s)
                 cols = slice((t.x0 - c.x0) * s, (t.x1 - c.x0) * s)
                 target = (slice(t.y0 * s, t.y1 * s), slice(t.x0 * s, t.x1 * s))
+                o0 = 0
                 if cut is None:
                     core = y[..., rows, cols]
                 else:
@@ -570,7 +591,7 @@ class KLTiledDecoder:
                     out = parker.empty(shape, dtype, live_bytes(parks), final=stage.output == "image")
                 out[(..., *target)].copy_(core, non_blocking=True)
                 if merger is not None:
-                    merger.add(core)
+                    merger.add(core, o0)
                 del y, core
                 progress.step()
         if torch.device(opts.device).type == "cuda":

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -102,6 +103,8 @@ def time_reach(module: nn.Module) -> tuple[int, int]:
     span = conv.dilation[0] * (conv.kernel_size[0] - 1)
     if conv.stride[0] != 1:
         raise Unsupported(f"{type(module).__name__} is strided in time")
+    if is_carried(module):
+        return (span, 0)
     manual = getattr(module, "padding", None) if module is not conv else None
     if isinstance(manual, tuple) and len(manual) == 6:
         reach = (manual[4], manual[5])
@@ -162,6 +165,10 @@ def conv_radius(module: nn.Module) -> int:
     if any(s != 1 for s in stride) or any(k % 2 == 0 for k in kernel):
         raise Unsupported(f"{type(module).__name__} is strided or has an even kernel")
     radius = [d * (k - 1) // 2 for k, d in zip(kernel, dilation, strict=True)]
+    if is_carried(module):
+        if any(p != 0 for p in conv.padding) or any(d != 1 for d in conv.dilation):
+            raise Unsupported("CarriedConv3d that pads or dilates itself")
+        return max(radius)
     manual = getattr(module, "_padding", None)
     if isinstance(manual, int):  # Wan on the 0.18 core: the frames only; the conv pads space itself
         manual = None
@@ -176,6 +183,26 @@ def conv_radius(module: nn.Module) -> int:
     if padding != radius and not (manual is not None and not any(manual) and radius == [0, 0]):
         raise Unsupported(f"{type(module).__name__} is not a 'same' convolution (padding {padding})")
     return max(radius)
+
+
+def is_carried(module: nn.Module) -> bool:
+    """The 0.18+ core's ``CarriedConv3d``: a bare Conv3d whose caller (``conv_carry_causal_3d``) pads its
+    input, replicate, ``k // 2`` pixels in space and ``k - 1`` frames before (causal)."""
+    return type(module).__name__ == "CarriedConv3d" and isinstance(getattr(module, "conv", None), nn.Conv3d)
+
+
+def carried_conv(module: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``module`` as a function of its unpadded input: a CarriedConv3d padded as the host's
+    ``conv_carry_causal_3d`` pads it when nothing is carried in; any other module as it is."""
+    if not is_carried(module):
+        return module
+    kt, kh, kw = module.conv.kernel_size
+    pad = (kw // 2, kw // 2, kh // 2, kh // 2, kt - 1, 0)
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        return module(F.pad(x, pad, mode="replicate") if any(pad) else x)
+
+    return run
 
 
 def upsampled_need(need: int, scale: int) -> int:

@@ -60,6 +60,7 @@ from .tiny_video_vaes import (
     WAN22_VAE_CONFIG,
     host_video_vaes,
     hunyuan_video_vae_state_dict,
+    ltxv_sized_by_config,
     ltxv_vae,
     small_wan_vae,
     wan22_vae_state_dict,
@@ -72,8 +73,8 @@ __all__ = [
     "build_tiny_dit", "build_tiny_sd15_unet", "build_tiny_sd_checkpoint", "build_tiny_vae",
     "build_tiny_wan", "build_tiny_wan_blocks", "build_wan21_vae", "current_host_version",
     "flux_vae_state_dict", "host_video_vaes", "hunyuan_video_vae_state_dict", "load_tiny_dit",
-    "ltxv_vae", "register_models_dir", "small_wan_vae", "supported_builders", "tiny_dit_config",
-    "tiny_wan_conditioning", "wan22_vae_state_dict",
+    "ltxv_sized_by_config", "ltxv_vae", "register_models_dir", "small_wan_vae", "supported_builders",
+    "tiny_dit_config", "tiny_wan_conditioning", "wan22_vae_state_dict",
 ]  # fmt: skip
 
 

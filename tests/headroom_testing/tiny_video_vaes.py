@@ -145,6 +145,15 @@ def hunyuan_video_vae_state_dict(
     return _init_state_dict(model, seed, dtype)
 
 
+def ltxv_sized_by_config() -> bool:
+    """Whether the host's LTXV VideoVAE reads ``decoder_base_channels`` (0.18+, LTX-2's hosts)."""
+    import inspect
+
+    from comfy.ldm.lightricks.vae.causal_video_autoencoder import VideoVAE
+
+    return "decoder_base_channels" in inspect.getsource(VideoVAE.__init__)
+
+
 def ltxv_vae(
     config: str | int = "0.9.1", seed: int = 0, dtype: torch.dtype = torch.float32
 ) -> tuple[dict, dict]:

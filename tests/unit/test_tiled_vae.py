@@ -10,7 +10,12 @@ from torch import nn
 
 from comfyui_headroom.memory.tiled_vae import DecodeOptions, Unsupported
 from comfyui_headroom.memory.tiled_vae.budget import activation_budget
-from comfyui_headroom.memory.tiled_vae.groupnorm import StatsMerger, apply_group_norm, kernel_stats
+from comfyui_headroom.memory.tiled_vae.groupnorm import (
+    StatsMerger,
+    apply_group_norm,
+    kernel_stats,
+    segment_stats,
+)
 from comfyui_headroom.memory.tiled_vae.layout import Layout, StageGeometry, frame_counts, run_with_oom_retry
 from comfyui_headroom.memory.tiled_vae.ltxv import apply_norm, whole_mean
 from comfyui_headroom.memory.tiled_vae.runtime import MIN_TILE, DecodeReport, tile_for_budget
@@ -328,3 +333,28 @@ def test_wan_chunks_follow_the_hosts_decode() -> None:
     assert host_chunks(1, paired=True) == [(0, 1)]
     assert host_chunks(3, paired=True) == [(0, 1), (1, 3)]
     assert host_chunks(4, paired=True) == [(0, 1), (1, 3), (3, 4)]
+
+
+def test_group_norm_per_run_of_frames_is_the_norm_of_each_run() -> None:
+    """The 0.18+ core's HunyuanVideo normalises each run of frames on its own: statistics per run, spread
+    to its frames, applied to a crop of frames, give each run's own GroupNorm bitwise; the float64 merge
+    of the crops' cores agrees; whole-clip statistics do not."""
+    x = torch.randn(1, 8, 7, 5, 6, generator=torch.Generator().manual_seed(3))
+    x[:, :, 3:] = x[:, :, 3:] * 3 + 2  # runs with other statistics
+    weight, bias = torch.randn(8), torch.randn(8)
+    runs = [(0, 1), (1, 3), (3, 7)]
+    want = torch.cat([F.group_norm(x[:, :, a:b], 4, weight, bias, 1e-6) for a, b in runs], 2)
+    stats = segment_stats(x, 4, 1e-6, runs)
+    assert stats.mean.shape == (1, 4, 7)
+    got = torch.cat(
+        [apply_group_norm(x[:, :, a:b], stats.frames(a, b), weight, bias, True) for a, b in [(0, 2), (2, 7)]],
+        2,
+    )
+    assert torch.equal(got, want)
+    merger = StatsMerger(1, 4, "cpu", runs)
+    merger.add(x[:, :, :2], 0)
+    merger.add(x[:, :, 2:], 2)
+    merged = apply_group_norm(x, merger.stats(1e-6), weight, bias, False)
+    assert (merged - want).abs().max().item() < 1e-5
+    whole = apply_group_norm(x, segment_stats(x, 4, 1e-6, None), weight, bias, True)
+    assert (whole - want).abs().max().item() > 0.1
