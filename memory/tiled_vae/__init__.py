@@ -28,14 +28,50 @@ from .tiles import Unsupported
 from .wan import WanTiledDecoder
 
 __all__ = [
-    "DecodeOptions", "DecodeReport", "KLTiledDecoder", "LTXVTiledDecoder", "Unsupported", "WanTiledDecoder",
-    "make_tiled_decoder",
+    "HOST_DECODED", "DecodeOptions", "DecodeReport", "KLTiledDecoder", "LTXVTiledDecoder", "Unsupported",
+    "WanTiledDecoder", "host_decoded", "make_tiled_decoder",
 ]  # fmt: skip
 TiledDecoder = KLTiledDecoder | WanTiledDecoder | LTXVTiledDecoder
 
 
+# VAEs the host decodes, and why (docs/tiled-vae.md lists them): by the class of the first_stage_model.
+HOST_DECODED = {
+    "CausalDiffusionVAE": (
+        "LTX 2.4's diffusion decoder: its 32 neighbourhood-attention blocks (windows 3x7x7 to 11x11x11) "
+        "widen what a pixel depends on to about 31 latent pixels (1000 output pixels) on every side, so "
+        "an exact tile would hold most of the frame; nothing to save by tiling it"
+    ),
+    "MiniMaxH3VideoVAE": (
+        "MiniMax H3's transformer decoder attends across every token of a chunk, and the host's decode "
+        "already runs it in 256 px tiles and 17-frame chunks blended at their overlaps: that blend is "
+        "the decode's defined output, which only the host's own tiling reproduces"
+    ),
+    "MageVAE": "Mage-VAE's one-step diffusion decoder: not analysed for an exact split yet",
+}
+# The decoder classes of first_stage_models of another class (AutoencodingEngine) the host decodes.
+HOST_DECODED_DECODERS = {
+    "comfy.ldm.hunyuan_video.vae_refiner.Decoder": (
+        "HunyuanVideo 1.5's VAE (32 channels): its pixel-shuffle up path is not taught to the tiled "
+        "engines yet"
+    ),
+}
+
+
+def host_decoded(model: nn.Module | None) -> str | None:
+    """Why the host decodes ``model`` itself, for the VAEs known to need it; None for the others."""
+    reason = HOST_DECODED.get(type(model).__name__)
+    if reason is None:
+        decoder = getattr(model, "decoder", None)
+        reason = HOST_DECODED_DECODERS.get(f"{type(decoder).__module__}.{type(decoder).__name__}")
+    return reason
+
+
 def make_tiled_decoder(model: nn.Module, options: DecodeOptions) -> TiledDecoder:
-    """The tiled engine for ``model`` (a host VAE's first_stage_model), or Unsupported."""
+    """The tiled engine for ``model`` (a host VAE's first_stage_model), or Unsupported (with the reason
+    first for the VAEs the host decodes by design: ``HOST_DECODED``)."""
+    known = host_decoded(model)
+    if known is not None:
+        raise Unsupported(known)
     reasons = []
     for engine in (KLTiledDecoder, WanTiledDecoder, LTXVTiledDecoder):
         try:

@@ -358,3 +358,20 @@ def test_group_norm_per_run_of_frames_is_the_norm_of_each_run() -> None:
     assert (merged - want).abs().max().item() < 1e-5
     whole = apply_group_norm(x, segment_stats(x, 4, 1e-6, None), weight, bias, True)
     assert (whole - want).abs().max().item() > 0.1
+
+
+def test_the_vaes_the_host_decodes_are_refused_with_their_reason() -> None:
+    """LTX 2.4's diffusion decoder, MiniMax H3 and HunyuanVideo 1.5 (by its decoder's class): Unsupported
+    up front, the reason naming the family, whatever else the module looks like."""
+    from comfyui_headroom.memory.tiled_vae import make_tiled_decoder
+
+    options = DecodeOptions(torch.device("cpu"), torch.float32)
+    for name, words in (("CausalDiffusionVAE", "LTX 2.4"), ("MiniMaxH3VideoVAE", "MiniMax H3")):
+        model = type(name, (nn.Module,), {})()
+        with pytest.raises(Unsupported, match=words):
+            make_tiled_decoder(model, options)
+    decoder = type("Decoder", (nn.Module,), {"__module__": "comfy.ldm.hunyuan_video.vae_refiner"})()
+    engine = nn.Module()
+    engine.decoder = decoder
+    with pytest.raises(Unsupported, match="HunyuanVideo 1.5"):
+        make_tiled_decoder(engine, options)
