@@ -320,6 +320,8 @@ LORAS: list[tuple[str, str, int, Recipe]] = [
 # is the fact the plan has without the file; the header decides once the file is there):
 # file name -> (family, why). Their size is the one their template's note states.
 FAMILY_FACTS: dict[str, tuple[str, str]] = {
+    "svd_xt.safetensors": ("svd", "Stable Video Diffusion XT (the host's SVD_img2vid)"),
+    "svd.safetensors": ("svd", "Stable Video Diffusion (the host's SVD_img2vid)"),
     **{
         name: ("minimax_h3", "MiniMax H3 DiT, pruned (the host's MiniMaxH3)")
         for name in (

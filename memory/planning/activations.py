@@ -81,6 +81,8 @@ DIFFUSION: dict[str, DiffusionSpec] = {
     "z_image": DiffusionSpec(2.8, "0.33 supported_models.py:1202-1204"),
     "kandinsky5": DiffusionSpec(1.25, "0.33 supported_models.py:2137-2149", temporal=4),
     "minimax_h3": DiffusionSpec(0.114, "0.33 supported_models.py:960-973", 16, 4),
+    # Stable Video Diffusion: the frames are the batch of one call (one latent per frame)
+    "svd": DiffusionSpec(2.0, "0.33 supported_models_base.py:49 (SVD_img2vid keeps the default)", temporal=1),
     "hidream_o1": DiffusionSpec(0.033, "0.33 supported_models.py:1679-1690 (pixel space)", spatial=1),
 }
 # Measured peak of one call at batch 1: bytes = a * latent cells + b, per compute dtype ("bf16" also for
