@@ -485,6 +485,7 @@ ARCHS: dict[str, Callable[[Path], torch.nn.Module]] = {
     "ltxav_19b": dit(LTXAV_19B),
     "wan21_humo_14b": dit(wan(*WAN_14B, in_dim=36, model_type="humo")),
     "wan22_animate_14b": dit(wan(*WAN_14B, in_dim=36, model_type="animate")),
+    "wan_animate2_14b": dit(wan(*WAN_14B, in_dim=36, model_type="animate2")),
     "rt_detr_v4": dit({"image_model": "RT_DETR_v4", "enc_h": 384}),  # the X model: encoder width 384
     "kandinsky5_image_lite": dit(KANDINSKY5_IMAGE),
     # HiDream-O1: model_detection.py gives no config, the class's defaults are the release's (8.06B)

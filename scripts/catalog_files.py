@@ -259,6 +259,8 @@ FILES: list[tuple[str, str, list[Part]]] = [
     ("humo_17B_fp16.safetensors", DM, single("wan21_humo_14b", FP16)),
     ("Wan2_1-HuMo-17B_fp8_e4m3fn.safetensors", DM, single("wan21_humo_14b", FP8)),
     ("wan2.2_animate_14B_bf16.safetensors", DM, single("wan22_animate_14b", BF16)),
+    ("wan_animate_2_int8_convrot.safetensors", DM, single("wan_animate2_14b", INT8)),
+    ("wan_animate_2_distill_int8_convrot.safetensors", DM, single("wan_animate2_14b", INT8)),
     ("Wan2_2-Animate-14B_fp8_e4m3fn_scaled_KJ.safetensors", DM, single("wan22_animate_14b", FP8_SCALED)),
     ("kandinsky5lite_t2i.safetensors", DM, single("kandinsky5_image_lite", BF16)),
     # Qwen-Image Edit 2509/2511 in comfy-kitchen int8 (the 20B Qwen-Image layers), Chroma in fp8
