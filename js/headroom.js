@@ -4,12 +4,12 @@
 // node badges): nothing is injected into the host's own menus, so it works with either node renderer.
 import { app } from "../../scripts/app.js";
 import { api } from "../../scripts/api.js";
-import { ComfyWidgets } from "../../scripts/widgets.js";
 import { BadgeStore } from "./lib/badges.js";
 import { freeVram } from "./lib/free.js";
 import { Latest, coalesce, liveReport } from "./lib/live.js";
+import { FitStore, fitAnswer } from "./lib/fit.js";
 import { EVENTS, ROUTES, route } from "./lib/names.js";
-import { TEXT_NODES, addTextWidget, showText } from "./lib/nodetext.js";
+import { TEXT_NODES, TextStore, addTextWidget, messageText, showText } from "./lib/nodetext.js";
 import { hostSettingsToast, preflightToast } from "./lib/preflight.js";
 import { ramBudgetToast, ramBudgetValue } from "./lib/ram.js";
 import { SampleHistory, dueForRedraw } from "./lib/samples.js";
@@ -19,11 +19,20 @@ const RATE = "Headroom.Monitor.RefreshRate";
 const BADGES = "Headroom.Monitor.Badges";
 const TOASTS = "Headroom.Monitor.PreflightToasts";
 const RAM_BUDGET = "Headroom.RamBudget";
+// The Vue node renderer draws a node's badges in a computed that tracks only reactive state: the badge
+// function reads this hidden setting (the settings store is reactive), and a new value after node
+// records makes every Vue node read its badge again. The classic canvas redraws anyway.
+const BADGE_REVISION = "Headroom.Monitor.BadgeRevision";
+const RAM_BUDGET_SETTLE_MS = 1200; // the text setting reports every keystroke: send what the user stopped at
+const workflowKey = () => app.graph?.id ?? "";
 
 // One state for the page; exposed on window for debugging and for the browser test.
 const state = {
   history: new SampleHistory({ maxAge: 600 }),
-  badges: new BadgeStore(() => app.graph?.id ?? ""), // keyed by the workflow on screen (the graph's id)
+  badges: new BadgeStore(workflowKey), // keyed by the workflow on screen (the graph's id)
+  fits: new FitStore(workflowKey), // each workflow's last "will it fit?" answer or preflight verdict
+  reportsByWorkflow: new Map(), // each workflow's last report: the timeline shows the open workflow's
+  noLedger: new Set(), // prompts the RAM guard did not measure (asked once, then not again)
   monitor: null,
   timeline: null,
   report: null,
@@ -36,6 +45,24 @@ const state = {
   ramSent: null, // the setting's value the server has (sent again after a reconnect)
 };
 window.headroom = state;
+state.texts = new TextStore();
+
+// The text nodes' last texts back on the open workflow's nodes (after a tab switch, an F5, a renderer
+// toggle); a node that has its text already keeps it.
+function restoreTexts() {
+  for (const node of app.graph?.nodes ?? []) {
+    if (!TEXT_NODES.has(node.comfyClass)) continue;
+    const text = state.texts.load(workflowKey(), node);
+    if (text !== null) showText(node, { text: [text] });
+  }
+}
+state.restoreTexts = restoreTexts;
+let renderer = null; // the node renderer last seen: a toggle builds the nodes' text boxes again
+function watchRenderer() {
+  const now = setting("Comfy.VueNodes.Enabled", false);
+  if (renderer !== null && now !== renderer) setTimeout(restoreTexts, 500);
+  renderer = now;
+}
 state.refresh = () => fetchStatus(); // the sidebar's unload button refreshes the numbers after it
 
 function setting(id, fallback) {
@@ -53,7 +80,7 @@ function redraw(force = false) {
   const now = Date.now();
   if (!force && !dueForRedraw(state.lastDraw, now, refreshSeconds())) return;
   state.lastDraw = now;
-  state.monitor?.draw(state.history, state.badges, state.info);
+  state.monitor?.draw(state.history, state.badges, state.info, state.fits.get());
 }
 
 async function fetchStatus() {
@@ -71,27 +98,42 @@ async function fetchStatus() {
   }
 }
 
-// The RAM guard's per-node ledger of a prompt; null where the guard did not run (404) or failed.
-async function loadRam(promptId) {
+// The RAM guard's per-node ledger of a prompt; null where the guard did not run or failed. The guard
+// measures planned prompts only: an unplanned one is not asked (each 404 is a red line in the console).
+async function loadRam(promptId, report) {
+  if (!report?.plan || state.noLedger.has(promptId)) return null;
   try {
     const response = await api.fetchApi(route("ram", promptId));
+    if (response.status === 404) state.noLedger.add(promptId);
     return response.ok ? await response.json() : null;
   } catch {
     return null;
   }
 }
 
+// The workflow a report belongs to: the one it was queued from, else (a script's prompt) the open one.
+const reportWorkflow = (report) => report?.workflow_id ?? workflowKey();
+
+// The timeline shows the open workflow's last run, or says it has none (never another tab's run).
+function showTimeline() {
+  state.report = state.reportsByWorkflow.get(String(workflowKey())) ?? null;
+  state.timeline?.draw(state.report);
+}
+
 async function loadReport(promptId) {
   if (!promptId) return;
   const ticket = state.reports.next();
   try {
-    const [response, ram] = await Promise.all([api.fetchApi(route("report", promptId)), loadRam(promptId)]);
+    const response = await api.fetchApi(route("report", promptId));
     if (!response.ok) return;
     const report = await response.json();
-    report.ram = ram;
+    report.ram = await loadRam(promptId, report);
     if (!state.reports.accept(ticket)) return; // a later request was shown already
-    state.report = liveReport(report, state.running);
-    state.timeline?.draw(state.report);
+    const key = String(reportWorkflow(report));
+    state.reportsByWorkflow.delete(key); // re-inserted last: the oldest workflow is dropped first
+    state.reportsByWorkflow.set(key, liveReport(report, state.running));
+    while (state.reportsByWorkflow.size > 32) state.reportsByWorkflow.delete(state.reportsByWorkflow.keys().next().value);
+    showTimeline();
   } catch (error) {
     console.warn("Headroom: report failed", error);
   }
@@ -110,8 +152,9 @@ async function restoreRuns() {
     const { runs } = await response.json();
     state.badges.restore(runs);
     app.graph?.setDirtyCanvas(true, false);
+    bumpBadges();
     redraw(true);
-    if (!state.report && !state.running && runs.length) await loadReport(runs[runs.length - 1].prompt_id);
+    if (!state.running) await loadOpenWorkflowReport();
   } catch (error) {
     console.warn("Headroom: restoring the last runs failed", error);
   }
@@ -135,6 +178,42 @@ async function memoryHistory(download) {
     console.warn("Headroom: memory history failed", error);
   }
 }
+
+// After a reload or a switch of workflow: the open workflow's last run in the timeline, fetched once.
+async function loadOpenWorkflowReport() {
+  const key = String(workflowKey());
+  const promptId = state.badges.workflows.get(key)?.promptId;
+  if (promptId && state.reportsByWorkflow.get(key)?.prompt_id !== promptId) await loadReport(promptId);
+  else showTimeline();
+}
+
+// "Will it fit?": the open workflow's prompt planned on the server's card, without queueing it. The
+// answer is a toast, and stays in the sidebar with its workflow until the next check or run.
+async function checkFit() {
+  const key = workflowKey();
+  let answer;
+  try {
+    const { output } = await app.graphToPrompt();
+    const response = await api.fetchApi(ROUTES.fit, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ prompt: output }),
+    });
+    const body = await response.json().catch(() => ({}));
+    answer = fitAnswer(response.ok ? body : { error: body?.error ?? `HTTP ${response.status}` }, "check", app);
+  } catch (error) {
+    answer = fitAnswer({ error: String(error?.message ?? error) }, "check", app);
+  }
+  state.fits.set(answer, key);
+  if (answer.nodes?.length) state.toasts.push(answer);
+  app.extensionManager?.toast?.add(toastOf(answer));
+  redraw(true);
+  return answer;
+}
+state.checkFit = checkFit;
+
+// What the host's toast takes (the extra fields stay ours).
+const toastOf = (a) => ({ severity: a.severity, summary: a.summary, detail: a.detail, life: a.life });
 
 // The RAM budget setting reaches the server (the page sends it at load, on a change and after a
 // reconnect: the server keeps it in memory only). A refused value is said in a toast; that
@@ -160,7 +239,13 @@ async function sendRamBudget(setValue, { force = false, changed = false } = {}) 
   }
 }
 
+const bumpBadges = coalesce(() => {
+  if (setting("Comfy.VueNodes.Enabled", false) !== true) return;
+  app.extensionManager?.setting?.set(BADGE_REVISION, (Number(setting(BADGE_REVISION, 0)) + 1) % 1e6);
+}, 500);
+
 function badgeFor(node) {
+  setting(BADGE_REVISION, 0); // read for the Vue renderer's tracking (see BADGE_REVISION)
   // Inside a subgraph, ids repeat the root graph's (the server reports "12:5"): no badge rather than a wrong one.
   const inSubgraph = node.graph && app.graph && node.graph !== app.graph;
   const text = setting(BADGES, true) && !inSubgraph ? state.badges.text(node.id, undefined, node.comfyClass ?? node.type) : "";
@@ -171,6 +256,7 @@ function badgeFor(node) {
 // arrives unheard (the frontend warns "Unknown message type" for those).
 function listen() {
   api.addEventListener(EVENTS.sample, ({ detail }) => {
+    watchRenderer();
     if (refreshSeconds() <= 0) return;
     state.history.push(detail);
     redraw();
@@ -178,8 +264,19 @@ function listen() {
   api.addEventListener(EVENTS.node, ({ detail }) => {
     state.badges.add(detail);
     app.graph?.setDirtyCanvas(true, false);
+    bumpBadges();
     redraw(true);
     loadLiveReport(detail?.prompt_id);
+  });
+  // A Stream Model or Stream CLIP node's text: what its model streamed, when the node that ran it ended
+  api.addEventListener(EVENTS.node_text, ({ detail }) => {
+    if (!detail?.node || typeof detail.text !== "string") return;
+    const workflowId = detail.workflow_id ?? workflowKey();
+    if (String(workflowId) !== String(workflowKey())) return; // another workflow's run: not its nodes
+    const node = app.graph?.getNodeById?.(Number(detail.node)) ?? app.graph?.getNodeById?.(detail.node);
+    if (!node || !TEXT_NODES.has(node.comfyClass)) return;
+    showText(node, { text: [detail.text] });
+    state.texts.save(workflowId, node, detail.text);
   });
   api.addEventListener(EVENTS.residency, ({ detail }) => loadLiveReport(detail?.prompt_id));
   api.addEventListener("execution_start", ({ detail }) => {
@@ -189,11 +286,14 @@ function listen() {
   api.addEventListener(EVENTS.preflight, ({ detail }) => {
     const tip = hostSettingsToast(detail); // the host's own settings that fit this workflow better
     if (tip && setting(TOASTS, true)) app.extensionManager?.toast?.add(tip);
+    // the verdict of the workflow just queued (the open one) stays in the sidebar until the next check
+    if (detail?.fits === true || detail?.fits === false) state.fits.set(fitAnswer({ verdict: detail }, "run", app));
+    redraw(true);
     const toast = preflightToast(detail);
     if (!toast || !setting(TOASTS, true)) return;
     state.toasts.push(toast);
     if (state.toasts.length > 20) state.toasts.shift(); // kept for the browser test and debugging
-    app.extensionManager?.toast?.add(toast);
+    app.extensionManager?.toast?.add(toastOf(toast));
   });
   for (const event of ["execution_success", "execution_error", "execution_interrupted"]) {
     api.addEventListener(event, ({ detail }) => {
@@ -233,6 +333,7 @@ app.registerExtension({
       defaultValue: true,
       onChange: () => app.graph?.setDirtyCanvas(true, false),
     },
+    { id: BADGE_REVISION, name: "Headroom badge revision (internal)", type: "hidden", defaultValue: 0 },
     {
       id: TOASTS,
       name: "Warn before a run that will run out of VRAM",
@@ -248,10 +349,15 @@ app.registerExtension({
       defaultValue: "auto",
       tooltip: "The most system RAM (anonymous + pinned) ComfyUI may hold: Headroom moves idle models to disk (memory-mapped) to stay within it. auto: what the machine leaves free. HEADROOM_RAM_BUDGET on the server wins over this setting.",
       // the frontend also calls it once with the stored value when the setting is registered (no old value)
-      onChange: (value, old) => sendRamBudget(value, { changed: old !== undefined }),
+      onChange: (value, old) => {
+        clearTimeout(state.ramTimer);
+        if (old === undefined) return void sendRamBudget(value); // the stored value, once at load
+        state.ramTimer = setTimeout(() => sendRamBudget(value, { changed: true }), RAM_BUDGET_SETTLE_MS);
+      },
     },
   ],
   commands: [
+    { id: "Headroom.CheckFit", label: "Will it fit? (check the open workflow on this card)", icon: "pi pi-check-circle", function: () => checkFit() },
     { id: "Headroom.FreeVRAM", label: "Free VRAM (unload models)", icon: "pi pi-eraser", function: () => freeVram({ api, app, after: fetchStatus }) },
     { id: "Headroom.RecordMemoryHistory", label: "Record the CUDA memory history of the next prompt", icon: "pi pi-history", function: () => memoryHistory(false) },
     { id: "Headroom.DownloadMemoryHistory", label: "Download the last CUDA memory history (for pytorch.org/memory_viz)", icon: "pi pi-download", function: () => memoryHistory(true) },
@@ -266,7 +372,7 @@ app.registerExtension({
         const url = (promptId, format) =>
           api.apiURL(`${route("report", promptId)}?format=${format}`);
         state.timeline = new TimelinePanel(element, url);
-        state.timeline.draw(state.report);
+        showTimeline();
       },
     },
   ],
@@ -278,7 +384,7 @@ app.registerExtension({
       tooltip: "Headroom memory monitor",
       type: "custom",
       render: (element) => {
-        state.monitor = new MonitorPanel(element);
+        state.monitor = new MonitorPanel(element, { checkFit });
         fetchStatus();
       },
     });
@@ -287,7 +393,10 @@ app.registerExtension({
     sendRamBudget(setting(RAM_BUDGET, "auto"));
   },
   afterConfigureGraph() {
-    redraw(true); // another workflow: the sidebar lists its own last run
+    bumpBadges(); // the Vue nodes of the workflow just opened read their badges again
+    redraw(true); // another workflow: the sidebar lists its own last run and its own verdict
+    loadOpenWorkflowReport(); // and the timeline its own last run
+    setTimeout(restoreTexts, 0); // and the text nodes their last text (after the nodes are on screen)
   },
   beforeRegisterNodeDef(nodeType, nodeData) {
     if (!TEXT_NODES.has(nodeData?.name)) return;
@@ -295,10 +404,12 @@ app.registerExtension({
     nodeType.prototype.onExecuted = function (output) {
       onExecuted?.apply(this, arguments);
       showText(this, output);
+      const text = messageText(output);
+      if (text !== null) state.texts.save(workflowKey(), this, text);
     };
   },
   nodeCreated(node) {
-    if (TEXT_NODES.has(node.comfyClass)) addTextWidget(node, ComfyWidgets.STRING, app);
+    if (TEXT_NODES.has(node.comfyClass)) addTextWidget(node);
     if (!window.LGraphBadge || !Array.isArray(node.badges)) return;
     const badge = () => badgeFor(node);
     badge.headroom = true;

@@ -46,12 +46,37 @@ export function nodeLink(id, classType, app = globalThis.app) {
   });
 }
 
+// Our buttons' own look: the host's button classes differ between frontends (PrimeVue's p-button up to
+// 1.5x, none by 1.58), and an unstyled native button looks broken in a dark theme.
+export const BUTTON_STYLE = {
+  padding: "3px 10px", fontSize: "12px", borderRadius: "6px", border: "1px solid rgba(127, 127, 127, 0.45)",
+  background: "rgba(127, 127, 127, 0.15)", color: "inherit", cursor: "pointer", font: "inherit",
+};
+
 const PANEL_STYLE = { padding: "8px", fontSize: "12px", display: "flex", flexDirection: "column", gap: "8px" };
 
 /** The sidebar tab: live numbers, the chart of the last minutes, and the last run's per-node peaks. */
 export class MonitorPanel {
-  constructor(root) {
+  constructor(root, { checkFit } = {}) {
     this.root = root;
+    // "Will it fit?": the open workflow checked on the server's card; the answer (or the last run's
+    // preflight) stays below the button, with the workflow it belongs to
+    this.fitButton = el("button", {
+      className: "headroom-check-fit p-button p-button-sm",
+      type: "button",
+      textContent: "Will it fit?",
+      title: "Check the open workflow on this server's card before pressing Run (nothing is queued)",
+      style: { ...BUTTON_STYLE, alignSelf: "flex-start", background: "#1e88e5", borderColor: "#1e88e5", color: "#fff" },
+      onclick: async () => {
+        this.fitButton.disabled = true;
+        try {
+          await checkFit?.();
+        } finally {
+          this.fitButton.disabled = false;
+        }
+      },
+    });
+    this.fit = el("div", { className: "headroom-fit" });
     this.numbers = el("div", { className: "headroom-numbers" });
     this.chart = el("div", { className: "headroom-chart" });
     this.legend = el("div", { className: "headroom-legend", style: { display: "flex", flexWrap: "wrap", gap: "6px" } });
@@ -63,7 +88,7 @@ export class MonitorPanel {
       type: "button",
       textContent: "Unload models (free VRAM)",
       title: "Unload every model and free the memory the host caches (Alt+Shift+F)",
-      style: { alignSelf: "flex-start", padding: "2px 8px", fontSize: "12px" },
+      style: { ...BUTTON_STYLE, alignSelf: "flex-start" },
       onclick: async () => {
         this.free.disabled = true;
         try {
@@ -75,12 +100,13 @@ export class MonitorPanel {
     });
     root.replaceChildren(
       el("div", { className: "headroom-monitor", style: PANEL_STYLE },
-        el("strong", { textContent: "Headroom memory" }), this.numbers, this.free, this.chart, this.legend, this.status, this.nodes),
+        el("strong", { textContent: "Headroom" }), this.fitButton, this.fit, this.numbers, this.free, this.chart, this.legend, this.status, this.nodes),
     );
   }
 
-  draw(history, badges, info = "") {
+  draw(history, badges, info = "", check = null) {
     if (!this.root.isConnected) return; // the sidebar tab is closed: nothing to draw into
+    this.drawFit(check);
     const latest = history.latest();
     const box = this.root.querySelector(".headroom-monitor");
     box.dataset.samples = String(history.length);
@@ -104,8 +130,35 @@ export class MonitorPanel {
     const records = [...badges.records.values()];
     this.nodes.replaceChildren(
       ...(records.length ? [el("strong", { textContent: "Last run, per node" })] : []),
-      ...records.map((r) => el("div", { className: "headroom-node-row", dataset: { node: String(r.node) } },
-        nodeLink(r.node, r.class_type), `: ${badges.text(r.node)}`)),
+      ...records.map((r) => {
+        const text = badges.text(r.node) || (r.status === "cached" ? "cached" : "");
+        return el("div", { className: "headroom-node-row", dataset: { node: String(r.node) } },
+          nodeLink(r.node, r.class_type), text ? `: ${text}` : "");
+      }),
+    );
+  }
+
+  /** The open workflow's last verdict: fits (green), will run out (red or amber, with links to the
+   * nodes it names), or could not check; nothing before the first check or run. */
+  drawFit(check) {
+    if (!check) {
+      this.fit.replaceChildren();
+      this.fit.dataset.fits = "";
+      return;
+    }
+    const colour = check.fits === true ? "#43a047" : check.fits === false ? (check.severity === "error" ? "#e53935" : "#fb8c00") : "#9e9e9e";
+    const when = check.source === "run" ? "when queued" : "checked";
+    const at = new Date(check.at ?? Date.now()).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    this.fit.dataset.fits = String(check.fits);
+    this.fit.replaceChildren(
+      el("div", { style: { borderLeft: `3px solid ${colour}`, paddingLeft: "6px", display: "flex", flexDirection: "column", gap: "4px" } },
+        el("div", { className: "headroom-fit-text", textContent: check.text, style: { fontWeight: "600" } }),
+        check.fits === false && check.detail ? el("div", { className: "headroom-fit-detail", textContent: check.detail, style: { opacity: "0.85" } }) : null,
+        check.nodes?.length
+          ? el("div", { className: "headroom-fit-links", style: { display: "flex", flexWrap: "wrap", gap: "6px" } },
+            ...check.nodes.map((n) => nodeLink(n.id, n.classType)))
+          : null,
+        el("div", { textContent: `${when} at ${at}`, style: { opacity: "0.6", fontSize: "11px" } })),
     );
   }
 
@@ -176,7 +229,7 @@ export class TimelinePanel {
     const head = el("tr", {}, ...["node", "class", "time", "state", "VRAM (actual / planned)", "RSS peak", "RAM at end (actual / predicted)", "placements (plan)", "residency events"]
       .map((h) => el("th", { textContent: h, style: { textAlign: "left", padding: "2px 6px" } })));
     table.append(head);
-    const colour = { ok: "#43a047", over: "#e53935", unplanned: "#8e24aa", skipped: "#9e9e9e", error: "#e53935" };
+    const colour = { ok: "#43a047", over: "#e53935", unplanned: "#8e24aa", skipped: "#9e9e9e", error: "#e53935", running: "#1e88e5", pending: "#9e9e9e", cached: "#9e9e9e" };
     for (const r of rows) {
       const bars = el("div", { style: { position: "relative", height: "14px", minWidth: "160px", marginRight: "10px" } },
         el("div", { title: `planned ${formatBytes(r.planned)}`, style: { position: "absolute", top: "0", height: "6px", width: `${(r.plannedFrac * 100).toFixed(1)}%`, background: "#7e57c2" } }),
@@ -191,7 +244,7 @@ export class TimelinePanel {
         ramCell(m),
         el("td", { textContent: r.placements || "–", title: r.reasons }), el("td", { textContent: r.events || "–" })));
     }
-    this.box.replaceChildren(header, rows.length ? table : el("div", { textContent: "Run a workflow to see what was planned and what happened." }));
+    this.box.replaceChildren(header, rows.length ? table : el("div", { className: "headroom-timeline-empty", textContent: "No run of this workflow yet. Press Run to see, per node, what was planned and what happened (“Will it fit?” in the Headroom sidebar checks it first)." }));
     this.box.dataset.rows = String(rows.length);
   }
 }

@@ -25,8 +25,10 @@ EVENTS: dict[str, str] = {
     "node": "headroom.node",
     "preflight": "headroom.preflight",
     "residency": "headroom.residency",
+    "node_text": "headroom.node_text",
 }
-# Routes, as aiohttp patterns: all read-only but ram_budget (POST: the frontend's RAM budget setting).
+# Routes, as aiohttp patterns: all read-only but ram_budget (POST: the frontend's RAM budget setting) and
+# fit (POST: plan the open workflow's prompt without queueing it).
 ROUTES: dict[str, str] = {
     "status": "/headroom/status",
     "plan": "/headroom/plan/{prompt_id}",
@@ -39,4 +41,5 @@ ROUTES: dict[str, str] = {
     # next prompt, {"stop": true} to end a recording now; GET .../{prompt_id} the snapshot file
     "memory_history": "/headroom/memory_history",
     "memory_history_file": "/headroom/memory_history/{prompt_id}",
+    "fit": "/headroom/fit",
 }

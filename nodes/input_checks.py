@@ -127,6 +127,24 @@ def check_pairing(files: dict[str, tuple[str, Path]], infos: dict[str, list[Any]
         )
 
 
+# What the OS says when it cannot map or allocate a file's pages: Linux's ENOMEM ("unable to mmap …
+# Cannot allocate memory (12)"), Windows' page file error 1455, "not enough memory": the machine's RAM.
+_MACHINE_MEMORY = (
+    "cannot allocate memory", "unable to mmap", "mmap failed", "error 1455", "paging file",
+    "not enough memory", "defaultcpuallocator: can't allocate", "std::bad_alloc",
+)  # fmt: skip
+
+
+def _memory_message(input_name: str, path: Path, exc: BaseException) -> str:
+    detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+    return (
+        f"Offload Loader: input {input_name}: the machine ran out of memory to map or load {path.name} "
+        f"({type(exc).__name__}: {detail}). The file is fine: free RAM (close other programs), on Windows "
+        "enlarge the page file (System > Advanced > Performance > Virtual memory), or set this model's "
+        "residency to disk so that it is read in parts"
+    )
+
+
 @contextlib.contextmanager
 def loading(input_name: str, path: Path, infos: list[Any]) -> Iterator[None]:
     """The host's own load errors, named: a file whose architecture the host builds differently (another
@@ -134,6 +152,12 @@ def loading(input_name: str, path: Path, infos: list[Any]) -> Iterator[None]:
     try:
         yield
     except OffloadError:
+        raise
+    except MemoryError as exc:
+        raise OffloadError(_memory_message(input_name, path, exc)) from exc
+    except OSError as exc:  # Windows' page file error; any other OS error is no mismatch either
+        if any(marker in str(exc).lower() for marker in _MACHINE_MEMORY):
+            raise OffloadError(_memory_message(input_name, path, exc)) from exc
         raise
     except (
         RuntimeError,
@@ -144,8 +168,11 @@ def loading(input_name: str, path: Path, infos: list[Any]) -> Iterator[None]:
         IndexError,
         NotImplementedError,
     ) as exc:
-        if "out of memory" in str(exc).lower():
+        text = str(exc).lower()
+        if "out of memory" in text:
             raise
+        if any(marker in text for marker in _MACHINE_MEMORY):
+            raise OffloadError(_memory_message(input_name, path, exc)) from exc
         families = ", ".join(f"{i.kind} {i.family}" for i in infos if i.family) or "an unknown model"
         lines = [line.strip() for line in str(exc).strip().splitlines()] or [type(exc).__name__]
         detail = next((line for line in lines if line.startswith("size mismatch")), lines[0])[:300]

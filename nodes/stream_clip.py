@@ -23,6 +23,7 @@ class HeadroomStreamCLIP(StreamNode):
         "The text encoder(s) to stream, from any CLIP loader; LoRA nodes may come before this node",
     )
     RETURN_TYPES = ("CLIP",)
+    PER = "encode"
     OUTPUT_TOOLTIPS = ("The same text encoder, streaming its layers whenever a node encodes with it",)
 
     def stream(
@@ -32,7 +33,7 @@ class HeadroomStreamCLIP(StreamNode):
         prefetch: int = -1,
         resident_blocks: int = -1,
         pin_memory: bool = True,
-    ) -> tuple[Any]:
+    ) -> dict[str, Any]:
         return self._streamed(
             text_encoders.stream_clip, clip, vram_budget, prefetch, resident_blocks, pin_memory
         )

@@ -37,7 +37,7 @@ class HeadroomStreamModel(StreamNode):
         prefetch: int = -1,
         resident_blocks: int = -1,
         pin_memory: bool = True,
-    ) -> tuple[Any]:
+    ) -> dict[str, Any]:
         return self._streamed(
             sampling.stream_model, model, vram_budget, prefetch, resident_blocks, pin_memory
         )

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from ..memory.streaming import BudgetExceeded
 from .common import CATEGORY, parse_vram_budget, streaming_inputs, validate_vram_budget
-from .host import sampling
+from .host import node_text, sampling
 
 
 class StreamNode:
@@ -19,6 +19,7 @@ class StreamNode:
     TARGET: ClassVar[tuple[str, str, str]]
     CATEGORY = f"{CATEGORY}/sampling"
     FUNCTION = "stream"
+    PER: ClassVar[str] = "step"  # what one run of the streamed model is: a sampling step, an encode
 
     @classmethod
     def INPUT_TYPES(cls) -> dict[str, Any]:
@@ -38,7 +39,7 @@ class StreamNode:
         prefetch: int,
         resident_blocks: int,
         pin_memory: bool,
-    ) -> tuple[Any]:
+    ) -> dict[str, Any]:
         settings = sampling.StreamSettings(
             parse_vram_budget(vram_budget, self.DISPLAY_NAME),
             None if prefetch < 0 else prefetch,
@@ -46,7 +47,7 @@ class StreamNode:
             pin_memory,
         )
         try:
-            streamed, _ = make(target, settings)
+            streamed, stream = make(target, settings)
         except BudgetExceeded as exc:
             raise ValueError(
                 f"{self.DISPLAY_NAME}: input vram_budget {vram_budget!r}: {exc}. Raise vram_budget, use "
@@ -54,4 +55,12 @@ class StreamNode:
             ) from None
         except ValueError as exc:
             raise ValueError(f"{self.DISPLAY_NAME}: input {self.TARGET[0]}: {exc}") from None
-        return (streamed,)
+        node_text.own(stream, self.describe)
+        armed = "armed: streams when a node runs it; what it streamed shows here after that node"
+        return {"ui": {"text": [armed]}, "result": (streamed,)}
+
+    def describe(self, run: Any) -> str:
+        """What one run of the streamed model did, for the node: "streamed 40/48 blocks by Headroom,
+        9.1 GiB per step, from pinned RAM", why nothing streamed, or that everything fit."""
+        line = sampling.streamed_line(run.summary, per=self.PER)
+        return line or run.note or "everything fits: nothing streamed"

@@ -32,7 +32,11 @@ FLUX_TE = f"{HF}/comfyanonymous/flux_text_encoders/resolve/main"
 LUMINA = f"{HF}/Comfy-Org/Lumina_Image_2.0_Repackaged/resolve/main/split_files"
 WAN21 = f"{HF}/Comfy-Org/Wan_2.1_ComfyUI_repackaged/resolve/main/split_files"
 WAN22 = f"{HF}/Comfy-Org/Wan_2.2_ComfyUI_Repackaged/resolve/main/split_files"
+SDXL = f"{HF}/stabilityai/stable-diffusion-xl-base-1.0/resolve/main"
 MODEL_LINKS = {  # file name -> (models/ folder, url)
+    "sd_xl_base_1.0.safetensors": (
+        "checkpoints", f"{SDXL}/sd_xl_base_1.0.safetensors",
+    ),
     "flux1-dev.safetensors": ("diffusion_models", f"{FLUX}/flux1-dev.safetensors"),
     "ae.safetensors": ("vae", f"{LUMINA}/vae/ae.safetensors"),
     "clip_l.safetensors": ("text_encoders", f"{FLUX_TE}/clip_l.safetensors"),

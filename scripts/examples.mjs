@@ -23,8 +23,23 @@ try {
     if (mode === "measure") {
       await loadWorkflow(page, workflow, `${name}.json`);
       await closeDialogs(page); // the missing-models dialog: no model files on this server
-      result.sizes[name] = await page.evaluate(() => Object.fromEntries(
+      const classic = await page.evaluate(() => Object.fromEntries(
         window.app.graph.nodes.filter((n) => n.type !== "MarkdownNote").map((n) => [String(n.id), Array.from(n.computeSize())])));
+      // The Vue node renderer draws the same nodes taller (its own widgets): each node gets the larger of
+      // the two sizes, so an example laid out here overlaps in neither renderer.
+      await page.evaluate(() => window.app.extensionManager.setting.set("Comfy.VueNodes.Enabled", true));
+      await loadWorkflow(page, workflow, `${name}.json`);
+      await closeDialogs(page);
+      await page.waitForTimeout(1500);
+      const vue = await page.evaluate((title) => Object.fromEntries(
+        [...document.querySelectorAll("[data-node-id]")].map((el) => {
+          const r = el.getBoundingClientRect();
+          const scale = window.app.canvas.ds.scale || 1;
+          return [el.dataset.nodeId, [r.width / scale, r.height / scale - title]];
+        })), 30);
+      await page.evaluate(() => window.app.extensionManager.setting.set("Comfy.VueNodes.Enabled", false));
+      result.sizes[name] = Object.fromEntries(Object.entries(classic).map(([id, [w, h]]) =>
+        [id, [Math.ceil(Math.max(w, vue[id]?.[0] ?? 0)), Math.ceil(Math.max(h, vue[id]?.[1] ?? 0))]]));
     } else {
       // The graph's box (title bars and the source badges above them included), centred in a 4:3 frame.
       const pad = 24, above = 30 + 20;

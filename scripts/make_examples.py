@@ -25,6 +25,13 @@ from api_to_ui import MODEL_LINKS, convert  # noqa: E402
 
 # What each example does, and the budget the note quotes Headroom's plan for (the README's "try").
 ABOUT = {
+    "SDXL on an 8 GB card": (
+        "SDXL base text to image, 1024×1024, 25 steps: one 6.9 GB checkpoint and the stock nodes, with "
+        "Headroom's Tiled VAE Decode in place of VAE Decode (the decode is the step that needs the most "
+        "VRAM beside the model). Press **Will it fit?** in the Headroom sidebar before Run.",
+        "8GB",
+        "16GB",
+    ),
     "Flux Dev text to image": (
         "Flux-dev text to image, 1024×1024, 20 steps, with ComfyUI's stock loaders (UNET, T5-XXL + "
         "CLIP-L, VAE) and KSampler. Nothing to set: Headroom plans where each model lives as it runs "

@@ -18,7 +18,20 @@ export function meterParts(sample) {
     bar("rss", "RSS", sample.rss, null, "No GPU on this server: the ComfyUI process's resident memory");
   }
   bar("ram", "RAM", sample.ram_used, sample.ram_total, "System RAM used");
+  // GPU load and temperature where NVML has them (absent on CPU, AMD, Mac): one part, the bar is the load
+  const load = Number.isFinite(sample.gpu_util) ? sample.gpu_util : null;
+  const temp = Number.isFinite(sample.gpu_temp) ? sample.gpu_temp : null;
+  if (load !== null || temp !== null) {
+    const text = ["GPU", load !== null ? `${load}%` : null, temp !== null ? `${temp}°C` : null].filter(Boolean).join(" ");
+    const title = `GPU load${load !== null ? ` ${load}%` : " –"}, temperature${temp !== null ? ` ${temp} °C` : " –"} (NVML)`;
+    parts.push({ key: "gpu", label: "GPU", text, frac: load !== null ? Math.min(1, Math.max(0, load / 100)) : null, title, temp });
+  }
   return parts;
+}
+
+/** A part's text for a narrow window: no totals ("VRAM 7.4 GiB" for "VRAM 7.4 GiB / 8.0 GiB"). */
+export function compactText(part) {
+  return part.text.replace(/ \/ .*$/, "");
 }
 
 /** The bar's colour: green, amber past 75 %, red past 90 %. */

@@ -4,6 +4,7 @@ export const EVENTS = {
   node: "headroom.node",
   preflight: "headroom.preflight",
   residency: "headroom.residency",
+  node_text: "headroom.node_text",
 };
 
 export const ROUTES = {
@@ -16,6 +17,7 @@ export const ROUTES = {
   runs: "/headroom/runs",
   memory_history: "/headroom/memory_history",
   memory_history_file: "/headroom/memory_history/{prompt_id}",
+  fit: "/headroom/fit",
 };
 
 // A route with its {prompt_id} filled in (URL-encoded).

@@ -42,8 +42,26 @@ export function locateNode(app, id, classType) {
   if (!node || !canvas) return false;
   canvas.selectNode?.(node, false);
   canvas.centerOnNode?.(node);
+  clearOfPanel(canvas, globalThis.document?.querySelector?.(".headroom-timeline"));
   canvas.setDirty?.(true, true);
   return true;
+}
+
+/**
+ * centerOnNode centres on the whole canvas element, which the open bottom panel (our timeline, where
+ * most "find this node" clicks come from) covers in part: move the view up so that the node sits in the
+ * middle of the part left visible. `panel`: an element inside the bottom panel, or nothing.
+ */
+export function clearOfPanel(canvas, panel) {
+  const element = canvas?.canvas;
+  const offset = canvas?.ds?.offset;
+  if (!panel?.isConnected || !element?.getBoundingClientRect || !offset) return 0;
+  const area = element.getBoundingClientRect();
+  const top = panel.getBoundingClientRect().top;
+  if (!(top > area.top && top < area.bottom)) return 0; // closed, or not over the canvas
+  const shift = (area.top + area.bottom) / 2 - (area.top + top) / 2; // screen pixels up
+  offset[1] -= shift / (canvas.ds.scale || 1);
+  return shift;
 }
 
 /**

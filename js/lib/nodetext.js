@@ -1,9 +1,12 @@
 // Text a node returns for its own display ({"ui": {"text": [...]}}): the streaming sampler's status line and
 // the Memory Monitor's report, shown on the node in a read-only text box after it runs, under either node
-// renderer. No DOM of its own: the host's widget factory is passed in (unit-tested under Node with fakes).
+// renderer. The document is passed in (unit-tested under Node with fakes).
 
 /** The nodes whose ui text is shown, by node id (frozen ids). */
-export const TEXT_NODES = new Set(["HeadroomStreamingSampler", "HeadroomMemoryMonitor"]);
+export const TEXT_NODES = new Set(["HeadroomStreamingSampler", "HeadroomMemoryMonitor", "HeadroomStreamModel", "HeadroomStreamCLIP"]);
+// The size a new node gets, so that its text shows: VRAM Stats' report is about 15 lines; the sampler's
+// status one or two. A workflow's saved sizes win (they are set after the node is created).
+const NEW_SIZE = { HeadroomMemoryMonitor: [460, 360], HeadroomStreamingSampler: [320, 0] };
 export const TEXT_WIDGET = "last run"; // also the Vue renderer's placeholder
 
 /** The ui text of an executed message as one string; null when the message has none. */
@@ -15,19 +18,56 @@ export function messageText(output) {
 
 /**
  * Add the read-only text box to a node when it is created, so that both renderers know it from the start
- * (the Vue renderer reads a node's widgets once). `makeString` is ComfyWidgets.STRING. Neither saved in
- * the workflow nor sent as an input.
+ * (the Vue renderer reads a node's widgets once). It is the node's own DOM widget (node.addDOMWidget, the
+ * frontend's public widget API) of the type a multiline STRING has, "customtext": the classic canvas
+ * shows this textarea, the Vue renderer its own text box of that type. Neither saved in the workflow nor
+ * sent as an input. `doc`: the page's document (a fake in tests). Returns the widget, or null on a
+ * frontend without DOM widgets.
  */
-export function addTextWidget(node, makeString, app) {
-  const { widget } = makeString(node, TEXT_WIDGET, ["STRING", { multiline: true, placeholder: TEXT_WIDGET }], app);
+export function addTextWidget(node, doc = globalThis.document) {
+  if (typeof node.addDOMWidget !== "function" || !doc) return null;
+  const box = doc.createElement("textarea");
+  box.className = "comfy-multiline-input headroom-node-text";
+  box.placeholder = TEXT_WIDGET;
+  box.readOnly = true;
+  box.spellcheck = false;
+  // readonly and placeholder: the Vue renderer passes options to its textarea; minNodeSize: a status line
+  // needs less room than the host's 400x200 for a text box (the box can still be resized)
+  const widget = node.addDOMWidget(TEXT_WIDGET, "customtext", box, {
+    getValue: () => box.value,
+    setValue: (value) => {
+      box.value = value ?? "";
+    },
+    serialize: false,
+    readonly: true,
+    placeholder: TEXT_WIDGET,
+    minNodeSize: [300, 80],
+  });
   widget.serialize = false; // not in the workflow's widgets_values
-  // readonly: the Vue renderer passes options to its textarea; minNodeSize: the host's 400x200 would make
-  // the node take much more room than a status line needs (the box can still be resized)
-  Object.assign(widget.options, { serialize: false, readonly: true, minNodeSize: [300, 80] });
-  if (widget.inputEl) {
-    widget.inputEl.readOnly = true;
-  }
+  widget.inputEl = box;
+  newNodeSize(node);
   return widget;
+}
+
+/**
+ * A new node's size, big enough for its text. The host sizes a node after its extensions' nodeCreated,
+ * and a workflow's node gets its saved size from configure() right after: so the size is set a moment
+ * later, on nodes that were not configured (made from the node library or search, not loaded).
+ */
+export function newNodeSize(node, later = (f) => Promise.resolve().then(f)) {
+  const size = NEW_SIZE[node.comfyClass ?? node.type];
+  if (!size) return;
+  const onConfigure = node.onConfigure;
+  node.onConfigure = function () {
+    this.headroomConfigured = true;
+    return onConfigure?.apply(this, arguments);
+  };
+  later(() => {
+    if (node.headroomConfigured || !(node.size?.length >= 2)) return; // litegraph's size: a typed array
+    const wanted = [Math.max(node.size[0], size[0]), Math.max(node.size[1], size[1])];
+    if (typeof node.setSize === "function") node.setSize(wanted);
+    else node.size = wanted;
+  });
 }
 
 /** Show a message's text in the node's box; false when there is no box or no text. `root`: the page. */
@@ -45,4 +85,37 @@ export function showText(node, output, root = globalThis.document) {
   const box = root?.querySelector?.(`[data-node-id="${id}"] textarea[placeholder="${TEXT_WIDGET}"]`);
   if (box && box.value !== text) box.value = text;
   return true;
+}
+
+/**
+ * The last text of each text node, by workflow and node, kept in the tab's sessionStorage: a workflow's
+ * nodes are built again from its JSON on a tab switch, an F5 or a renderer toggle, and the text box is
+ * not part of the JSON (the widget is not serialized). `storage`: sessionStorage, or a fake in tests.
+ */
+export class TextStore {
+  constructor(storage = globalThis.sessionStorage) {
+    this.storage = storage;
+  }
+
+  key(workflowId, nodeId) {
+    return `headroom.text.${workflowId ?? ""}.${nodeId}`;
+  }
+
+  save(workflowId, node, text) {
+    try {
+      this.storage?.setItem(this.key(workflowId, node.id), JSON.stringify({ classType: node.comfyClass ?? node.type, text }));
+    } catch {
+      // a full or disabled storage: the text stays on the node until the next rebuild
+    }
+  }
+
+  /** The saved text of this node (same workflow, id and class), or null. */
+  load(workflowId, node) {
+    try {
+      const saved = JSON.parse(this.storage?.getItem(this.key(workflowId, node.id)) ?? "null");
+      return saved && saved.classType === (node.comfyClass ?? node.type) ? saved.text : null;
+    } catch {
+      return null;
+    }
+  }
 }

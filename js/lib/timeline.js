@@ -4,7 +4,8 @@
 /** Status of a row for styling: what happened compared with what was planned. */
 export function rowState(row) {
   if (row.status === "not run") return "skipped";
-  if (row.status === "cached" || row.status === "pending") return row.status; // served from the host's cache; not yet run
+  // served from the host's cache; not yet run; running now (the server's word while a node executes)
+  if (row.status === "cached" || row.status === "pending" || row.status === "running") return row.status;
   if (row.status !== "done") return "error";
   if (row.planned_order === null || row.planned_order === undefined) return "unplanned";
   if (Number.isFinite(row.vram_peak) && Number.isFinite(row.planned_vram_peak) && row.vram_peak > row.planned_vram_peak * 1.1 + 64 * 2 ** 20) {

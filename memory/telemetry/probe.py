@@ -38,6 +38,9 @@ class Sample:
     ram_used: int | None = None  # whole system: total - available
     ram_total: int | None = None
     pinned: int | None = None  # page-locked host buffers Headroom holds
+    # NVML only, for the top-bar meter (not memory, so not in SAMPLE_FIELDS): GPU load in percent, °C
+    gpu_util: int | None = None
+    gpu_temp: int | None = None
 
     def as_dict(self) -> dict[str, float | int]:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -142,6 +145,15 @@ class MemoryProbe:
             try:
                 info = self.nvml.nvmlDeviceGetMemoryInfo(self._nvml_handle)
                 values["device_used"], values["device_total"] = int(info.used), int(info.total)
+            except Exception:
+                pass
+            try:  # as Crystools shows them; each one fails alone (some boards report no temperature)
+                values["gpu_util"] = int(self.nvml.nvmlDeviceGetUtilizationRates(self._nvml_handle).gpu)
+            except Exception:
+                pass
+            try:
+                temp = self.nvml.nvmlDeviceGetTemperature(self._nvml_handle, self.nvml.NVML_TEMPERATURE_GPU)
+                values["gpu_temp"] = int(temp)
             except Exception:
                 pass
         if "device_used" not in values and self.cuda is not None:

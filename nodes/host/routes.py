@@ -208,6 +208,11 @@ def _add_routes(web: Any, routes: Any) -> None:
         summary = await asyncio.get_running_loop().run_in_executor(
             None, residency().ram_guard.summary, prompt_id
         )
+        if summary is None and monitor().telemetry.run(prompt_id) is not None:
+            # a run the guard did not measure (no plan, or nothing left to plan): an answer, not a 404,
+            # which the browser would print in red for every such run
+            note = "the RAM guard did not measure this run (it measures planned prompts)"
+            return web.json_response({"prompt_id": prompt_id, "measured": False, "nodes": [], "note": note})
         if summary is None:
             return web.json_response({"error": f"unknown prompt {prompt_id}: no RAM ledger"}, status=404)
         return web.json_response(summary)
@@ -228,6 +233,30 @@ def _add_routes(web: Any, routes: Any) -> None:
             return _bad(web, error)
         configure_ram_budget(value)
         return web.json_response(_ram_budget_body())
+
+    @routes.post(ROUTES["fit"])
+    async def headroom_fit(request: Any) -> Any:
+        """ "Will it fit?": plan an API prompt (the open workflow's) on the server's card without queueing
+        it; the verdict both ways, the card it was checked on, the plan's VRAM peak and time."""
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        prompt = body.get("prompt") if isinstance(body, dict) else None
+        if not isinstance(prompt, dict) or not prompt:
+            return _bad(web, 'send {"prompt": {...}}: the API-format prompt of the workflow to check')
+        m = monitor()
+        loop = asyncio.get_running_loop()
+        planned, verdict = await loop.run_in_executor(m.pool, m.plan_for, prompt)
+        plan = planned.plan if planned is not None else {}
+        return web.json_response(
+            {
+                "card": m.card_name(),
+                "verdict": verdict.as_dict(),
+                "vram_peak": plan.get("vram_peak"),
+                "wall_s": plan.get("wall_s"),
+            }
+        )
 
     @routes.get(ROUTES["plan"])
     async def headroom_plan(request: Any) -> Any:

@@ -44,7 +44,7 @@ from ...memory.residency.dynamic_policy import stream_note
 from ...memory.streaming.budget import activation_reserve, streaming_budget
 from ...memory.streaming.shared_uploads import SharedUploads
 from ...memory.units import format_bytes
-from . import host_load
+from . import host_load, node_text
 from .events import Subscriber
 from .links import record_stream
 from .lookups import host_module
@@ -229,6 +229,7 @@ class StreamedModel:
             return
         self.last_run = session.end()
         self.runs.append(self.last_run)
+        node_text.ended(self, self.last_run)  # said on the Stream Model node that armed it
 
     # -- current hosts
     def outer_sample(self, executor: Any, *args: Any, **kwargs: Any) -> Any:

@@ -33,7 +33,7 @@ from typing import Any
 
 from ...memory.streaming.budget import activation_reserve
 from ...memory.streaming.text_layouts import TEXT_ACTIVATION_FLOOR, discover_text_blocks, in_call_order
-from . import host_load
+from . import host_load, node_text
 from .links import record_stream
 from .sampling import StreamSettings, check_budget, streamed_line, streaming_choice
 
@@ -229,6 +229,7 @@ class StreamedClip:
             self.last_run = session.end()
             if self.last_run.lists_in_order:
                 self.order = list(self.last_run.lists_in_order)
+            node_text.ended(self, self.last_run)  # said on the Stream CLIP node that armed it
 
 
 ATTR = "_headroom_stream"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -34,6 +35,10 @@ CHROMIUM = Path("/usr/bin/chromium")
 STARTUP_DEADLINE_S = 300
 SCRIPT_TIMEOUT_S = 900
 TINY_CHECKPOINT = "headroom_tiny_sd15.safetensors"
+# The frontend to serve: a version from PyPI ("1.49.6", installed once into FRONTEND_CACHE), or a folder
+# that holds its static files. Unset: the version the host's requirements.txt names.
+FRONTEND_ENV = "HEADROOM_E2E_FRONTEND"
+FRONTEND_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "headroom-e2e" / "frontends"
 
 
 def modern_root() -> Path:
@@ -44,8 +49,6 @@ def modern_root() -> Path:
     root = Path(env)
     if not (root / "comfy_execution").is_dir() or not (root / "main.py").is_file():
         pytest.skip(f"COMFYUI_ROOT={env} is not a current ComfyUI (no comfy_execution/)")
-    if importlib.util.find_spec("comfyui_frontend_package") is None:
-        pytest.skip("the PyPI frontend is not installed: pip install comfyui-frontend-package")
     if not CHROMIUM.is_file():
         pytest.skip("Debian chromium is not installed: apt-get install chromium chromium-driver")
     if shutil.which("node") is None:
@@ -59,6 +62,39 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def host_frontend(root: Path) -> str:
+    """The frontend version the host's requirements.txt names ("" when it names none)."""
+    try:
+        text = (root / "requirements.txt").read_text()
+    except OSError:
+        return ""
+    found = re.search(r"^comfyui-frontend-package==(\S+)", text, re.M)
+    return found.group(1) if found else ""
+
+
+def frontend_root(root: Path) -> Path | None:
+    """The static folder of the frontend to serve: HEADROOM_E2E_FRONTEND, else the host's own version
+    (pip-installed into FRONTEND_CACHE on first use); None leaves the host to find its installed one.
+    Any version works: the frontend is a parameter of the tier, not a pin."""
+    wanted = os.environ.get(FRONTEND_ENV, "").strip() or host_frontend(root)
+    if not wanted:
+        if importlib.util.find_spec("comfyui_frontend_package") is None:
+            pytest.skip(f"no frontend: set {FRONTEND_ENV} to a version such as 1.49.6")
+        return None
+    if Path(wanted).is_dir():
+        return Path(wanted)
+    if not re.fullmatch(r"\d+\.\d+\.\d+", wanted):
+        pytest.skip(f"{FRONTEND_ENV}={wanted!r}: give a version such as 1.49.6 or a folder")
+    target = FRONTEND_CACHE / wanted
+    static = target / "comfyui_frontend_package" / "static"
+    if not static.is_dir():
+        pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target)]
+        done = subprocess.run([*pip, f"comfyui-frontend-package=={wanted}"], capture_output=True, text=True)
+        if done.returncode or not static.is_dir():
+            pytest.skip(f"frontend {wanted} could not be installed: {done.stderr[-500:]}")
+    return static
 
 
 def build_tiny_models(root: Path, models: Path) -> None:
@@ -130,6 +166,9 @@ def start_server(home: Path, env: dict[str, str] | None = None) -> Iterator[Serv
     args += ["--output-directory", str(home / "output"), "--input-directory", str(home / "input")]
     args += ["--temp-directory", str(home / "temp"), "--user-directory", str(home / "user")]
     args += ["--database-url", "sqlite:///:memory:", "--disable-api-nodes"]
+    frontend = frontend_root(root)
+    if frontend is not None:
+        args += ["--front-end-root", str(frontend)]
     # A 1 GB card for preflight (this machine has no GPU), and samples often enough for a short test.
     env = {**os.environ, "HEADROOM_ASSUME_VRAM": "1GB", "HEADROOM_MONITOR_HZ": "4", **(env or {})}
     artifacts = Path(os.environ.get("HEADROOM_E2E_ARTIFACTS", home / "artifacts"))

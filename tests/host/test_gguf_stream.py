@@ -277,7 +277,7 @@ def test_a_gguf_text_encoder_streams_to_the_packs_own_conditioning(
     budget = f"{(rest + 0.3 * sum(layers) + 2 * max(layers) + 1) / 2**30:.12f}"
     spy = StreamSpy(host, monkeypatch)
     with torch.inference_mode():
-        (streamed_clip,) = host.node_class("HeadroomStreamCLIP")().stream(clip, vram_budget=budget)
+        (streamed_clip,) = host.node_class("HeadroomStreamCLIP")().stream(clip, vram_budget=budget)["result"]
         (streamed,) = encode(streamed_clip, "a photograph of an astronaut riding a horse")
     assert torch.equal(streamed[0][0], stock[0][0]) and stock[0][0].std() > 0
     (streamer,) = spy.streamers()

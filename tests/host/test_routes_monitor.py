@@ -340,3 +340,27 @@ def test_memory_history_is_off_by_default_and_clearly_unavailable_without_cuda(s
     assert refused["error"] == status["reason"] and refused["armed"] is False
     assert "send" in served.post_json("/headroom/memory_history", {"record": "yes"}, status=400)["error"]
     assert served.get("/headroom/memory_history/some-prompt")[0] == 404
+
+
+def test_will_it_fit_answers_both_ways_without_queueing(served: Served) -> None:
+    """POST /headroom/fit: the open workflow checked on the server's card, nothing queued or run."""
+    assert "error" in served.post_json("/headroom/fit", {"prompt": "no"}, status=400)
+    served.state.configure_monitor(assume_vram=1 * 2**30)
+    try:
+        small = served.post_json("/headroom/fit", {"prompt": copy.deepcopy(PROMPT)})
+        big = served.post_json("/headroom/fit", {"prompt": copy.deepcopy(FLUX)})
+    finally:
+        served.state.configure_monitor(assume_vram=None)
+    assert small["card"].startswith("assumed card") and small["verdict"]["fits"] is True
+    assert small["verdict"]["budget_vram"] > 0 and small["vram_peak"] is not None
+    assert big["verdict"]["fits"] is False and big["verdict"]["level"] == "error"
+    assert (big["verdict"]["node"], big["verdict"]["class_type"]) == ("6", "CLIPTextEncode")
+    skipped = served.post_json("/headroom/fit", {"prompt": copy.deepcopy(PROMPT)})  # no card to check on
+    assert skipped["verdict"]["fits"] is None and "HEADROOM_ASSUME_VRAM" in skipped["verdict"]["message"]
+
+
+def test_a_run_the_ram_guard_did_not_measure_is_an_answer_not_a_404(served: Served) -> None:
+    result = served.host.run(copy.deepcopy(PROMPT))  # no card to plan for: no plan, no RAM ledger
+    ledger = served.get_json(f"/headroom/ram/{result.prompt_id}")
+    assert ledger["measured"] is False and ledger["nodes"] == [] and "did not measure" in ledger["note"]
+    assert "error" in served.get_json("/headroom/ram/never-queued", status=404)

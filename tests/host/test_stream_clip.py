@@ -223,8 +223,8 @@ def test_clones_stream_and_streaming_again_replaces_the_settings(host: Host, nod
     clip = _clip(host, "clip_l")
     text_encoders = host.pack_module("nodes.host.text_encoders")
     node = host.node_class("HeadroomStreamCLIP")()
-    (streamed,) = node.stream(clip, vram_budget=_budget(clip, host), prefetch=1)
-    (again,) = node.stream(streamed, vram_budget=_budget(clip, host), resident_blocks=0)
+    (streamed,) = node.stream(clip, vram_budget=_budget(clip, host), prefetch=1)["result"]
+    (again,) = node.stream(streamed, vram_budget=_budget(clip, host), resident_blocks=0)["result"]
     (last_layer,) = host.node_class("CLIPSetLastLayer")().set_last_layer(again, -2)
     encode = host.node_class("CLIPTextEncode")()
     (stock,) = encode.encode(host.node_class("CLIPSetLastLayer")().set_last_layer(clip, -2)[0], PROMPT)
@@ -310,7 +310,7 @@ def test_a_budget_that_cannot_hold_the_encoder_at_the_encode_leaves_it_to_the_ho
 @torch.inference_mode()
 def test_auto_budget_on_a_cpu_streams_nothing_and_says_so(host: Host, nodes: None) -> None:
     clip = _clip(host, "clip_l")
-    (streamed,) = host.node_class("HeadroomStreamCLIP")().stream(clip)
+    (streamed,) = host.node_class("HeadroomStreamCLIP")().stream(clip)["result"]
     (out,) = host.node_class("CLIPTextEncode")().encode(streamed, PROMPT)
     assert_same_conditioning(out, host.node_class("CLIPTextEncode")().encode(clip, PROMPT)[0])
     run = host.pack_module("nodes.host.text_encoders").streamed_clip_of(streamed).last_run

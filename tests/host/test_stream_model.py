@@ -185,7 +185,7 @@ def test_sampled_outside_the_executor(
     ksampler = host.node_class("KSampler")()
     (stock,) = ksampler.sample(model, 5, STEPS, 5.0, "euler", "normal", positive, negative, latent)
     spy = StreamSpy(host, monkeypatch)
-    (streamed_model,) = host.node_class("HeadroomStreamModel")().stream(model, vram_budget=budget)
+    (streamed_model,) = host.node_class("HeadroomStreamModel")().stream(model, vram_budget=budget)["result"]
     (out,) = ksampler.sample(streamed_model, 5, STEPS, 5.0, "euler", "normal", positive, negative, latent)
     assert torch.equal(out["samples"], stock["samples"])
     stream = host.pack_module("nodes.host.sampling").streamed_model_of(streamed_model)

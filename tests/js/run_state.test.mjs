@@ -45,20 +45,28 @@ test("a reload restores each workflow's last run, not scripts' runs", () => {
   assert.equal(store.workflows.size, 2);
 });
 
-test("node text: a read-only box made at creation, filled by the executed message", () => {
+test("node text: a read-only box made at creation, filled by the executed message", async () => {
   const made = [];
-  const node = { widgets: [] };
-  const makeString = (n, name, spec) => {
-    const widget = { name, value: "", options: { minNodeSize: [400, 200] }, inputEl: { readOnly: false } };
-    made.push(spec);
-    n.widgets.push(widget);
-    return { widget };
+  const node = {
+    widgets: [],
+    comfyClass: "HeadroomMemoryMonitor",
+    size: [140, 116],
+    addDOMWidget(name, type, element, options) {
+      made.push({ name, type, options });
+      const widget = { name, type, options, get value() { return options.getValue(); }, set value(v) { options.setValue(v); } };
+      this.widgets.push(widget);
+      return widget;
+    },
   };
-  const widget = addTextWidget(node, makeString, {});
+  const doc = { createElement: (tag) => ({ tag, value: "", readOnly: false }) };
+  const widget = addTextWidget(node, doc);
+  await Promise.resolve(); // the size is set a moment later (after the host's own sizing)
   assert.equal(widget.name, TEXT_WIDGET);
-  assert.equal(made[0][1].multiline, true);
+  assert.equal(made[0].type, "customtext"); // what a multiline STRING is, so the Vue renderer shows a text box
   assert.equal(widget.serialize, false); // not saved in the workflow
   assert.equal(widget.options.serialize, false); // not sent as an input
+  assert.deepEqual(node.size, [460, 360]); // VRAM Stats is made big enough for its report (N8)
+  assert.equal(addTextWidget({ widgets: [] }, doc), null); // a frontend without DOM widgets
   assert.equal(widget.inputEl.readOnly, true);
   assert.equal(showText(node, { text: ["line 1", "line 2"] }), true);
   assert.equal(widget.value, "line 1\nline 2");

@@ -74,6 +74,15 @@ class FakeNvml:
     def nvmlDeviceGetMemoryInfo(self, handle: str) -> Any:  # noqa: N802
         return SimpleNamespace(used=self.used, total=self.total, free=self.total - self.used)
 
+    NVML_TEMPERATURE_GPU = 0
+
+    def nvmlDeviceGetUtilizationRates(self, handle: str) -> Any:  # noqa: N802
+        return SimpleNamespace(gpu=63, memory=20)
+
+    def nvmlDeviceGetTemperature(self, handle: str, sensor: int) -> int:  # noqa: N802
+        assert sensor == self.NVML_TEMPERATURE_GPU
+        return 71
+
 
 class FakePsutil:
     def __init__(self) -> None:
@@ -108,6 +117,7 @@ def test_probe_reads_every_source() -> None:
     assert sample.allocated == 100 * MiB and sample.reserved == 200 * MiB
     assert sample.rss == 500 * MiB and sample.ram_used == 6000 * MiB and sample.ram_total == 16000 * MiB
     assert sample.pinned == 64 * MiB
+    assert (sample.gpu_util, sample.gpu_temp) == (63, 71)  # the meter's load and temperature (NVML only)
 
 
 def test_probe_falls_back_to_cuda_for_whole_device_use_without_nvml() -> None:
@@ -121,8 +131,10 @@ def test_a_failing_source_drops_only_its_fields() -> None:
     nvml.nvmlDeviceGetMemoryInfo = lambda handle: (_ for _ in ()).throw(RuntimeError("GPU is lost"))
     ps = FakePsutil()
     ps.virtual_memory = lambda: (_ for _ in ()).throw(OSError("no /proc"))
+    nvml.nvmlDeviceGetTemperature = lambda handle, sensor: (_ for _ in ()).throw(RuntimeError("no sensor"))
     sample = MemoryProbe(cuda=FakeCuda(), nvml=nvml, psutil=ps, clock=Clock()).read()
     assert sample.device_used == 2000 * MiB  # NVML failed: CUDA's figure instead
+    assert sample.gpu_util == 63 and sample.gpu_temp is None  # a board without a sensor: load only
     assert sample.allocated == 100 * MiB
     assert sample.rss == 500 * MiB and sample.ram_used is None  # the RSS reading came before the failure
 

@@ -40,10 +40,13 @@ export async function gotoComfy(page, base) {
   await closeDialogs(page);
 }
 
+// PrimeVue's dialogs (frontend 1.27-1.5x) and the reka-ui dialogs of later ones (the templates browser).
+const DIALOG = ".p-dialog-mask, [role=dialog][data-state=open]";
+
 export async function closeDialogs(page) {
-  for (let i = 0; i < 5 && (await page.locator(".p-dialog-mask").count()); i++) {
+  for (let i = 0; i < 5 && (await page.locator(DIALOG).count()); i++) {
     await page.keyboard.press("Escape");
-    await page.locator(".p-dialog-mask").first().waitFor({ state: "detached", timeout: 5000 }).catch(() => {});
+    await page.locator(DIALOG).first().waitFor({ state: "detached", timeout: 5000 }).catch(() => {});
   }
 }
 

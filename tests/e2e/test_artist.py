@@ -1,0 +1,175 @@
+"""What an artist sees on the frontend under test (#29), in both node renderers: one browser session per
+renderer (artist.mjs) records it, each test checks one item. The frontend is a parameter of the tier
+(HEADROOM_E2E_FRONTEND=1.49.6 or 1.58.1; unset: the host's own), so the same tests run on each."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from headroom_testing.browser_server import ROOT, TINY_CHECKPOINT, Server
+
+pytestmark = pytest.mark.e2e
+
+PROMPT: dict[str, Any] = {
+    "4": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": TINY_CHECKPOINT}},
+    "6": {"class_type": "CLIPTextEncode", "inputs": {"text": "a red cube", "clip": ["4", 1]}},
+    "7": {"class_type": "CLIPTextEncode", "inputs": {"text": "", "clip": ["4", 1]}},
+    "5": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
+    "11": {"class_type": "HeadroomStreamModel", "inputs": {"model": ["4", 0]}},
+    "3": {
+        "class_type": "KSampler",
+        "inputs": {
+            "model": ["11", 0],
+            "positive": ["6", 0],
+            "negative": ["7", 0],
+            "latent_image": ["5", 0],
+            "seed": 1,
+            "steps": 12,
+            "cfg": 5.0,
+            "sampler_name": "euler",
+            "scheduler": "normal",
+            "denoise": 1.0,
+        },
+    },  # fmt: skip
+    "8": {"class_type": "VAEDecode", "inputs": {"samples": ["3", 0], "vae": ["4", 2]}},
+    "10": {"class_type": "HeadroomMemoryMonitor", "inputs": {"value": ["8", 0]}},
+    "9": {"class_type": "PreviewImage", "inputs": {"images": ["10", 0]}},
+}
+BIG = ROOT / "example_workflows" / "api" / "Flux Dev text to image.json"
+OFFLOAD_EXAMPLES = [
+    ROOT / "example_workflows" / f"{name}.json"
+    for name in ("Flux Dev with the Offload Loader", "Wan 2.2 14B with Offload Loaders")
+]
+
+
+@pytest.fixture(scope="module", params=["classic", "vue"])
+def seen(
+    request: pytest.FixtureRequest, comfy_server: Server, tmp_path_factory: pytest.TempPathFactory
+) -> Any:
+    tmp = tmp_path_factory.mktemp("artist")
+    prompt_file = tmp / "prompt.json"
+    prompt_file.write_text(json.dumps(PROMPT))
+    result = comfy_server.browser("artist.mjs", prompt_file, BIG, request.param, *OFFLOAD_EXAMPLES)
+    (comfy_server.artifacts / f"artist-{request.param}.json").write_text(json.dumps(result, indent=1))
+    print(json.dumps({k: v for k, v in result.items() if k != "liveStates"}, indent=1)[:8000])
+    return result
+
+
+def test_will_it_fit_answers_yes_with_the_card_peak_and_usable_vram(seen: dict[str, Any]) -> None:
+    fit = seen["fitA"]
+    assert fit["fits"] == "true", fit
+    pattern = r"Fits on assumed card \(HEADROOM_ASSUME_VRAM\): peak [\d.]+ [MG]iB of 512 MiB usable"
+    assert re.match(pattern, fit["fitText"]), fit
+
+
+def test_will_it_fit_answers_no_and_names_the_node_with_links(seen: dict[str, Any]) -> None:
+    fit = seen["fitB"]
+    assert fit["fits"] == "false" and "will run out of VRAM" in fit["fitText"], fit
+    assert fit["fitLinks"] and fit["fitLinks"][0] == "6", fit  # CLIP Text Encode, a link that finds it
+
+
+def test_the_verdict_stays_with_its_workflow(seen: dict[str, Any]) -> None:
+    """N10: a warning is kept in the sidebar with its workflow; another workflow shows its own."""
+    assert seen["afterPreflightB"]["fits"] == "false"  # the preflight of the queued run, kept after the toast
+    back = seen["backToA"]
+    assert back["fits"] == "true" and back["fitText"].startswith("Fits"), back
+
+
+def test_a_running_node_is_running_not_error(seen: dict[str, Any]) -> None:
+    """N1: while the run goes the timeline says "running" for the node that runs, never "error"."""
+    states = [s for line in seen["liveStates"] for s in line.split(",") if s]
+    assert "error" not in states, seen["liveStates"]
+    assert "running" in states, seen["liveStates"]
+    assert seen["runA"]["event"] == "execution_success"
+
+
+def test_the_timeline_follows_the_open_workflow(seen: dict[str, Any]) -> None:
+    """N9: another workflow shows no rows of A's run (and no dead links); back on A, A's run again."""
+    assert len(seen["afterRunA"]["timelineRows"]) == 9
+    assert seen["openB"]["timelineEmpty"] and seen["openB"]["timelineRows"] == [], seen["openB"]
+    assert len(seen["backToA"]["timelineRows"]) == 9, seen["backToA"]
+
+
+def test_the_ram_budget_is_sent_when_typing_stops(seen: dict[str, Any]) -> None:
+    """N4: typing "auto" sends nothing new (no error toasts); typing "16GB" sends 16GB only."""
+    assert seen["ramAutoPosts"] in ([], ["auto"]) and seen["ramAutoToasts"] == [], seen
+    assert seen["ram16Posts"] == ["16GB"], seen["ram16Posts"]
+
+
+def test_no_404_from_headroom_routes(seen: dict[str, Any]) -> None:
+    """N11: a run the RAM guard did not measure is no red 404 line in the console."""
+    assert seen["ram404"] == [], seen["ram404"]
+
+
+def test_the_preflight_toast_has_show_buttons(seen: dict[str, Any]) -> None:
+    """N2: on every frontend the toast offers a button per node it names."""
+    assert any(b.startswith("Show ") for b in seen["toastButtons"]), seen["steps"]
+
+
+def test_show_puts_the_node_above_the_open_bottom_panel(seen: dict[str, Any]) -> None:
+    """N14: the node found from the sidebar lands in the canvas area the timeline leaves visible."""
+    shown = seen["shown"]
+    assert shown["panelTop"] is not None, shown
+    assert shown["canvasTop"] < shown["nodeCentreY"] < shown["panelTop"], shown
+
+
+def test_the_sidebar_list_has_no_bare_colon(seen: dict[str, Any]) -> None:
+    """N17: cached nodes say "cached", not "CLIP Text Encode (Prompt):"."""
+    rows = seen["afterRerunA"]["panelRows"]
+    assert rows and not any(r.rstrip().endswith(":") for r in rows), rows
+
+
+def test_the_meter_shows_gpu_load_and_stays_clear_at_1024_px(seen: dict[str, Any]) -> None:
+    """N13 and the meter's GPU part: load and temperature, and no control of the frontend under it."""
+    meter = seen["meter"]
+    assert meter and meter["visible"] and "GPU 63% 71°C" in meter["text"], meter
+    assert meter["overlaps"] == [], meter
+
+
+def test_our_buttons_are_styled_on_every_frontend(seen: dict[str, Any]) -> None:
+    """N16: "Unload models", "Will it fit?" and the toasts' "Show" buttons are not bare native buttons."""
+    for button in seen["buttons"]:
+        assert not button.get("missing") and button["radius"] >= 4, button
+        assert button["border"] == "solid" and button["cursor"] == "pointer", button
+
+
+def test_vue_nodes_show_this_runs_badge(seen: dict[str, Any]) -> None:
+    """N3: a workflow built in the Vue renderer gets badges, and a re-run's figures replace the last."""
+    badge = seen["nodeBadge"]
+    if badge["dom"] is None:
+        pytest.skip("classic renderer: badges are drawn on the canvas")
+    assert badge["expected"].startswith("RSS ") and badge["expected"] in badge["dom"], badge
+
+
+def test_the_node_text_survives_a_tab_switch_a_reload_and_a_renderer_toggle(seen: dict[str, Any]) -> None:
+    """N7: VRAM Stats' "last run" text is still on the node after each."""
+    for when in ("textAfterSwitch", "textAfterReload", "textAfterToggle"):
+        text = seen[when]["widget"] or ""
+        assert text.startswith("Headroom memory at node 10"), (when, seen[when])
+
+
+def test_a_new_vram_stats_node_is_big_enough_for_its_report(seen: dict[str, Any]) -> None:
+    """N8: it was created 140×116 px, showing 2 of its 15 report lines."""
+    width, height = seen["newMonitorSize"]
+    assert width >= 440 and height >= 340, seen["newMonitorSize"]
+
+
+def test_the_offload_examples_have_no_overlapping_nodes_in_either_renderer(seen: dict[str, Any]) -> None:
+    """N6: they overlapped by about 40 px in the Vue renderer (laid out for the classic one's sizes)."""
+    assert len(seen["exampleOverlaps"]) == 2
+    assert all(pairs == [] for pairs in seen["exampleOverlaps"].values()), seen["exampleOverlaps"]
+
+
+def test_stream_model_says_on_the_node_what_it_streamed(seen: dict[str, Any]) -> None:
+    """N15: "nothing streamed" was only in the server log; the node now says what the sampler's run did."""
+    text = seen["streamText"] or ""
+    assert text.startswith(("streamed ", "everything fits", "not streamed")), seen["streamText"]
+
+
+def test_no_internal_module_notice(seen: dict[str, Any]) -> None:
+    """N12: 1.41+ printed '"scripts/widgets.js" is an internal module' for the pack's import of it."""
+    assert seen["consoleNotices"] == [], seen["consoleNotices"]
