@@ -24,7 +24,15 @@ const RAM_BUDGET = "Headroom.RamBudget";
 // records makes every Vue node read its badge again. The classic canvas redraws anyway.
 const BADGE_REVISION = "Headroom.Monitor.BadgeRevision";
 const RAM_BUDGET_SETTLE_MS = 1200; // the text setting reports every keystroke: send what the user stopped at
-const workflowKey = () => app.graph?.id ?? "";
+// A workflow is known by its graph's id. Frontend 1.27 gives a workflow loaded from an API prompt the nil
+// id, which every such workflow shares: those are told apart by the open workflow's path instead, and the
+// server's nil workflow_id means "the workflow open when it came".
+const NIL_ID = "00000000-0000-0000-0000-000000000000";
+const workflowKey = () => {
+  const id = app.graph?.id;
+  return id && id !== NIL_ID ? id : `path:${app.extensionManager?.workflow?.activeWorkflow?.path ?? ""}`;
+};
+const serverWorkflow = (id) => (id && id !== NIL_ID ? id : null);
 
 // One state for the page; exposed on window for debugging and for the browser test.
 const state = {
@@ -112,7 +120,7 @@ async function loadRam(promptId, report) {
 }
 
 // The workflow a report belongs to: the one it was queued from, else (a script's prompt) the open one.
-const reportWorkflow = (report) => report?.workflow_id ?? workflowKey();
+const reportWorkflow = (report) => serverWorkflow(report?.workflow_id) ?? workflowKey();
 
 // The timeline shows the open workflow's last run, or says it has none (never another tab's run).
 function showTimeline() {
@@ -150,7 +158,7 @@ async function restoreRuns() {
     const response = await api.fetchApi(ROUTES.runs);
     if (!response.ok) return;
     const { runs } = await response.json();
-    state.badges.restore(runs);
+    state.badges.restore(runs.map((run) => ({ ...run, workflow_id: serverWorkflow(run.workflow_id) })));
     app.graph?.setDirtyCanvas(true, false);
     bumpBadges();
     redraw(true);
@@ -262,7 +270,7 @@ function listen() {
     redraw();
   });
   api.addEventListener(EVENTS.node, ({ detail }) => {
-    state.badges.add(detail);
+    state.badges.add({ ...detail, workflow_id: serverWorkflow(detail?.workflow_id) });
     app.graph?.setDirtyCanvas(true, false);
     bumpBadges();
     redraw(true);
@@ -271,7 +279,7 @@ function listen() {
   // A Stream Model or Stream CLIP node's text: what its model streamed, when the node that ran it ended
   api.addEventListener(EVENTS.node_text, ({ detail }) => {
     if (!detail?.node || typeof detail.text !== "string") return;
-    const workflowId = detail.workflow_id ?? workflowKey();
+    const workflowId = serverWorkflow(detail.workflow_id) ?? workflowKey();
     if (String(workflowId) !== String(workflowKey())) return; // another workflow's run: not its nodes
     const node = app.graph?.getNodeById?.(Number(detail.node)) ?? app.graph?.getNodeById?.(detail.node);
     if (!node || !TEXT_NODES.has(node.comfyClass)) return;

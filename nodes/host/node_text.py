@@ -14,17 +14,25 @@ from ...memory.names import EVENTS
 
 _log = logging.getLogger("headroom")
 _lock = threading.Lock()
+# the process's monitor, given by state.py (which imports this module: no import back)
+_monitor: Callable[[], Any] | None = None
 # a streaming state (StreamedModel, StreamedClip) -> (prompt id, workflow id, node id, text of a run)
 _owners: weakref.WeakKeyDictionary[Any, tuple[str | None, str | None, str, Callable[[Any], str]]] = (
     weakref.WeakKeyDictionary()
 )
 
 
+def connect(monitor: Callable[[], Any]) -> None:
+    """Where the texts go: the process's monitor (its telemetry says which node runs; it pushes)."""
+    global _monitor
+    _monitor = monitor
+
+
 def _running_node() -> tuple[str | None, str | None, str | None]:
     """(prompt id, workflow id, node id) of the node running now, from the monitor's telemetry."""
-    from .state import monitor
-
-    run = monitor().telemetry.current
+    if _monitor is None:
+        return None, None, None
+    run = _monitor().telemetry.current
     if run is None:
         return None, None, None
     running = [node_id for node_id, r in run.nodes.items() if r.status == "running"]
@@ -55,9 +63,9 @@ def ended(stream: Any, run: Any) -> None:
         now_prompt, now_workflow, _ = _running_node()
         if now_prompt is not None:
             prompt_id, workflow_id = now_prompt, now_workflow
-        from .state import monitor
-
+        if _monitor is None:
+            return
         payload = {"prompt_id": prompt_id, "workflow_id": workflow_id, "node": node_id, "text": describe(run)}
-        monitor().push(EVENTS["node_text"], payload)
+        _monitor().push(EVENTS["node_text"], payload)
     except Exception as exc:
         _log.debug("Headroom: could not send a stream node's text: %s", exc)

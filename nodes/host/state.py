@@ -17,6 +17,7 @@ from typing import Any
 from ...memory.planning.costmodel import Budget
 from ...memory.residency.ram_budget import RAM, RamBudget
 from ...memory.telemetry.runs import ResidencyEvent
+from . import node_text
 from .events import EventSource
 from .monitor import Monitor, monitor_enabled
 from .residency import Residency
@@ -39,6 +40,9 @@ def _process_wide(name: str, factory: Callable[[], Any]) -> Any:
 def monitor() -> Monitor:
     """The process-wide monitor, created on first use."""
     return _process_wide("_MONITOR", Monitor)
+
+
+node_text.connect(monitor)  # the Stream nodes' texts go out through the monitor
 
 
 def residency() -> Residency:
