@@ -72,6 +72,24 @@ def test_run_without_cuda_skips_every_step_and_writes_the_summary(tmp_path: Path
     assert sorted(p.name for p in copies.iterdir()) == ["gpu-check.log", "gpu-check.md"]
 
 
+def test_a_run_whose_step_fails_says_so_and_exits_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real run's path with steps that run (on any machine): a failing step is a FAIL row with its
+    output in the summary, and the run's exit code is 1; the passing step is an ok row."""
+    gc = load_module()
+    ok = gc.Step("tests/gpu/test_ok.py", "bench", [sys.executable, "-c", "print('fine')"], 60, "-")
+    fail = "import sys; print('boom'); sys.exit(3)"
+    bad = gc.Step("tests/gpu/test_bad.py", "bench", [sys.executable, "-c", fail], 60, "-")
+    monkeypatch.setattr(gc, "discover", lambda results: [ok, bad])
+    monkeypatch.setattr(gc, "plan", lambda steps, only, wheels: ("a host", None))
+    monkeypatch.setattr(gc, "install", lambda wheels, dry: [])
+    results = tmp_path / "results"
+    assert gc.main(["--results-dir", str(results), "--budget", "120"]) == 1
+    summary = (results / "gpu-check.md").read_text()
+    assert "| 1 | `tests/gpu/test_ok.py` | ok | 0 |" in summary
+    assert "| 2 | `tests/gpu/test_bad.py` | FAIL (rc 3) | 3 |" in summary
+    assert "### tests/gpu/test_bad.py: last 1 lines" in summary and "boom" in summary
+
+
 def test_only_selects_steps(tmp_path: Path) -> None:
     res = run_script("--dry-run", tmp_path=tmp_path, HEADROOM_GPU_CHECK_ONLY="no-such-step")
     plan = [line for line in res.stdout.splitlines() if "[timeout " in line]
