@@ -60,14 +60,24 @@ def parse_size_setting(text: str | int | float, name: str) -> int:
     return nbytes
 
 
-def format_bytes(n: int | float) -> str:
-    """Binary units, two decimals: 8589934592 -> '8.00 GiB'."""
+def format_bytes(n: int | float, unit: str | None = None, decimals: int = 2, grouped: bool = False) -> str:
+    """The pack's one byte formatter, in binary units: 8589934592 -> '8.00 GiB'. ``unit`` ("B", "KiB",
+    "MiB", "GiB", "TiB") fixes the unit, so figures in one table or message compare at a glance
+    ('0.50 GiB'); ``decimals`` rounds; ``grouped`` writes thousands with commas ('1,536 MiB')."""
+    if unit is not None:
+        scale = _BINARY.get(unit)
+        if scale is None:
+            raise ValueError(f"unknown unit {unit!r}; use one of {', '.join(_BINARY)}")
+        return f"{n / scale:{',' if grouped else ''}.{decimals}f} {unit}"
     value = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(value) < 1024:
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.{decimals}f} {unit}"
         value /= 1024
-    return f"{value:.2f} TiB"
+    return f"{value:.{decimals}f} TiB"
+
+
+_BINARY = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 
 
 # The node input ``vram_budget``: one parser for every node (and the same sizes as the command line).

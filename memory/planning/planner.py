@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..deadline import check_time
+from ..units import format_bytes
 from .bounded import EXACT_STATES, POLICIES, bound, bounded_note, improve
 from .costmodel import (
     IDLE_TIERS,
@@ -159,13 +160,12 @@ def minimum_vram(workload: Workload, depth: int) -> tuple[int, str]:
         need += step.activation_min  # with cfg the host runs cond alone when both do not fit
         if need > worst:
             how = f", streaming {', '.join(c.label for c in streamed)}" if streamed else ""
-            split = f": {_gib(weights)} GiB of weights, {_gib(step.activation_min)} GiB of activations"
+            split = (
+                f": {format_bytes(weights, 'GiB')} of weights, "
+                f"{format_bytes(step.activation_min, 'GiB')} of activations"
+            )
             worst, where = need, f"node {step.node_id} ({step.label}){how}{split}"
     return worst, where
-
-
-def _gib(n: float) -> str:
-    return f"{n / 2**30:.2f}"
 
 
 def _allowed(c: Component, used: bool) -> tuple[Tier, ...]:

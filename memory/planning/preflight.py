@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..deadline import PlanTimeout
-from ..units import GiB
+from ..units import format_bytes
 from ..workflow.graph import Graph, Link, WorkflowError
 from ..workflow.values import Evaluator
 from .baselines import comfyui_reactive
@@ -43,11 +43,6 @@ FIX_BY_KIND = {
 }
 DEFAULT_FIX = "Offload Loader (low VRAM) with residency set to auto"
 SIZE_NAMES = ("width", "height")
-
-
-def gib(n: int | float) -> str:
-    """Every figure in GiB, two decimals, so that figures in one message compare at a glance."""
-    return f"{n / GiB:.2f} GiB"
 
 
 @dataclass(frozen=True)
@@ -178,20 +173,20 @@ def describe_latent(driver: dict[str, Any]) -> str:
 
 def _split(weights: int, activations: int, driver: dict[str, Any] | None) -> str:
     """'22.17 GiB of weights + 2.16 GiB of activations for the 2048×2048 latent set by ...'."""
-    acts = f"{gib(activations)} of activations"
+    acts = f"{format_bytes(activations, 'GiB')} of activations"
     if driver is not None and activations > 0:
         acts += f" for {describe_latent(driver)}"
-    return f"{gib(weights)} of weights + {acts}"
+    return f"{format_bytes(weights, 'GiB')} of weights + {acts}"
 
 
 def _card(budget: Budget) -> str:
     """'a 4.00 GiB card leaves 3.50 GiB usable (0.50 GiB is kept for the driver and host)'."""
     card = budget.vram + budget.reserve
     if not budget.reserve:
-        return f"{gib(budget.vram)} of VRAM is usable"
+        return f"{format_bytes(budget.vram, 'GiB')} of VRAM is usable"
     return (
-        f"a {gib(card)} card leaves {gib(budget.vram)} usable "
-        f"({gib(budget.reserve)} is kept for the driver and host)"
+        f"a {format_bytes(card, 'GiB')} card leaves {format_bytes(budget.vram, 'GiB')} usable "
+        f"({format_bytes(budget.reserve, 'GiB')} is kept for the driver and host)"
     )
 
 
@@ -199,9 +194,12 @@ def _advice(result: Plan, activations: int, weights: int, driver: dict[str, Any]
     """What would make an infeasible plan fit, cheapest first: a smaller latent when activations drive
     the peak, then a card (sized as usable + reserve, so it compares with the card the user has)."""
     budget = result.budget
-    card = f"a card with at least {gib(result.min_vram + budget.reserve)} of VRAM"
+    card = f"a card with at least {format_bytes(result.min_vram + budget.reserve, 'GiB')} of VRAM"
     if budget.reserve:
-        card += f" ({gib(result.min_vram)} usable + the {gib(budget.reserve)} reserve)"
+        card += (
+            f" ({format_bytes(result.min_vram, 'GiB')} usable + the {format_bytes(budget.reserve, 'GiB')} "
+            f"reserve)"
+        )
     smaller = (
         f"a smaller latent at {node_name(driver['node'], driver['class_type'], driver.get('title'))} "
         f"(now {latent_size(driver)})"
@@ -215,7 +213,9 @@ def _advice(result: Plan, activations: int, weights: int, driver: dict[str, Any]
         advice.append("fp8 weights for the models that node uses")
     short = max(0, result.min_vram - budget.vram)
     if 0 < short <= budget.reserve:
-        advice.append(f"--reserve below {gib(budget.reserve - short)} if nothing else uses the GPU")
+        advice.append(
+            f"--reserve below {format_bytes(budget.reserve - short, 'GiB')} if nothing else uses the GPU"
+        )
     return "; or ".join(advice)
 
 
@@ -239,7 +239,7 @@ def check(workload: Workload, result: Plan, graph: Graph | None = None) -> Prefl
                 False,
                 "error",
                 f"this workflow will run out of VRAM even with Headroom: it needs at least "
-                f"{gib(result.min_vram)} at {result.bottleneck}; {_card(budget)}.",
+                f"{format_bytes(result.min_vram, 'GiB')} at {result.bottleneck}; {_card(budget)}.",
                 fix=_advice(result, 0, result.min_vram, None),
                 **base,
             )
@@ -259,13 +259,14 @@ def check(workload: Workload, result: Plan, graph: Graph | None = None) -> Prefl
             named = driver or w_driver  # the latent the advice names
             other = node_name(worst.node_id, worst.label, _title(graph, worst.node_id))
             whole = (
-                f" The whole workflow needs {gib(result.min_vram)}, at {other}: "
+                f" The whole workflow needs {format_bytes(result.min_vram, 'GiB')}, at {other}: "
                 f"{_split(needs[worst.node_id] - w_acts, w_acts, w_driver)}."
             )
         return Preflight(
             False,
             "error",
-            f"{where} will run out of VRAM even with Headroom: at its least it holds {gib(need)} "
+            f"{where} will run out of VRAM even with Headroom: at its least it holds "
+            f"{format_bytes(need, 'GiB')} "
             f"({_split(need - acts, acts, driver)}), and {_card(budget)}.{whole} To fit: {fix}",
             node=step.node_id,
             class_type=step.label,
@@ -282,7 +283,7 @@ def check(workload: Workload, result: Plan, graph: Graph | None = None) -> Prefl
         return Preflight(
             True,
             "ok",
-            f"fits: Headroom's plan peaks at {gib(headroom_peak)}; {_card(budget)}",
+            f"fits: Headroom's plan peaks at {format_bytes(headroom_peak, 'GiB')}; {_card(budget)}",
             predicted_peak=headroom_peak,
             headroom_peak=headroom_peak,
             **base,
@@ -304,8 +305,10 @@ def check(workload: Workload, result: Plan, graph: Graph | None = None) -> Prefl
         False,
         "warn",
         f"{node_name(step.node_id, step.label, title)} will run out of VRAM with ComfyUI's own loading: "
-        f"it would hold {gib(peak)} at once ({_split(weights, step.activation, driver)}), and "
-        f"{_card(budget)}. Fix: use {fix}; Headroom's plan then peaks at {gib(headroom_peak)}.",
+        f"it would hold {format_bytes(peak, 'GiB')} at once ({_split(weights, step.activation, driver)}), "
+        f"and "
+        f"{_card(budget)}. Fix: use {fix}; Headroom's plan then peaks at "
+        f"{format_bytes(headroom_peak, 'GiB')}.",
         node=step.node_id,
         class_type=step.label,
         fix=fix,

@@ -19,7 +19,7 @@ from typing import Protocol
 
 from ..deadline import check_time
 from ..names import OFFLOAD_RESIDENCY_INPUTS
-from ..units import GiB
+from ..units import format_bytes
 from .costmodel import Budget, Hardware, Tier, pinned_tiers, stream_seconds, transition_seconds
 from .workload import Component, Step, Workload
 
@@ -70,11 +70,6 @@ _CHOICE = {
     "ram": "kept in pageable RAM",
     "disk": "no RAM copy (read from its file)",
 }
-
-
-def gib(n: float) -> str:
-    """Bytes as the table prints VRAM: GiB with two decimals."""
-    return f"{n / GiB:.2f} GiB"
 
 
 def _versus(actual: float, best: tuple[float, str]) -> str:
@@ -136,11 +131,17 @@ class _Explainer:
         own_ram = p.pinned_bytes + p.pageable_bytes if p is not None else 0
         left = self.budget.ram - (sp.ram - own_ram)
         if host in "PR" and nbytes > left:
-            return f"RAM budget {gib(self.budget.ram)} leaves {gib(left)} after the other components"
+            return (
+                f"RAM budget {format_bytes(self.budget.ram, 'GiB')} leaves {format_bytes(left, 'GiB')} "
+                f"after the other components"
+            )
         own_pinned = p.pinned_bytes if p is not None else 0
         pinned_left = self.budget.pinned - (sp.pinned - own_pinned)
         if host == "P" and nbytes > pinned_left:
-            return f"pinned cap {gib(self.budget.pinned)} leaves {gib(pinned_left)}"
+            return (
+                f"pinned cap {format_bytes(self.budget.pinned, 'GiB')} leaves "
+                f"{format_bytes(pinned_left, 'GiB')}"
+            )
         return ""
 
     def move(self, c: Component, a: Tier, b: Tier) -> float:
@@ -167,7 +168,10 @@ class _Explainer:
     def _used(self, s: int, c: Component, p: _Placement) -> str:
         sp, t = self.steps[s], p.tier
         if t.gpu == "G":
-            text = f"{WHERE[t]}: used here, fits ({gib(sp.vram_peak)} of {gib(self.budget.vram)})"
+            text = (
+                f"{WHERE[t]}: used here, fits ({format_bytes(sp.vram_peak, 'GiB')} of "
+                f"{format_bytes(self.budget.vram, 'GiB')})"
+            )
         else:
             others = self.others_vram(s, c.id)
             act, weights = sp.step.activation_min, others - sp.step.activation_min
@@ -175,21 +179,25 @@ class _Explainer:
             if c.id in streamed:
                 asked = streamed[c.id]
                 text = f"{WHERE[t]}: streamed by the Stream Model node" + (
-                    f" within its {gib(asked)} vram_budget" if asked is not None else ""
+                    f" within its {format_bytes(asked, 'GiB')} vram_budget" if asked is not None else ""
                 )
             elif c.bytes + others > self.budget.vram:
-                beside = f"{gib(act)} of activations" + (
-                    f" and {gib(weights)} of other weights" if weights else ""
+                beside = f"{format_bytes(act, 'GiB')} of activations" + (
+                    f" and {format_bytes(weights, 'GiB')} of other weights" if weights else ""
                 )
-                budget = gib(self.budget.vram)
-                text = f"{WHERE[t]}: {gib(c.bytes)} does not fit the {budget} budget beside {beside}"
+                budget = format_bytes(self.budget.vram, "GiB")
+                text = (
+                    f"{WHERE[t]}: {format_bytes(c.bytes, 'GiB')} does not fit the {budget} budget beside "
+                    f"{beside}"
+                )
             else:
                 text = f"{WHERE[t]}: in the room the other components of this node leave"
             text += f"; {p.resident_blocks} of {p.total_blocks} blocks resident"
             if p.pinned_bytes and p.capped:
                 text += (
-                    f"; pinned cap {gib(self.budget.pinned)}: {gib(p.pinned_bytes)} of its streamed blocks "
-                    f"pinned, {gib(p.streamed_bytes - p.pinned_bytes)} pageable"
+                    f"; pinned cap {format_bytes(self.budget.pinned, 'GiB')}: "
+                    f"{format_bytes(p.pinned_bytes, 'GiB')} of its streamed blocks "
+                    f"pinned, {format_bytes(p.streamed_bytes - p.pinned_bytes, 'GiB')} pageable"
                 )
         again = self._again(s, c.id)
         if again and t.host in "PR":
@@ -258,15 +266,16 @@ class _Explainer:
         again, sp = self._again(s, c.id), self.steps[s]
         text = f"{WHERE[t]}: {again}" if again else WHERE[t]
         if t.gpu:
-            text += f", fits ({gib(sp.vram_peak)} of {gib(self.budget.vram)})"
+            text += f", fits ({format_bytes(sp.vram_peak, 'GiB')} of {format_bytes(self.budget.vram, 'GiB')})"
         cost, blocked, gpu_full = span
         text += cost + (f"; {'not pinned: ' if t.host == 'R' else ''}{blocked}" if blocked else "")
         if gpu_full is not None:
             k, others = gpu_full
             where = "this node" if k == s else f"node {self.steps[k].step.node_id}"
             text += (
-                f"; off the GPU: {gib(c.bytes)} does not fit beside the {gib(others)} {where} needs of "
-                f"{gib(self.budget.vram)}"
+                f"; off the GPU: {format_bytes(c.bytes, 'GiB')} does not fit beside the "
+                f"{format_bytes(others, 'GiB')} {where} needs of "
+                f"{format_bytes(self.budget.vram, 'GiB')}"
             )
         return text
 
@@ -309,9 +318,10 @@ class _Explainer:
         for f in sp.prefetched:
             if f.component == cid:
                 return (
-                    f"prefetched during this node for node {f.node} ({gib(f.bytes)}, "
+                    f"prefetched during this node for node {f.node} ({format_bytes(f.bytes, 'GiB')}, "
                     f"{f.seconds:.2f} s beside its compute; "
-                    f"peak with it {gib(sp.vram_peak)} of {gib(self.budget.vram)})"
+                    f"peak with it {format_bytes(sp.vram_peak, 'GiB')} of "
+                    f"{format_bytes(self.budget.vram, 'GiB')})"
                 )
         return ""
 

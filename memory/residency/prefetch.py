@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..planning.planner import StepPlan
+from ..units import format_bytes
 
 SLACK = 1.02  # the host's size may count a few buffers the plan's header figure does not
 
@@ -181,4 +182,4 @@ class Prefetcher:
 
 
 def _mib(n: int) -> str:
-    return f"{n / 2**20:.1f} MiB"
+    return format_bytes(n, "MiB", 1)

@@ -31,7 +31,7 @@ from ..names import OFFLOAD_LOADER
 from ..planning.costmodel import CHOICE_HOST
 from ..planning.planner import Plan, StepPlan
 from ..planning.workload import Workload
-from ..units import GiB, MiB
+from ..units import GiB, MiB, format_bytes
 from .ram_budget import RamBudget, RamReading
 
 KEEP_IN_RAM = frozenset({"ram", "pinned_ram"})  # residency choices the guard never overrides
@@ -123,12 +123,10 @@ def choose(held: Iterable[Held], over: int, over_pinned: int = 0) -> list[Held]:
 
 
 def size(n: float) -> str:
-    """Bytes as the reasons write them: "24 GB", "3.5 GB", "310 MB" (binary units, as cards are sold)."""
-    if abs(n) >= 10 * GiB:
-        return f"{n / GiB:.0f} GB"
+    """Bytes as the reasons write them, short: "24 GiB", "3.5 GiB", "310 MiB"."""
     if abs(n) >= GiB:
-        return f"{n / GiB:.1f} GB"
-    return f"{n / MiB:.0f} MB"
+        return format_bytes(n, "GiB", 0 if abs(n) >= 10 * GiB else 1)
+    return format_bytes(n, "MiB", 0)
 
 
 def reason(h: Held, budget: int, left: int, after: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from ..units import format_bytes
 from .probe import Sample
 from .runs import RunRecord
 
@@ -134,7 +135,7 @@ def report_csv(run: RunRecord) -> str:
 
 
 def _mib(n: int | None) -> str:
-    return "-" if n is None else f"{n / 2**20:,.0f} MiB"
+    return "-" if n is None else format_bytes(n, "MiB", 0, grouped=True)
 
 
 def text_report(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..units import GiB
+from ..units import GiB, format_bytes
 
 # With "auto" on a CPU there is no VRAM to size against: tiles this large keep the halo overhead small
 # while the parked activations (which a CPU decode holds anyway) dominate RAM.
@@ -90,14 +90,16 @@ def too_large_message(
         return f"{hw[1]}x{hw[0]}{px}"
 
     part = (
-        f", {head / GiB:.2f} GB of it for the mid block, which attends across the whole latent at once "
+        f", {format_bytes(head, 'GiB')} of it for the mid block, which attends across the whole latent at "
+        f"once "
         "and cannot be tiled"
         if head * 2 > need
         else ""
     )
     fits = f"decode at most {size(largest)} latents here" if largest else "no size of this shape fits"
     return (
-        f"{node}: a {size((h, w))} latent needs {need / GiB:.2f} GB for the VAE's activations at the "
-        f"least{part}; {source} leaves {max(limit, 0) / GiB:.2f} GB. Either {fits} (decode smaller and "
-        f"upscale the image), or give the decode {max(need - limit, 0) / GiB:.2f} GB more."
+        f"{node}: a {size((h, w))} latent needs {format_bytes(need, 'GiB')} for the VAE's activations at the "
+        f"least{part}; {source} leaves {format_bytes(max(limit, 0), 'GiB')}. Either {fits} (decode smaller "
+        f"and "
+        f"upscale the image), or give the decode {format_bytes(max(need - limit, 0), 'GiB')} more."
     )

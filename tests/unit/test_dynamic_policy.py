@@ -83,7 +83,7 @@ def test_idle_models_the_plan_keeps_are_deprioritized_nearest_first_so_the_farth
         priority.insert(0, m.component_id)
     assert priority == [CLIP, VAE, HIGH, LOW]
     resident = {HIGH: 14 * GiB, CLIP: 6 * GiB, VAE: GiB // 4}
-    # the low expert's faults need 8 GB: by recency they take the high expert's pages (needed next)
+    # the low expert's faults need 8 GiB: by recency they take the high expert's pages (needed next)
     assert recency_victims([HIGH, CLIP, VAE, LOW], 8 * GiB, resident) == [(HIGH, 8 * GiB)]
     assert recency_victims(priority, 8 * GiB, resident) == [
         (CLIP, 6 * GiB),
@@ -96,7 +96,7 @@ def test_a_model_the_next_node_needs_is_warmed_when_the_host_evicted_part_of_it(
     moves = boundary_moves(WAN, 1, held(low=4, clip=0))
     warm = [m for m in moves if m.action == WARM]
     assert [(m.component_id, m.nbytes) for m in warm] == [(LOW, 10 * GiB)]
-    assert "node 8 computes with it next" in warm[0].why and "10 GB" in warm[0].why
+    assert "node 8 computes with it next" in warm[0].why and "10 GiB" in warm[0].why
     # all off the device: the controller's own warm step reads it; all on it: nothing to read
     assert not [m for m in boundary_moves(WAN, 1, held(low=0)) if m.action == WARM]
     assert not [m for m in boundary_moves(WAN, 1, held(low=14)) if m.action == WARM]

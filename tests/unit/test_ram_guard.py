@@ -92,7 +92,7 @@ def test_with_room_the_prediction_is_the_baseline_and_every_copy_the_host_keeps(
 def test_a_short_budget_sends_the_component_needed_farthest_ahead_to_disk() -> None:
     w = wan22()
     needs = predict(w, planned(w).steps, 2 * GiB, budget(20), cpu=False)
-    # before loader 2 brings 10 GB, 18 GB are held: the high expert (needed in 2 nodes) goes, not the
+    # before loader 2 brings 10 GiB, 18 GiB are held: the high expert (needed in 2 nodes) goes, not the
     # encoder (needed next)
     assert needs[1].anon == (2 + 6 + 10) * GiB
     assert all(n.total <= 20 * GiB for n in needs)
@@ -169,7 +169,7 @@ def test_before_a_loader_the_guard_makes_room_for_what_it_brings() -> None:
     (kind, action, cid, _, nbytes, detail), *_ = notes
     assert (kind, action, cid, nbytes) == ("applied", "map", HIGH, 10 * GiB)
     assert detail == (
-        "on disk: RAM budget 20 GB leaves 8.0 GB after what node 2 (HeadroomOffloadLoader) brings; "
+        "on disk: RAM budget 20 GiB leaves 8.0 GiB after what node 2 (HeadroomOffloadLoader) brings; "
         "needed again in 2 nodes"
     )
     assert process.read().total + 10 * GiB <= 20 * GiB
@@ -222,7 +222,7 @@ def test_each_node_end_records_prediction_against_the_os() -> None:
     process.copies = {HIGH: (10 * GiB, 0), CLIP: (6 * GiB, 0)}  # what loader 1 built
     (kind, _, _, _, nbytes, detail), *_ = guard.boundary("p", w, p, 0, "end", managed(HIGH, CLIP))
     assert kind == "ram" and nbytes == 18 * GiB
-    assert detail.startswith("RssAnon 18 GB (predicted 18 GB), pinned 0 MB (predicted 0 MB)")
+    assert detail.startswith("RssAnon 18 GiB (predicted 18 GiB), pinned 0 MiB (predicted 0 MiB)")
     (record,) = guard.records("p")
     assert record["predicted_anon"] == record["anon"] == 18 * GiB and record["budget"] == 40 * GiB
 
@@ -235,7 +235,7 @@ def test_after_the_last_node_every_idle_copy_but_the_users_choice_goes_to_disk()
     notes = guard.boundary("p", w, planned(w), 5, "done", managed(HIGH, CLIP, LOW))
     assert sorted(process.moves) == sorted([HIGH, LOW])
     assert all("the prompt is done" in n[5] for n in notes if n[1] == "map")
-    assert notes[-1][0] == "ram" and notes[-1][5].startswith("after the prompt: RssAnon 8.0 GB, baseline")
+    assert notes[-1][0] == "ram" and notes[-1][5].startswith("after the prompt: RssAnon 8.0 GiB, baseline")
 
 
 def test_after_the_last_node_only_what_the_baseline_needs_goes_to_disk() -> None:
@@ -252,7 +252,7 @@ def test_after_the_last_node_only_what_the_baseline_needs_goes_to_disk() -> None
     after = guard.summary("p")["after"]
     assert (after["moves"], after["idle"], after["moved"], after["kept"]) == (2, 3, 20 * GiB, 6 * GiB)
     assert after["anon"] == after["baseline"] == 8 * GiB and after["seconds"] >= 0
-    assert "2 of 3 idle copies to disk (20 GB)" in notes[-1][5] and "6.0 GB stay in RAM" in notes[-1][5]
+    assert "2 of 3 idle copies to disk (20 GiB)" in notes[-1][5] and "6.0 GiB stay in RAM" in notes[-1][5]
 
 
 def test_after_the_last_node_nothing_moves_when_freed_heap_was_the_excess() -> None:
@@ -282,7 +282,7 @@ def test_the_summary_has_the_budget_each_nodes_figures_and_what_the_guard_did_th
     assert (record["node"], record["class_type"], record["phase"]) == ("2", LOADER, "end")
     assert record["anon"] == 18 * GiB and record["over"] is False and record["pinned_budget"] == 20 * GiB
     assert [(a["kind"], a["action"], a["component"]) for a in record["actions"]] == [("applied", "map", HIGH)]
-    assert record["actions"][0]["detail"].startswith("on disk: RAM budget 20 GB")
+    assert record["actions"][0]["detail"].startswith("on disk: RAM budget 20 GiB")
     assert guard.summary("another") is None
 
 

@@ -9,10 +9,10 @@ import pytest
 
 from comfyui_headroom.memory.planning.costmodel import Budget, Hardware, Tier, transition_seconds
 from comfyui_headroom.memory.planning.planner import Plan, plan
-from comfyui_headroom.memory.planning.reasons import gib, step_reasons
+from comfyui_headroom.memory.planning.reasons import step_reasons
 from comfyui_headroom.memory.planning.report import plan_json
 from comfyui_headroom.memory.planning.workload import Component, Step, Workload
-from comfyui_headroom.memory.units import GiB
+from comfyui_headroom.memory.units import GiB, format_bytes
 from headroom_testing.sample_workloads import flux_like
 
 HW = Hardware.pcie(4)
@@ -30,7 +30,7 @@ def test_on_gpu_quotes_the_step_peak_and_the_budget() -> None:
     p = plan(flux_like(), budget, HW)
     sp = p.steps[2]
     assert sp.placements["dm"].reason.startswith(
-        f"on GPU: used here, fits ({gib(sp.vram_peak)} of 80.00 GiB)"
+        f"on GPU: used here, fits ({format_bytes(sp.vram_peak, 'GiB')} of 80.00 GiB)"
     )
 
 
@@ -44,8 +44,8 @@ def test_a_streamed_model_says_why_it_does_not_fit_and_what_it_costs() -> None:
     reason = placement.reason
     assert reason.startswith(
         f"streamed from {'pinned RAM' if placement.tier == Tier.STREAM_PINNED else 'RAM'}: "
-        f"{gib(dm.bytes)} does not fit the {gib(budget.vram)} budget beside "
-        f"{gib(sp.step.activation_min)} of activations;"
+        f"{format_bytes(dm.bytes, 'GiB')} does not fit the {format_bytes(budget.vram, 'GiB')} budget beside "
+        f"{format_bytes(sp.step.activation_min, 'GiB')} of activations;"
     )
     assert f"; {placement.resident_blocks} of {placement.total_blocks} blocks resident" in reason
     # the seconds quoted are the plan's own for this node: it moves only this model here
@@ -91,7 +91,10 @@ def test_on_disk_for_want_of_ram_quotes_the_ram_the_plan_leaves(ram_gib: float) 
     reason = sp.placements["m"].reason
     assert reason.startswith("on disk: needed again in 1 node (node 3);")
     # the text changes with the budget: it is the plan's figure, not a constant
-    assert f"; RAM budget {gib(ram_gib * GiB)} leaves {gib(left)} after the other components" in reason
+    assert (
+        f"; RAM budget {format_bytes(ram_gib * GiB, 'GiB')} leaves {format_bytes(left, 'GiB')} after the "
+        f"other components" in reason
+    )
     assert "2.00 GiB" in reason if ram_gib == 3.0 else "2.50 GiB" in reason
     assert "off the GPU: 4.00 GiB does not fit" in reason
 
@@ -119,8 +122,9 @@ def test_components_outside_their_uses_are_on_disk_prefetched_or_dropped() -> No
     assert reasons[3]["dm"] == "dropped: not used again (last used at node 3)"
     prefetch = next(f for f in p.steps[1].prefetched if f.component == "dm")
     assert reasons[1]["dm"] == (
-        f"on disk until prefetched during this node for node 3 ({gib(prefetch.bytes)}, "
-        f"{prefetch.seconds:.2f} s beside its compute; peak with it {gib(p.steps[1].vram_peak)} of 80.00 GiB)"
+        f"on disk until prefetched during this node for node 3 ({format_bytes(prefetch.bytes, 'GiB')}, "
+        f"{prefetch.seconds:.2f} s beside its compute; peak with it "
+        f"{format_bytes(p.steps[1].vram_peak, 'GiB')} of 80.00 GiB)"
     )
     # a live placement's reason is its own
     assert reasons[2]["dm"] == p.steps[2].placements["dm"].reason

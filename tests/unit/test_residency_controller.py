@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from comfyui_headroom.memory.planning.costmodel import Budget, Hardware
-from comfyui_headroom.memory.planning.reasons import gib, step_reasons
+from comfyui_headroom.memory.planning.reasons import step_reasons
 from comfyui_headroom.memory.residency import Controller
 from comfyui_headroom.memory.residency.run_log import Streamed
-from comfyui_headroom.memory.units import GB
+from comfyui_headroom.memory.units import GB, format_bytes
 from headroom_testing.prompts import offload_t2i
 
 HW = Hardware.pcie(4)
@@ -165,7 +165,7 @@ def test_every_planned_move_carries_the_plans_reason() -> None:
     # the route serves the summary: the reasons are in it
     assert any(e["kind"] == "planned" and e["detail"] for e in controller.summary("p1")["events"])
     streamed = next(e for e in planned if e.action == "stream")
-    assert f"does not fit the {gib(budget.vram)} budget" in streamed.detail
+    assert f"does not fit the {format_bytes(budget.vram, 'GiB')} budget" in streamed.detail
 
 
 def test_a_small_card_evicts_the_text_encoder_before_the_sampler_and_streams_the_model() -> None:

@@ -125,11 +125,11 @@ def test_the_refusal_names_the_resolution_the_head_and_the_fix() -> None:
     text = too_large_message(
         "Node", (1, 4, 1024, 1024), 22 * gib, 21 * gib, 16 * gib, "the RAM", (870, 870), 8
     )
-    assert "1024x1024 (8192x8192 px) latent needs 22.00 GB" in text
-    assert "21.00 GB of it for the mid block" in text and "the RAM leaves 16.00 GB" in text
-    assert "decode at most 870x870 (6960x6960 px) latents" in text and "6.00 GB more" in text
+    assert "1024x1024 (8192x8192 px) latent needs 22.00 GiB" in text
+    assert "21.00 GiB of it for the mid block" in text and "the RAM leaves 16.00 GiB" in text
+    assert "decode at most 870x870 (6960x6960 px) latents" in text and "6.00 GiB more" in text
     text = too_large_message("Node", (1, 4, 8, 8), 3 * gib, gib, -gib, "input vram_budget '0.2'", None, None)
-    assert "mid block" not in text and "leaves 0.00 GB" in text and "no size of this shape fits" in text
+    assert "mid block" not in text and "leaves 0.00 GiB" in text and "no size of this shape fits" in text
 
 
 def test_the_head_estimate_follows_the_attention_the_host_picked() -> None:

@@ -111,3 +111,12 @@ def test_every_size_setting_has_one_parser_and_one_range(text: object, says: str
     with pytest.raises(ValueError, match=f"HEADROOM_X=.* {says}: write a size from 512.00 MiB to 64.00 TiB"):
         parse_size_setting(text, "HEADROOM_X")  # type: ignore[arg-type]
     assert parse_size_setting("24GB", "HEADROOM_X") == 24 * 2**30
+
+
+def test_one_formatter_prints_binary_units_as_such_in_a_chosen_unit() -> None:
+    assert format_bytes(8 * 2**30) == "8.00 GiB" and format_bytes(512 * 2**20) == "512.00 MiB"
+    assert format_bytes(2**29, "GiB") == "0.50 GiB"
+    assert format_bytes(1536 * 2**20, "MiB", 0, grouped=True) == "1,536 MiB"
+    assert format_bytes(3 * 2**30 // 2, "GiB", 1) == "1.5 GiB"
+    with pytest.raises(ValueError, match="unknown unit"):
+        format_bytes(1, "GB")
