@@ -85,7 +85,7 @@ VRAM_BUDGET_FORMS = '"auto" or a size, for example 6, 6GB, 6 GiB or 6144MB'
 MIN_VRAM_BUDGET = 2**20  # below 1 MiB no model fits: refused, never read as "no budget"
 
 
-def parse_vram_budget_bytes(text: str | float | int | None) -> int | None:
+def parse_vram_budget(text: str | float | int | None) -> int | None:
     """The ``vram_budget`` input in bytes, or None for "auto" (and empty). A bare number is GB.
 
     Raises ValueError saying what is accepted, also for sizes below ``MIN_VRAM_BUDGET`` (a budget
@@ -103,9 +103,3 @@ def parse_vram_budget_bytes(text: str | float | int | None) -> int | None:
         smallest = format_bytes(MIN_VRAM_BUDGET)
         raise ValueError(f"{text!r} is below the smallest budget, {smallest}: write {VRAM_BUDGET_FORMS}")
     return nbytes
-
-
-def parse_vram_budget(text: str | float | int | None) -> float | None:
-    """The ``vram_budget`` input in GB (GiB), or None for "auto"; see ``parse_vram_budget_bytes``."""
-    nbytes = parse_vram_budget_bytes(text)
-    return None if nbytes is None else nbytes / 2**30

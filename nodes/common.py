@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..memory.planning.costmodel import RESIDENCY_CHOICES as _CHOICES
-from ..memory.units import VRAM_BUDGET_FORMS, parse_vram_budget_bytes
+from ..memory.units import VRAM_BUDGET_FORMS, parse_vram_budget
 
 CATEGORY = "Headroom"
 
@@ -79,7 +79,7 @@ def vram_budget_error(text: Any, node: str) -> str | None:
     if text is None:
         return None
     try:
-        parse_vram_budget_bytes(text)
+        parse_vram_budget(text)
     except ValueError as exc:
         return f"{node}: input vram_budget: {exc}."
     return None
@@ -90,9 +90,9 @@ def validate_vram_budget(text: Any, node: str) -> bool | str:
     return vram_budget_error(text, node) or True
 
 
-def parse_vram_budget(text: str, node: str) -> int | None:
+def node_vram_budget(text: str, node: str) -> int | None:
     """The ``vram_budget`` input in bytes: None for "auto", else a size ("6" is GB, "6GB", "6144MB")."""
     error = vram_budget_error(text, node)
     if error:
         raise ValueError(error)
-    return parse_vram_budget_bytes(text)
+    return parse_vram_budget(text)

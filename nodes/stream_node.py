@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from ..memory.streaming import BudgetExceeded
-from .common import CATEGORY, parse_vram_budget, streaming_inputs, validate_vram_budget
+from .common import CATEGORY, node_vram_budget, streaming_inputs, validate_vram_budget
 from .host import node_text, sampling
 
 
@@ -41,7 +41,7 @@ class StreamNode:
         pin_memory: bool,
     ) -> dict[str, Any]:
         settings = sampling.StreamSettings(
-            parse_vram_budget(vram_budget, self.DISPLAY_NAME),
+            node_vram_budget(vram_budget, self.DISPLAY_NAME),
             None if prefetch < 0 else prefetch,
             None if resident_blocks < 0 else resident_blocks,
             pin_memory,

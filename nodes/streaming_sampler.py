@@ -6,7 +6,7 @@ from typing import Any
 
 from ..memory.streaming import BudgetExceeded
 from ..memory.units import format_bytes
-from .common import CATEGORY, parse_vram_budget, streaming_inputs, validate_vram_budget
+from .common import CATEGORY, node_vram_budget, streaming_inputs, validate_vram_budget
 from .host import lookups, sampling
 from .input_checks import latent_error, latent_problem
 
@@ -53,7 +53,7 @@ class HeadroomStreamingSampler:
         resident_blocks: int = -1,
         pin_memory: bool = True,
     ) -> dict[str, Any]:
-        budget = parse_vram_budget(vram_budget, self.DISPLAY_NAME)
+        budget = node_vram_budget(vram_budget, self.DISPLAY_NAME)
         self._check_latent(model, latent_image)
         try:
             latent, run = sampling.streaming_ksample(

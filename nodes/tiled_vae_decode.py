@@ -16,7 +16,8 @@ from ..memory.tiled_vae.budget import (
     park_ram_allowance,
     too_large_message,
 )
-from .common import CATEGORY, parse_vram_budget, validate_vram_budget, vram_budget_input
+from ..memory.units import format_bytes
+from .common import CATEGORY, node_vram_budget, validate_vram_budget, vram_budget_input
 from .host import lookups
 from .host import vae as host_vae
 from .input_checks import latent_error, latent_problem
@@ -70,7 +71,7 @@ class HeadroomTiledVAEDecode:
     def decode(
         self, samples: dict, vae: Any, vram_budget: str = "auto", mode: str = "exact", unique_id: Any = None
     ) -> tuple[torch.Tensor]:
-        budget_bytes = parse_vram_budget(vram_budget, self.DISPLAY_NAME)
+        budget_bytes = node_vram_budget(vram_budget, self.DISPLAY_NAME)
         budget_gb = None if budget_bytes is None else budget_bytes / (1 << 30)
         if mode not in ("exact", "fast"):
             raise ValueError(f'{self.DISPLAY_NAME}: input mode must be "exact" or "fast", not {mode!r}.')
@@ -160,8 +161,9 @@ class HeadroomTiledVAEDecode:
         device = options.device
         if budget_gb is not None:
             limit = options.budget_bytes
-            weights_gb = weights / (1 << 30)
-            source = f"input vram_budget {vram_budget!r} less the VAE's weights ({weights_gb:.2f} GB)"
+            source = (
+                f"input vram_budget {vram_budget!r} less the VAE's weights ({format_bytes(weights, 'GiB')})"
+            )
         else:
             limit, source = None, ""
         if device.type == "cpu":

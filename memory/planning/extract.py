@@ -22,7 +22,7 @@ from ..models.catalog import lookup, lookup_components, merge_parts
 from ..models.header import ComponentError
 from ..models.info import ComponentInfo
 from ..names import OFFLOAD_FILE_INPUTS, OFFLOAD_RESIDENCY_INPUTS
-from ..units import parse_vram_budget_bytes
+from ..units import parse_vram_budget
 from ..workflow.graph import Graph, Link, Node
 from ..workflow.node_types import host_version
 from ..workflow.node_types import lookup as lookup_node_type
@@ -358,7 +358,7 @@ class _Extractor:
         model = node.inputs.get("model")
         if node.class_type == STREAM_MODEL and isinstance(model, Link):
             try:
-                budget = parse_vram_budget_bytes(node.inputs.get("vram_budget"))
+                budget = parse_vram_budget(node.inputs.get("vram_budget"))
             except (ValueError, TypeError):  # a link or a bad size: the node says so when it runs
                 budget = None
             kinds = ("diffusion_model",)
@@ -609,7 +609,7 @@ def _check_budget(node: Node) -> None:
     if not node.class_type.startswith("Headroom") or isinstance(budget, Link) or budget is None:
         return
     try:
-        parse_vram_budget_bytes(budget)
+        parse_vram_budget(budget)
     except (ValueError, TypeError) as exc:
         raise ValueError(
             f"{_describe(node)} input 'vram_budget': {exc}; ComfyUI rejects this prompt"

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import save_file
 
 from comfyui_headroom.memory.units import parse_bytes
-from comfyui_headroom.nodes.common import parse_vram_budget
+from comfyui_headroom.nodes.common import node_vram_budget
 from headroom_testing.harness import Host, PromptInvalid
 from headroom_testing.tiny_models import build_tiny_sd_checkpoint
 
@@ -133,7 +133,7 @@ def test_the_budget_sizes_the_command_line_takes_pass_validation(tiny: Host, bud
     bytes the command line's ``--vram`` reads from the same text."""
     assert tiny.validate(prompt("HeadroomStreamingSampler", vram_budget=budget), "good-budget") == ["7"]
     expected = None if budget == "auto" else parse_bytes(budget)
-    assert parse_vram_budget(budget, SAMPLER_NAME) == expected
+    assert node_vram_budget(budget, SAMPLER_NAME) == expected
 
 
 @pytest.fixture(scope="module")

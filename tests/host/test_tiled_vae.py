@@ -224,7 +224,9 @@ def test_bad_budget_names_the_node_and_the_input(host: Host, sd_vae: Any, budget
 
 
 def test_budget_below_the_minimum_says_what_is_needed(host: Host, sd_vae: Any) -> None:
-    with pytest.raises(ValueError, match=r"needs .* GB .*; input vram_budget .0.2. less the VAE.s weights"):
+    with pytest.raises(
+        ValueError, match=r"needs .* GiB .*; input vram_budget .0.2. less the VAE.s weights \(\d\.\d\d GiB\)"
+    ):
         tiled_decode(host, sd_vae, latent((1, 4, 8, 8)), vram_budget="0.2")  # less than the weights
 
 

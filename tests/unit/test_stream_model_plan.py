@@ -10,7 +10,7 @@ import pytest
 
 from comfyui_headroom.memory.planning.costmodel import Budget, Hardware
 from comfyui_headroom.memory.planning.pipeline import plan_workflow
-from comfyui_headroom.memory.units import GB, parse_vram_budget_bytes
+from comfyui_headroom.memory.units import GB, parse_vram_budget
 from headroom_testing.prompts import offload_t2i
 
 HW = Hardware.pcie(4)
@@ -66,7 +66,7 @@ def test_the_stream_model_node_streams_its_model_at_the_sampler_even_where_it_fi
 def test_the_nodes_vram_budget_bounds_the_resident_blocks() -> None:
     free = sampler_step(streamed()).placements[DM]
     sp = sampler_step(streamed(vram_budget="12"))
-    assert sp.step.streamed == ((DM, parse_vram_budget_bytes("12")),)
+    assert sp.step.streamed == ((DM, parse_vram_budget("12")),)
     capped = sp.placements[DM]
     assert capped.tier.gpu == "S" and "within its" in capped.reason and "vram_budget" in capped.reason
     assert capped.resident_blocks < free.resident_blocks and capped.streamed_bytes > free.streamed_bytes

@@ -272,7 +272,7 @@ def test_merged_tile_statistics_match_the_whole_activation() -> None:
     ("text", "gb"), [("auto", None), ("", None), (" AUTO ", None), ("6", 6.0), ("4.5 GB", 4.5), (3, 3.0)]
 )
 def test_budget_parses(text: str | int, gb: float | None) -> None:
-    assert parse_vram_budget(text) == gb
+    assert parse_vram_budget(text) == (None if gb is None else int(gb * GiB))  # bytes, as everywhere
 
 
 @pytest.mark.parametrize("text", ["six", "-1", "0", "inf", "nan", "1e400"])

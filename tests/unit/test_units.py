@@ -10,9 +10,8 @@ from comfyui_headroom.memory.units import (
     parse_bytes,
     parse_size_setting,
     parse_vram_budget,
-    parse_vram_budget_bytes,
 )
-from comfyui_headroom.nodes.common import parse_vram_budget as node_budget
+from comfyui_headroom.nodes.common import node_vram_budget as node_budget
 from comfyui_headroom.nodes.common import validate_vram_budget
 
 GiB = 2**30
@@ -67,23 +66,22 @@ def test_format_bytes() -> None:
 
 @pytest.mark.parametrize("text", ["6", "6GB", "6 GiB", "6144MB", " 6gb ", 6, 6.0, "6g"])
 def test_every_way_of_writing_six_gb_is_six_gb(text: object) -> None:
-    assert parse_vram_budget_bytes(text) == 6 * GiB  # type: ignore[arg-type]
-    assert parse_vram_budget(text) == 6.0  # type: ignore[arg-type]
+    assert parse_vram_budget(text) == 6 * GiB  # type: ignore[arg-type]
     assert node_budget(text, "Some Node") == 6 * GiB  # type: ignore[arg-type]
-    assert parse_vram_budget_bytes(text) == parse_bytes(text)  # type: ignore[arg-type]  # as the CLI
+    assert parse_vram_budget(text) == parse_bytes(text)  # type: ignore[arg-type]  # as the CLI
 
 
 @pytest.mark.parametrize("text", ["auto", "AUTO", " auto ", "", None])
 def test_auto_is_no_budget(text: object) -> None:
-    assert parse_vram_budget_bytes(text) is None  # type: ignore[arg-type]
+    assert parse_vram_budget(text) is None  # type: ignore[arg-type]
     assert validate_vram_budget(text, "Some Node") is True
 
 
 @pytest.mark.parametrize("text", ["1e-10", "1e-300", "0", "0.0", "0.0005", "512KB", 0, 1e-10])
 def test_a_budget_that_rounds_to_nothing_is_refused_not_unlimited(text: object) -> None:
     with pytest.raises(ValueError, match="below the smallest budget"):
-        parse_vram_budget_bytes(text)  # type: ignore[arg-type]
-    assert parse_vram_budget_bytes("1MiB") == MIN_VRAM_BUDGET
+        parse_vram_budget(text)  # type: ignore[arg-type]
+    assert parse_vram_budget("1MiB") == MIN_VRAM_BUDGET
 
 
 @pytest.mark.parametrize(
