@@ -29,7 +29,7 @@ faster than the disk figure), the Comfy Compiler, partial pins within a layer.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from ..units import MiB
@@ -115,7 +115,20 @@ class _State:
         soft = min(take, self.pageable.get(cid, 0))
         self.pageable[cid] = self.pageable.get(cid, 0) - soft
         self.pinned[cid] = self.pinned.get(cid, 0) - (take - soft)
+        self.prune(cid)
         return take
+
+    def prune(self, cid: str) -> None:
+        """Forget what ``cid`` no longer holds, so every per-node scan covers only the components holding
+        memory (prompts hold thousands): zero entries go, and a component holding nothing leaves the
+        orders (its next load puts it on top again, as the host's does)."""
+        for held in (self.vram, self.pinned, self.pageable):
+            if held.get(cid, 1) == 0:
+                del held[cid]
+        if cid not in self.vram and not self.host(cid):
+            for order in (self.vbar_order, self.loaded_order):
+                if cid in order:
+                    order.remove(cid)
 
 
 def paging_host(
@@ -140,8 +153,10 @@ def paging_host(
     for number, steps in enumerate(runs, 1):
         total = 0.0
         state.in_prompt = {cid for step in steps for cid in step.uses}
+        last = {cid: index for index, step in enumerate(steps) for cid in step.uses}
+        again = frozenset(cid for step in runs[1] for cid in step.uses)
         for index, step in enumerate(steps):
-            later = [s.uses for s in steps[index + 1 :]] + [s.uses for s in runs[1]]
+            later = _Later(last, index, again)
             node = _node(state, hw, step, number, later, headroom)
             if node.oom and out.oom_step is None:
                 out.oom_step = f"node {step.node_id} ({step.label})"
@@ -156,9 +171,18 @@ def paging_host(
     return out
 
 
-def _node(
-    state: _State, hw: Hardware, step: Step, run: int, later: Sequence[tuple[str, ...]], headroom: bool
-) -> HostNode:
+class _Later:
+    """The components a later node of this run, or the repeat run, uses: ``cid in later`` in O(1) (a list
+    of the later steps' uses made planning quadratic in the prompt's length)."""
+
+    def __init__(self, last: dict[str, int], index: int, again: frozenset[str]) -> None:
+        self.last, self.index, self.again = last, index, again
+
+    def __contains__(self, cid: object) -> bool:
+        return cid in self.again or self.last.get(cid, -1) > self.index  # type: ignore[call-overload]
+
+
+def _node(state: _State, hw: Hardware, step: Step, run: int, later: _Later, headroom: bool) -> HostNode:
     w = state.w
     node = HostNode(run, step.node_id, step.label)
     used = [w.component(cid) for cid in step.uses]
@@ -174,7 +198,7 @@ def _node(
             order.insert(0, cid)
     wanted = min(need, max(0, room))
     short = sum(state.vram.values()) + (wanted - sum(state.vram.get(c.id, 0) for c in used)) - max(0, room)
-    for victim in reversed(state.vbar_order):
+    for victim in reversed(list(state.vbar_order)):  # pruned as it goes
         if short <= 0:
             break
         if victim in step.uses or not state.vram.get(victim):
@@ -182,6 +206,7 @@ def _node(
         take = min(state.vram[victim], short)
         state.vram[victim] -= take
         short -= take
+        state.prune(victim)
     left = max(0, room) - sum(v for k, v in state.vram.items() if k not in step.uses)
     seconds = 0.0
     for c in used:
@@ -197,6 +222,8 @@ def _node(
         node.streamed += streamed
     node.seconds = seconds
     _after_node(state, node, step, later, headroom)
+    for cid in step.uses:
+        state.prune(cid)
     node.ram = state.held()
     node.pinned = sum(state.pinned.values())
     node.ram_peak = max(node.ram_peak, node.ram)
@@ -205,7 +232,7 @@ def _node(
 
 def _upload(
     state: _State, hw: Hardware, node: HostNode, c: Component, step: Step, first: int, again: int,
-    run: int, later: Sequence[tuple[str, ...]], headroom: bool,
+    run: int, later: _Later, headroom: bool,
 ) -> float:  # fmt: skip
     """Seconds of the node's reads and uploads of ``c``: ``first`` bytes on the first pass, ``again`` on
     the others. A byte missing from the host buffer is pinned on the way (read from the file once) where
@@ -262,12 +289,10 @@ def _make_room(state: _State, node: HostNode, nbytes: int, keep: set[str]) -> No
             nbytes -= freed
 
 
-def _after_node(
-    state: _State, node: HostNode, step: Step, later: Sequence[tuple[str, ...]], headroom: bool
-) -> None:
+def _after_node(state: _State, node: HostNode, step: Step, later: _Later, headroom: bool) -> None:
     if headroom:  # Headroom's lever: a model no later node (nor the next run) needs gives its pins back
         for cid in list(state.loaded_order):
-            if state.host(cid) and not any(cid in uses for uses in later):
+            if state.host(cid) and cid not in later:
                 label = state.w.component(cid).label
                 node.freed_ram[label] = node.freed_ram.get(label, 0) + state.free_host(cid, state.host(cid))
     node.ram_peak = state.held()

@@ -76,9 +76,21 @@ class Controller:
             self.managed[component_id] = Managed(component_id, label, handle)
             self.unreachable = {u for u in self.unreachable if u[0] != component_id}
 
+    def reap(self) -> list[str]:
+        """Drop the registrations whose objects the host let go (``handle.gone``: it dropped the loader's
+        outputs), so nothing of theirs outlives them here; returns their ids."""
+        with self.lock:
+            dead = [cid for cid, m in self.managed.items() if getattr(m.handle, "gone", False)]
+            for cid in dead:
+                release = getattr(self.managed.pop(cid).handle, "release", None)
+                if release is not None:
+                    release()  # its mappings go now, whatever still holds the handle
+        return dead
+
     def forget(self, prefix: str) -> None:
         """Drop every registration of one loader node (its id prefix), before it registers anew; what the
         old objects still hold on the device goes, through the host (nobody computes with them now)."""
+        self.reap()
         with self.lock:
             for cid in [c for c in self.managed if c.startswith(prefix)]:
                 old = self.managed.pop(cid)
@@ -101,6 +113,7 @@ class Controller:
     ) -> Run | None:
         """Plan the prompt around the nodes the host serves from its cache; None if it cannot be planned.
         ``lazy_inputs(class_type)``: the inputs of that node class the host evaluates only on request."""
+        self.reap()  # loaders whose outputs the host dropped since the last prompt
         deadline = None if self.time_limit_s is None else time.monotonic() + self.time_limit_s
         try:  # no budget: the plan starts from where the components are, read under the lock below
             planned = plan_workflow(

@@ -35,18 +35,48 @@ _DTYPE_OPTIONS = {  # the stock UNETLoader's weight_dtype -> model_options
 
 @dataclass
 class ComponentHandle:
-    """One component the loader built: the host's patcher and module, and the files it came from."""
+    """One component the loader built: the host's patcher and module, and the files it came from.
+
+    The patcher and module are held weakly: the host's objects (the loader's outputs in its cache) own
+    the weights, so when the host drops them (a new node id, a changed input, a closed workflow, /free,
+    the RAM-pressure cache) they go as a stock loader's do; the handle is then ``gone`` and the
+    controller drops its registration, and with it the file mappings (held only here)."""
 
     component_id: str
     label: str
     kind: str
-    patcher: Any
-    module: Any
+    patcher_ref: Any  # the patcher, or a weakref to it (made weak in __post_init__)
+    module_ref: Any
     paths: list[Path]
     residency: str
     files: list[MappedFile] | None = None
     mapped_names: dict[str, str] = field(default_factory=dict)
     clones: list[Any] = field(default_factory=list)  # weakrefs to the patcher's clones (LoRA loaders)
+
+    def __post_init__(self) -> None:
+        for name in ("patcher_ref", "module_ref"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, weakref.ref):
+                setattr(self, name, weakref.ref(value))
+
+    @property
+    def patcher(self) -> Any:
+        return self.patcher_ref() if self.patcher_ref is not None else None
+
+    @property
+    def module(self) -> Any:
+        return self.module_ref() if self.module_ref is not None else None
+
+    def release(self) -> None:
+        """Let go of the file mappings (the controller calls it once the handle is ``gone``), whoever
+        still holds the handle itself (a finished run's record)."""
+        self.files = None
+        self.mapped_names.clear()
+
+    @property
+    def gone(self) -> bool:
+        """The host no longer holds this component's objects: nothing can compute with it."""
+        return self.patcher is None or self.module is None
 
     def live_clones(self) -> list[Any]:
         alive = [c() for c in self.clones]

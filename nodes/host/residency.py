@@ -113,7 +113,7 @@ class _HostOps:
         return int(lm.model_memory())  # 2024 hosts load whole models
 
     def on_gpu(self, handle: Handle) -> int:
-        if self.dynamic.is_released(handle):  # off in the plan; its pages are the host's to free
+        if handle.module is None or self.dynamic.is_released(handle):  # gone, or off in the plan
             return 0
         return sum(self._bytes(lm) for lm in self._loaded(handle.module))
 

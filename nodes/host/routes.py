@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 from ...memory.names import ROUTES
+from ...memory.residency.mapped import live_mappings
 from ...memory.residency.ram_budget import RAM, RAM_BUDGET_ENV
 from ...memory.units import parse_size_setting
 from ...version import __version__
@@ -174,6 +175,7 @@ def _add_routes(web: Any, routes: Any) -> None:
                 "samples": [s.as_dict() for s in samples],
                 "prompts": m.telemetry.prompt_ids(),
                 "current": current.prompt_id if current else None,
+                "mappings": dict(zip(("files", "bytes"), live_mappings(), strict=True)),  # address space
             }
         )
 

@@ -4,8 +4,10 @@ weights. A file is mapped once however many components use it."""
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -115,3 +117,32 @@ def test_a_mapping_that_changed_is_never_read_again(
     with pytest.raises(residency.FileChanged, match="Queue the prompt again"):
         residency.to_pageable(module, [mapped])
     assert residency.open_mapped([files["changing_a.safetensors"]])[0] is not mapped
+
+
+def test_a_loader_the_host_dropped_is_released_and_maps_its_file_once(
+    host: Host, files: dict[str, Path]
+) -> None:
+    """Three prompts with an Offload Loader at new node ids, then one without and /free: the handles let
+    the host's objects go (the patchers are collected, as a stock loader's), the registrations and the
+    file's mapping go with them; the three components of one checkpoint share one mapping meanwhile."""
+    residency = host.pack_module("memory.residency")
+    controller = host.pack_module("nodes.host.state").residency().controller
+    host.free()
+    gc.collect()
+    controller.reap()
+    base = residency.live_mappings()[0]
+    patchers = []
+    for node in ("77", "88", "99"):
+        loader = offload_loader(checkpoint="changing_a.safetensors", **DISK)
+        host.run({node: loader, **workflow([node, 0], [node, 1], [node, 2], seed=7)})
+        mine = [m.handle for cid, m in controller.managed.items() if cid.startswith(f"{node}:")]
+        assert len(mine) == 3 and all(not h.gone for h in mine)
+        patchers += [weakref.ref(h.patcher) for h in mine]
+        assert residency.live_mappings()[0] - base <= 1  # model, encoders and VAE: one mapping
+    host.run(stock("changing_b.safetensors", seed=7))  # no loader
+    host.free()
+    gc.collect()
+    controller.reap()
+    assert [p for p in patchers if p() is not None] == []
+    assert not [cid for cid in controller.managed if cid.split(":", 1)[0] in ("77", "88", "99")]
+    assert residency.live_mappings()[0] <= base
