@@ -4,7 +4,8 @@
     COMFYUI_ROOT=/path/to/ComfyUI python bench/tiled_vae.py ...     # a current host (video VAEs need one)
 
 VAEs: sd, flux (KL image), wan21, wan22, hunyuan (HunyuanVideo), ltxv (a small LTXV built from config
-metadata, LTX-Video 0.9.1 layer kinds), ltxv2 (the host's full-size LTXV config "version 2").
+metadata, LTX-Video 0.9.1 layer kinds), ltxv2 (the host's full-size LTXV config "version 2"), ltx2 (a
+small LTX-2 / 2.3 VAE from config metadata, 0.18+ hosts).
 
 For each VAE the host builds (random weights, tests/headroom_testing/tiny_models.py) and each size:
 the host's full decode; Headroom exact at the default tile (the "auto" budget) and at a small budget
@@ -71,8 +72,17 @@ SIZES = {
         "long": {"image": (128, 128), "video": (33, 60, 104)},  # 129 frames of 832x480
     },
 }
-CHANNELS = {"sd": 4, "flux": 16, "wan21": 16, "wan22": 48, "hunyuan": 16, "ltxv": 128, "ltxv2": 128}
-SPATIAL = {"wan22": 16, "ltxv": 16, "ltxv2": 32}  # output px per latent px where not 8
+CHANNELS = {
+    "sd": 4,
+    "flux": 16,
+    "wan21": 16,
+    "wan22": 48,
+    "hunyuan": 16,
+    "ltxv": 128,
+    "ltxv2": 128,
+    "ltx2": 128,
+}
+SPATIAL = {"wan22": 16, "ltxv": 16, "ltxv2": 32, "ltx2": 16}  # output px per latent px where not 8
 SMALL_BUDGET = 256 * MiB  # activations: forces many tiles at the realistic sizes
 TINY_BUDGET = 16 * MiB
 LONG_BUDGET = 128 * MiB
@@ -107,7 +117,7 @@ def build_vaes(host: Host, names: list[str]) -> dict[str, Any]:
         vaes["wan22"] = comfy.sd.VAE(sd=wan22_vae_state_dict(seed=3, dtype=torch.bfloat16))
     if "hunyuan" in names and "hunyuan_video" in video:
         vaes["hunyuan"] = comfy.sd.VAE(sd=hunyuan_video_vae_state_dict(seed=4))
-    for name, config in (("ltxv", "0.9.1"), ("ltxv2", 2)):
+    for name, config in (("ltxv", "0.9.1"), ("ltxv2", 2), ("ltx2", "2")):
         if name in names and "ltxv" in video:
             state_dict, metadata = ltxv_vae(config, seed=5)
             vaes[name] = comfy.sd.VAE(sd=state_dict, metadata=metadata)

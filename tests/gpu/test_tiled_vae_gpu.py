@@ -123,3 +123,54 @@ def test_cuda_video_cut_in_time_matches(host: object, family: str, no_tf32: obje
         got, report = engine.decode(z)
     assert len(report.chunks) >= 2, report.chunks
     assert got.shape == want.shape and (got - want).abs().max().item() <= 1e-4
+
+
+@pytest.mark.parametrize("family", ["wan22", "hunyuan_video", "ltxv", "ltx2"])
+def test_cuda_bf16_video_decode_is_as_close_as_the_full_bf16_decode(
+    host: object, family: str, no_tf32: object
+) -> None:
+    """bfloat16 on CUDA for every video family (HunyuanVideo also decodes Kandinsky 5; LTX-2 / 2.3 by its
+    small config), cut in space and in runs of frames: against the float32 full decode, the tiled bf16
+    decode is off by no more than about what the full bf16 decode is off by itself."""
+    import comfy.sd
+
+    from headroom_testing.tiny_models import (
+        host_video_vaes,
+        hunyuan_video_vae_state_dict,
+        ltxv_sized_by_config,
+        ltxv_vae,
+        small_wan_vae,
+    )
+
+    kind = "ltxv" if family == "ltx2" else family
+    if kind not in host_video_vaes() or (family == "ltx2" and not ltxv_sized_by_config()):
+        pytest.skip(f"the host has no {family} VAE")
+    device = torch.device("cuda")
+    if family == "wan22":
+        model, z = small_wan_vae("2.2"), torch.randn(1, 48, 3, 20, 20)
+    elif family == "hunyuan_video":
+        model, z = (
+            comfy.sd.VAE(sd=hunyuan_video_vae_state_dict(seed=4)).first_stage_model,
+            torch.randn(1, 16, 5, 16, 16),
+        )
+    else:
+        state_dict, metadata = ltxv_vae("0.9.1" if family == "ltxv" else "2", seed=5)
+        model = comfy.sd.VAE(sd=state_dict, metadata=metadata).first_stage_model
+        z = torch.randn(1, 128, 4, 12, 12)
+    outputs = {}
+    for dtype, tiled in ((torch.float32, False), (torch.bfloat16, False), (torch.bfloat16, True)):
+        model = model.to(device, dtype)
+        zd = z.to(device, dtype)
+        with torch.no_grad():
+            torch.manual_seed(3)
+            if tiled:
+                options = DecodeOptions(device, dtype, budget_bytes=32 << 20, frames=2, pin=True)
+                out, report = make_tiled_decoder(model, options).decode(zd)
+                assert report.max_tiles_in_a_stage > 1
+            else:
+                out = model.decode(zd)
+        outputs[(dtype, tiled)] = out.float().cpu()
+    want = outputs[(torch.float32, False)]
+    full_error = (outputs[(torch.bfloat16, False)] - want).abs().max().item()
+    tiled_error = (outputs[(torch.bfloat16, True)] - want).abs().max().item()
+    assert tiled_error <= 2 * full_error + 1e-2, (tiled_error, full_error)
