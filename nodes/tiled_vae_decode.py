@@ -12,6 +12,7 @@ from ..memory.tiled_vae import DecodeOptions, Unsupported, make_tiled_decoder
 from ..memory.tiled_vae.budget import (
     activation_budget,
     cpu_activation_limit,
+    largest_clip,
     largest_latent,
     park_ram_allowance,
     too_large_message,
@@ -104,10 +105,15 @@ class HeadroomTiledVAEDecode:
         if minimum > limit:
             scale = host_vae.vae_output_size(vae, shape)
             largest = largest_latent(shape, lambda s: engine.minimum_peak(s, dtype_bytes), limit)
+            frames = largest_clip(shape, lambda s: engine.minimum_peak(s, dtype_bytes), limit)
+            clip = None
+            if frames is not None:
+                out = host_vae.vae_output_size(vae, (*shape[:2], frames, *shape[3:]))
+                clip = (frames, out and out[1])
             head = engine.head_bytes(shape, dtype_bytes)
             raise ValueError(
                 too_large_message(
-                    self.DISPLAY_NAME, shape, minimum, head, limit, source, largest, scale and scale[0]
+                    self.DISPLAY_NAME, shape, minimum, head, limit, source, largest, scale and scale[0], clip
                 )
             )
         if budget_gb is None and device.type != "cpu":

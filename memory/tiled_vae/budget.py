@@ -72,6 +72,27 @@ def largest_latent(
     return None if low == 0 else shape(low)[-2:]
 
 
+def largest_clip(
+    latent_shape: tuple[int, ...], need: Callable[[tuple[int, ...]], int], limit: int
+) -> int | None:
+    """The most latent frames of a video latent of ``latent_shape``'s size whose decode ``need``s at most
+    ``limit`` bytes (None for an image latent, or when not even one frame fits)."""
+    if len(latent_shape) != 5:
+        return None
+
+    def shape(frames: int) -> tuple[int, ...]:
+        return (*latent_shape[:2], frames, *latent_shape[3:])
+
+    low, high = 0, latent_shape[2]
+    while low < high:
+        mid = (low + high + 1) // 2
+        if need(shape(mid)) <= limit:
+            low = mid
+        else:
+            high = mid - 1
+    return low or None
+
+
 def too_large_message(
     node: str,
     latent_shape: tuple[int, ...],
@@ -81,6 +102,7 @@ def too_large_message(
     source: str,
     largest: tuple[int, int] | None,
     pixel_scale: int | None,
+    clip: tuple[int, int | None] | None = None,
 ) -> str:
     """Why a decode is refused before it starts, and what to change: the resolution, or the memory."""
     h, w = latent_shape[-2], latent_shape[-1]
@@ -97,6 +119,9 @@ def too_large_message(
         else ""
     )
     fits = f"decode at most {size(largest)} latents here" if largest else "no size of this shape fits"
+    if clip is not None:  # (latent frames, output frames) that fit at this size
+        frames = f" ({clip[1]} frames)" if clip[1] else ""
+        fits += f", or at most {clip[0]} latent frames{frames} of this size"
     return (
         f"{node}: a {size((h, w))} latent needs {format_bytes(need, 'GiB')} for the VAE's activations at the "
         f"least{part}; {source} leaves {format_bytes(max(limit, 0), 'GiB')}. Either {fits} (decode smaller "

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from comfyui_headroom.memory.tiled_vae import head as head_mod
-from comfyui_headroom.memory.tiled_vae.budget import largest_latent, too_large_message
+from comfyui_headroom.memory.tiled_vae.budget import largest_clip, largest_latent, too_large_message
 from comfyui_headroom.memory.tiled_vae.head import (
     MIN_ROWS,
     SCORE_COPIES,
@@ -155,3 +155,13 @@ def test_the_head_estimate_follows_the_attention_the_host_picked() -> None:
     assert split._head_estimate(shape, 2, smallest=True) == linear + SCORE_COPIES * 4 * MIN_ROWS * pixels * 2
     fused = engine(pytorch_attention, 1 << 30)
     assert fused._head_estimate(shape, 2) == fused._head_estimate(shape, 2, smallest=True) == linear
+
+
+def test_largest_clip_is_the_most_frames_that_fit() -> None:
+    """A video too long to decode is refused with the most latent frames that fit at its size."""
+    need = lambda shape: 1000 * shape[2] * shape[3] * shape[4]  # noqa: E731
+    assert largest_clip((1, 16, 40, 8, 8), need, 1000 * 64 * 13) == 13
+    assert largest_clip((1, 16, 40, 8, 8), need, 10) is None
+    assert largest_clip((1, 4, 64, 64), need, 10**9) is None  # an image: no frames to give
+    text = too_large_message("Node", (1, 16, 40, 8, 8), 2 * 10**9, 0, 10**9, "the budget", None, 8, (13, 49))
+    assert "at most 13 latent frames (49 frames) of this size" in text
