@@ -48,8 +48,9 @@ def test_a_workflow_that_cannot_fit_names_the_failing_node_and_the_fix() -> None
     # The text encoder runs first and is the first node whose own minimum exceeds 0.5 GiB.
     assert (verdict.node, verdict.class_type) == ("6", "CLIPTextEncode")
     assert verdict.message.startswith("CLIPTextEncode (node 6) will run out of VRAM even with Headroom")
-    # the advice is about the step that sets the minimum (the VAE decode of the 1024x1024 latent)
-    assert "The whole workflow needs" in verdict.message and "at VAEDecode (node 8)" in verdict.message
+    # the advice is about the step that sets the minimum (the sampler of the 1024x1024 latent: the VAE
+    # decode's least is the host's 256 px fallback tile)
+    assert "The whole workflow needs" in verdict.message and "at KSampler (node 3)" in verdict.message
     assert "a card with at least" in verdict.fix and "To fit: " + verdict.fix in verdict.message
     assert verdict.min_vram > verdict.budget_vram
     assert planned is not None and planned.fits is False and planned.nodes  # the order is still shown
