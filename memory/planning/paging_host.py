@@ -99,6 +99,7 @@ class _State:
         self.vram: dict[str, int] = {}
         self.pinned: dict[str, int] = {}  # registered part of each host buffer
         self.pageable: dict[str, int] = {}  # unregistered part
+        self.pinned_total = self.pageable_total = 0  # their sums (add_host keeps them)
         self.vbar_order: list[str] = []  # highest priority first (the last loaded)
         self.loaded_order: list[str] = []  # current_loaded_models: the last loaded first
         self.in_prompt: set[str] = set()  # the models the current prompt uses (its "current prompt" flag)
@@ -107,28 +108,35 @@ class _State:
         return self.pinned.get(cid, 0) + self.pageable.get(cid, 0)
 
     def held(self) -> int:
-        return sum(self.pinned.values()) + sum(self.pageable.values())
+        return self.pinned_total + self.pageable_total
+
+    def add_host(self, cid: str, pinned: int, pageable: int) -> None:
+        """Grow (or shrink, negative) ``cid``'s host buffer; the totals are kept as they change, since the
+        model asks for them at every node (a sum over thousands of components made it quadratic)."""
+        self.pinned[cid] = self.pinned.get(cid, 0) + pinned
+        self.pageable[cid] = self.pageable.get(cid, 0) + pageable
+        self.pinned_total += pinned
+        self.pageable_total += pageable
 
     def free_host(self, cid: str, nbytes: int) -> int:
         """Drop up to ``nbytes`` of a host buffer (the unregistered part first); returns the bytes freed."""
         take = min(nbytes, self.host(cid))
         soft = min(take, self.pageable.get(cid, 0))
-        self.pageable[cid] = self.pageable.get(cid, 0) - soft
-        self.pinned[cid] = self.pinned.get(cid, 0) - (take - soft)
+        self.add_host(cid, -(take - soft), -soft)
         self.prune(cid)
         return take
 
     def prune(self, cid: str) -> None:
         """Forget what ``cid`` no longer holds, so every per-node scan covers only the components holding
-        memory (prompts hold thousands): zero entries go, and a component holding nothing leaves the
-        orders (its next load puts it on top again, as the host's does)."""
+        memory (prompts hold thousands): zero entries go, a component without VRAM leaves the VBAR order
+        and one holding nothing the loaded order (its next load puts it on top again, as the host's does)."""
         for held in (self.vram, self.pinned, self.pageable):
             if held.get(cid, 1) == 0:
                 del held[cid]
-        if cid not in self.vram and not self.host(cid):
-            for order in (self.vbar_order, self.loaded_order):
-                if cid in order:
-                    order.remove(cid)
+        if cid not in self.vram and cid in self.vbar_order:  # the fault path only frees pages it holds
+            self.vbar_order.remove(cid)
+        if cid not in self.vram and not self.host(cid) and cid in self.loaded_order:
+            self.loaded_order.remove(cid)
 
 
 def paging_host(
@@ -225,7 +233,7 @@ def _node(state: _State, hw: Hardware, step: Step, run: int, later: _Later, head
     for cid in step.uses:
         state.prune(cid)
     node.ram = state.held()
-    node.pinned = sum(state.pinned.values())
+    node.pinned = state.pinned_total
     node.ram_peak = max(node.ram_peak, node.ram)
     return node
 
@@ -246,9 +254,8 @@ def _upload(
             _make_room(state, node, missing - room + PIN_HYSTERESIS, keep=set(step.uses))
             room = state.ram - state.held() - state.margin
         new = missing if s.high_ram else max(0, min(missing, room))
-        registered = max(0, min(new, state.cap - sum(state.pinned.values())))
-        state.pinned[c.id] = state.pinned.get(c.id, 0) + registered
-        state.pageable[c.id] = state.pageable.get(c.id, 0) + new - registered
+        registered = max(0, min(new, state.cap - state.pinned_total))
+        state.add_host(c.id, registered, new - registered)
     # every pass reads each byte from where it lives: the pin, the unregistered buffer, or the file
     share = {
         "pinned": state.pinned.get(c.id, 0) / max(1, c.bytes),
