@@ -1,6 +1,8 @@
 """One GPU runbook (issue #13): run every GPU test and GPU benchmark, record machine and results.
 
     scripts/gpu-check --prepare [--current-host]   # here, with network: wheels into .gpu-wheels/
+    scripts/gpu-check --prepare --host ../hosts/c033   # a 2026 host: source + wheels in 64 MiB loads
+    scripts/gpu-check --hosts ../hosts/c064,../hosts/c033   # the host steps on each host (and mode)
     scripts/gpu-check --dry-run                    # the plan: steps, timeouts, run or skip and why
     scripts/gpu-check [--only tests/gpu,bench/] [--budget 1500] [--results-dir DIR] [--copy-to DIR]
     scripts/gpu-check --part 1 --budget 570        # the first part that fits 570 s (a device call)
@@ -33,6 +35,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_hosts  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WHEELS = ROOT / ".gpu-wheels"
@@ -107,6 +112,7 @@ class Step:
     seconds: float = 0.0
     outcome: str = ""
     tail: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # a host run's COMFYUI_ROOT, HEADROOM_DYNAMIC_VRAM
 
 
 def _rel(path: Path) -> str:
@@ -262,6 +268,22 @@ def split(steps: list[Step], part: int, budget: int) -> int:
         if k != part:
             step.skip = f"in part {k} of {parts}"
     return parts
+
+
+def per_host(steps: list[Step], runs: list[gpu_hosts.HostRun]) -> list[Step]:
+    """Each step that goes through a ComfyUI once per host run (``--hosts``), named after the run."""
+    out = []
+    for step in steps:
+        if not runs or not (step.kind == "pytest" or _needs_host(ROOT / step.name)):
+            out.append(step)
+            continue
+        for run in runs:
+            argv = gpu_hosts.for_run(step.argv, run)
+            where = (
+                gpu_hosts.for_run(["--out", step.results], run)[1] if step.kind == "bench" else step.results
+            )
+            out.append(Step(f"{step.name} @ {run.label}", step.kind, argv, step.timeout, where, env=run.env))
+    return out
 
 
 def prepare(current_host: bool, python_version: str) -> int:
@@ -448,6 +470,12 @@ def main(argv: list[str] | None = None) -> int:
         "--prepare", action="store_true", help="download the wheels into .gpu-wheels/ and exit"
     )
     parser.add_argument("--current-host", action="store_true", help="with --prepare: a current ComfyUI's too")
+    host_help = "with --prepare: pack this ComfyUI's source and the wheels it needs into .gpu-carry/"
+    parser.add_argument("--host", type=Path, action="append", default=[], help=host_help)
+    hosts_help = "comma-separated ComfyUI folders: run the host steps on each (DynamicVRAM on and off)"
+    parser.add_argument("--hosts", default=os.environ.get("HEADROOM_GPU_HOSTS", ""), help=hosts_help)
+    receive_help = "on the GPU machine: take one carried .gpu-carry/loadN (install, unpack) and exit"
+    parser.add_argument("--receive", type=Path, help=receive_help)
     parser.add_argument("--python-version", default="3.12", help="with --prepare: the GPU image's Python")
     parser.add_argument("--dry-run", action="store_true", help="list the steps and whether each would run")
     only_help = "comma-separated substrings of step names to run (others are skipped)"
@@ -458,7 +486,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results-dir", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--copy-to", type=Path, help="copy gpu-check.md, the log and each results file here")
     args = parser.parse_args(argv)
+    if args.receive:
+        print("\n".join(gpu_hosts.receive(args.receive, SITE, Path("/tmp/headroom-hosts"))))
+        return 0
     if args.prepare:
+        if args.host:
+            return max(gpu_hosts.prepare_host(h, PLATFORMS, args.python_version) for h in args.host)
         return prepare(args.current_host, args.python_version)
 
     results = args.results_dir.resolve()
@@ -468,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.dry_run:
         setup = install(wheels, dry=False)
         sys.path.insert(0, str(SITE))
-    steps = discover(results)
+    steps = per_host(discover(results), gpu_hosts.host_runs(args.hosts))
     host_desc, host_problem = plan(steps, only, wheels)
     if args.part:
         try:
@@ -480,6 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(setup))
     print(f"host: {host_desc}" + (f" (unusable: {host_problem})" if host_problem else ""))
     if args.dry_run:
+        print(gpu_hosts.describe_carry())
         print(f"plan ({len(steps)} steps, budget {args.budget} s):")
         for i, s in enumerate(steps, 1):
             what = f"skip: {s.skip}" if s.skip else "run"
@@ -503,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
                 log.write(f"\n===== {step.name}: skipped: {step.skip}\n")
                 continue
             print(f"\n== {step.name} (timeout {min(step.timeout, left)} s)", flush=True)
-            run_step(step, min(step.timeout, left), env, log)
+            run_step(step, min(step.timeout, left), {**env, **step.env}, log)
     total = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds()
     head = [
         f"- date: {started.strftime('%Y-%m-%d %H:%M UTC')}; took {total:.0f} s of a {args.budget} s budget",

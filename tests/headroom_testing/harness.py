@@ -140,6 +140,41 @@ def install_optional_placeholders() -> None:
         install_placeholder(name)
 
 
+def _dynamic_vram_before_import(args: Any) -> Any:
+    """DynamicVRAM as main.py starts it (0.18 on): comfy-aimdo's library loaded before the host's
+    modules when ``enables_dynamic_vram()`` (never under --cpu). HEADROOM_DYNAMIC_VRAM=0 is the host's
+    ``--disable-dynamic-vram``. Returns aimdo's control module when it loaded, else None."""
+    if os.environ.get("HEADROOM_DYNAMIC_VRAM") == "0" and hasattr(args, "disable_dynamic_vram"):
+        args.disable_dynamic_vram = True
+    enables = getattr(sys.modules.get("comfy.cli_args"), "enables_dynamic_vram", None)
+    if enables is None or not enables():
+        return None
+    try:
+        control = importlib.import_module("comfy_aimdo.control")
+        return control if control.init() else None
+    except Exception as exc:
+        print(f"headroom harness: DynamicVRAM off: comfy-aimdo did not load ({exc!r})", file=sys.stderr)
+        return None
+
+
+def _dynamic_vram_after_import(control: Any, args: Any, mm: ModuleType) -> bool:
+    """main.py's second half: aimdo takes the devices, the dynamic patcher becomes the core one."""
+    if control is None:
+        return False
+    devices = [d.index for d in mm.get_all_torch_devices()]
+    try:
+        ok = control.init_devices((i, int(getattr(args, "vram_headroom", 0) * 1024**3)) for i in devices)
+    except TypeError:  # comfy-aimdo 0.4.9's protocol
+        ok = control.init_devices(iter(devices))
+    if not ok:
+        print("headroom harness: DynamicVRAM off: comfy-aimdo could not take the device", file=sys.stderr)
+        return False
+    patcher = importlib.import_module("comfy.model_patcher")
+    patcher.CoreModelPatcher = patcher.ModelPatcherDynamic
+    importlib.import_module("comfy.memory_management").aimdo_enabled = True
+    return True
+
+
 class _Server:
     """The slice of PromptServer the executor talks to; it records every event it is sent."""
 
@@ -183,11 +218,13 @@ class Host:
         from comfy.cli_args import args
 
         args.cpu = cpu  # must precede the first import of comfy.model_management (GPU benchmarks pass False)
+        aimdo = _dynamic_vram_before_import(args)
         if (root / "utils" / "__init__.py").is_file():
             # as main.py does: nodes.py puts comfy/ first on sys.path, after which "utils" would
             # resolve to comfy/utils.py and the built-in nodes needing utils.* would fail to import
             importlib.import_module("utils")
         self.model_management = importlib.import_module("comfy.model_management")
+        self.dynamic_vram = _dynamic_vram_after_import(aimdo, args, self.model_management)
         self.nodes = importlib.import_module("nodes")
         self.execution = importlib.import_module("execution")
         self.folder_paths = importlib.import_module("folder_paths")
