@@ -23,8 +23,8 @@ def parse_bytes(text: str | int | float, default_unit: str = "g") -> int:
 
     Raises ValueError with the accepted forms for anything else, including negative sizes.
     """
-    if isinstance(text, bool):
-        raise ValueError(f"not a size: {text!r}")
+    if isinstance(text, bool) or not isinstance(text, (str, int, float)):  # a list from an API prompt
+        raise ValueError(f"not a size: {text!r} (write it like 6, 6GB, 6 GiB or 6144MB)")
     if isinstance(text, (int, float)):
         value, unit = float(text), default_unit
     else:

@@ -219,15 +219,47 @@ def read_process(
     return RamReading(int(info.rss), pinned_now, "RSS")
 
 
+def _process_limits(cgroup: Path) -> tuple[int | None, int | None]:
+    """(limit, room left) of this process's memory: its cgroup v2's memory.max (a container's limit) and
+    the address-space rlimit (ulimit -v), whichever leaves less; (None, None) when neither is set."""
+    limits: list[tuple[int, int]] = []
+    try:
+        text = (cgroup / "memory.max").read_text().strip()
+        if text.isdigit():
+            used = int((cgroup / "memory.current").read_text().strip() or 0)
+            limits.append((int(text), max(0, int(text) - used)))
+    except (OSError, ValueError):
+        pass
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY:
+            mapped = _status_fields(Path("/proc/self/status").read_text(), ("VmSize",)).get("VmSize", 0)
+            limits.append((soft, max(0, soft - mapped)))
+    except (ImportError, OSError, ValueError):
+        pass
+    if not limits:
+        return None, None
+    return min(lim for lim, _ in limits), min(room for _, room in limits)
+
+
 def read_machine(
-    meminfo: Path = Path("/proc/meminfo"), reading: Callable[[], RamReading] = read_process
+    meminfo: Path = Path("/proc/meminfo"),
+    reading: Callable[[], RamReading] = read_process,
+    cgroup: Path = Path("/sys/fs/cgroup"),
 ) -> Machine:
-    """Total, available and swap: /proc/meminfo on Linux, psutil elsewhere (32 GiB assumed without it)."""
+    """Total, available and swap: /proc/meminfo on Linux, psutil elsewhere (32 GiB assumed without it);
+    within the process's cgroup and address-space limits where they are lower (a container, ulimit -v)."""
     own = reading().total
     try:
         f = _status_fields(meminfo.read_text(), ("MemTotal", "MemAvailable", "SwapTotal"))
         if {"MemTotal", "MemAvailable"} <= set(f):
-            return Machine(f["MemTotal"], f["MemAvailable"], f.get("SwapTotal", 0), own, sys.platform)
+            total, available = f["MemTotal"], f["MemAvailable"]
+            limit, room = _process_limits(cgroup)
+            if limit is not None and room is not None:
+                total, available = min(total, limit), min(available, room)
+            return Machine(total, available, f.get("SwapTotal", 0), own, sys.platform)
     except OSError:
         pass
     psutil = optional_module("psutil", "RAM readings outside Linux")

@@ -143,8 +143,24 @@ def test_the_machine_figures_come_from_proc_meminfo(tmp_path: Path) -> None:
     meminfo.write_text(
         "MemTotal:  33554432 kB\nMemFree:  1000 kB\nMemAvailable:  20971520 kB\nSwapTotal:  0 kB\n"
     )
-    m = read_machine(meminfo, reading=lambda: ram_budget.RamReading(GiB, 0))
+    m = read_machine(meminfo, reading=lambda: ram_budget.RamReading(GiB, 0), cgroup=tmp_path)
     assert (m.total, m.available, m.swap, m.own) == (32 * GiB, 20 * GiB, 0, GiB)
+
+
+@pytest.mark.parametrize(
+    ("limit", "expected"), [("max", (32 * GiB, 20 * GiB)), (str(8 * GiB), (8 * GiB, 2 * GiB))]
+)
+def test_a_containers_memory_limit_bounds_the_machine_figures(
+    tmp_path: Path, limit: str, expected: tuple[int, int]
+) -> None:
+    """A cgroup v2 memory.max below the machine's RAM (a container): MemAvailable would promise RAM the
+    kernel's OOM killer never lets us have."""
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:  33554432 kB\nMemAvailable:  20971520 kB\nSwapTotal:  0 kB\n")
+    (tmp_path / "memory.max").write_text(limit + "\n")
+    (tmp_path / "memory.current").write_text(f"{6 * GiB}\n")
+    m = read_machine(meminfo, reading=lambda: ram_budget.RamReading(GiB, 0), cgroup=tmp_path)
+    assert (m.total, m.available) == expected
 
 
 def _rss_anon() -> int:

@@ -118,3 +118,10 @@ def test_one_formatter_prints_binary_units_as_such_in_a_chosen_unit() -> None:
     assert format_bytes(3 * 2**30 // 2, "GiB", 1) == "1.5 GiB"
     with pytest.raises(ValueError, match="unknown unit"):
         format_bytes(1, "GB")
+
+
+def test_a_list_as_vram_budget_names_the_input() -> None:
+    """Through the API a budget can be any JSON: a list was "expected string or bytes-like object"."""
+    message = validate_vram_budget([6, "GB"], "Stream Model")
+    assert isinstance(message, str)
+    assert message.startswith("Stream Model: input vram_budget: [6, 'GB'] is not")
