@@ -566,6 +566,13 @@ class _Extractor:
                 f"{DEFAULT_STEPS} assumed"
             )
             return DEFAULT_STEPS
+        known = lookup_node_type(self.g.nodes[node_id].class_type)
+        if known is not None and known.input("steps") is not None:  # a widget the workflow did not store
+            self._note(
+                f"{_describe(self.g.nodes[node_id])} input 'steps' has no value in the workflow (fewer "
+                f"widget values than the node has): {DEFAULT_STEPS} assumed, the frontend's default"
+            )
+            return DEFAULT_STEPS
         return 1
 
     def _cfg_on(self, node_id: str) -> bool:

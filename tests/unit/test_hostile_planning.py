@@ -341,3 +341,83 @@ def test_a_long_plan_draws_only_the_nodes_that_use_models_or_says_why_not() -> N
     planned = plan_workflow(many, BUDGET)
     with pytest.raises(report.TimelineTooLarge, match="a timeline is drawn for up to"):
         report._drawn_steps(planned.plan, planned.workload)
+
+
+@pytest.mark.parametrize("stored", [[1], {"seed": 1}])
+def test_a_sampler_without_its_steps_value_plans_the_frontends_default(stored: Any) -> None:
+    """A UI workflow whose KSampler stores fewer widget values (or a dict): the frontend fills the defaults
+    (20 steps); the plan used 1 step and said nothing."""
+    ui = {
+        "nodes": [
+            {
+                "id": 1,
+                "type": "CheckpointLoaderSimple",
+                "inputs": [],
+                "outputs": [
+                    {"name": "MODEL", "type": "MODEL", "links": [1]},
+                    {"name": "CLIP", "type": "CLIP", "links": [2, 3]},
+                    {"name": "VAE", "type": "VAE", "links": [6]},
+                ],
+                "widgets_values": ["v1-5-pruned-emaonly.safetensors"],
+            },
+            {
+                "id": 2,
+                "type": "CLIPTextEncode",
+                "inputs": [{"name": "clip", "type": "CLIP", "link": 2}],
+                "outputs": [{"name": "CONDITIONING", "type": "CONDITIONING", "links": [4, 5]}],
+                "widgets_values": ["a cat"],
+            },
+            {
+                "id": 3,
+                "type": "EmptyLatentImage",
+                "inputs": [],
+                "outputs": [{"name": "LATENT", "type": "LATENT", "links": [7]}],
+                "widgets_values": [512, 512, 1],
+            },
+            {
+                "id": 4,
+                "type": "KSampler",
+                "inputs": [
+                    {"name": "model", "type": "MODEL", "link": 1},
+                    {"name": "positive", "type": "CONDITIONING", "link": 4},
+                    {"name": "negative", "type": "CONDITIONING", "link": 5},
+                    {"name": "latent_image", "type": "LATENT", "link": 7},
+                ],
+                "outputs": [{"name": "LATENT", "type": "LATENT", "links": [8]}],
+                "widgets_values": [1],
+            },
+            {
+                "id": 5,
+                "type": "VAEDecode",
+                "inputs": [
+                    {"name": "samples", "type": "LATENT", "link": 8},
+                    {"name": "vae", "type": "VAE", "link": 6},
+                ],
+                "outputs": [{"name": "IMAGE", "type": "IMAGE", "links": [9]}],
+            },
+            {
+                "id": 6,
+                "type": "SaveImage",
+                "inputs": [{"name": "images", "type": "IMAGE", "link": 9}],
+                "outputs": [],
+                "widgets_values": ["x"],
+            },
+        ],
+        "links": [
+            [1, 1, 0, 4, 0, "MODEL"],
+            [2, 1, 1, 2, 0, "CLIP"],
+            [4, 2, 0, 4, 1, "CONDITIONING"],
+            [5, 2, 0, 4, 2, "CONDITIONING"],
+            [6, 1, 2, 5, 1, "VAE"],
+            [7, 3, 0, 4, 3, "LATENT"],
+            [8, 4, 0, 5, 0, "LATENT"],
+            [9, 5, 0, 6, 0, "IMAGE"],
+        ],
+        "version": 0.4,
+    }
+    ui["nodes"][3]["widgets_values"] = stored
+    planned = plan_workflow(ui, BUDGET)
+    assert [s.evaluations for s in planned.workload.steps if s.node_id == "4"] == [20]
+    assert any(
+        "node 4 (KSampler) input 'steps' has no value in the workflow" in n for n in planned.workload.notes
+    )
