@@ -33,7 +33,18 @@ LUMINA = f"{HF}/Comfy-Org/Lumina_Image_2.0_Repackaged/resolve/main/split_files"
 WAN21 = f"{HF}/Comfy-Org/Wan_2.1_ComfyUI_repackaged/resolve/main/split_files"
 WAN22 = f"{HF}/Comfy-Org/Wan_2.2_ComfyUI_Repackaged/resolve/main/split_files"
 SDXL = f"{HF}/stabilityai/stable-diffusion-xl-base-1.0/resolve/main"
+HY15 = f"{HF}/Comfy-Org/HunyuanVideo_1.5_repackaged/resolve/main/split_files"  # video_hunyuan_video_1.5_720p_t2v
 MODEL_LINKS = {  # file name -> (models/ folder, url)
+    "hunyuanvideo1.5_720p_t2v_fp16.safetensors": (
+        "diffusion_models", f"{HY15}/diffusion_models/hunyuanvideo1.5_720p_t2v_fp16.safetensors",
+    ),
+    "qwen_2.5_vl_7b_fp8_scaled.safetensors": (
+        "text_encoders", f"{HY15}/text_encoders/qwen_2.5_vl_7b_fp8_scaled.safetensors",
+    ),
+    "byt5_small_glyphxl_fp16.safetensors": (
+        "text_encoders", f"{HY15}/text_encoders/byt5_small_glyphxl_fp16.safetensors",
+    ),
+    "hunyuanvideo15_vae_fp16.safetensors": ("vae", f"{HY15}/vae/hunyuanvideo15_vae_fp16.safetensors"),
     "sd_xl_base_1.0.safetensors": (
         "checkpoints", f"{SDXL}/sd_xl_base_1.0.safetensors",
     ),

@@ -2,7 +2,7 @@
 the node sizes the real frontend computes, with a note (what it does, the models and their links, the
 VRAM/RAM Headroom's plan needs), and its thumbnail <title>.jpg, a screenshot of the loaded graph.
 
-    COMFYUI_ROOT=/path/to/ComfyUI .venv/bin/python scripts/make_examples.py
+    COMFYUI_ROOT=/path/to/ComfyUI .venv/bin/python scripts/make_examples.py [TITLE ...]
 
 Needs what the browser tests need (tests/headroom_testing/browser_server.py): a current ComfyUI, the
 PyPI frontend, Chromium and `npm ci` in tests/e2e. ComfyUI's Browse Templates shows a custom node's
@@ -77,6 +77,14 @@ ABOUT = {
         "16GB",
         "64GB",
     ),
+    "HunyuanVideo 1.5 720p text to video": (
+        "HunyuanVideo 1.5 (8.3B, 2026) text to video, 1280×720×121, 20 steps, as the official template "
+        "`video_hunyuan_video_1.5_720p_t2v` builds it with the stock nodes (Qwen2.5-VL 7B + ByT5, "
+        "SamplerCustomAdvanced). On a 12 GB card the plan streams part of the 16 GB diffusion model from "
+        "pinned RAM; Headroom does it as the workflow runs.",
+        "12GB",
+        "32GB",
+    ),
 }
 
 
@@ -125,10 +133,11 @@ def browser(base: str, mode: str, files: list[Path], out: Path) -> dict:
     return json.loads(lines[-1])
 
 
-def main() -> None:
+def main(titles: list[str]) -> None:
+    """Regenerate every example, or only those ``titles`` name."""
     from headroom_testing.browser_server import start_server
 
-    apis = sorted((EXAMPLES / "api").glob("*.json"))
+    apis = sorted(p for p in (EXAMPLES / "api").glob("*.json") if not titles or p.stem in titles)
     notes = {api.stem: note(api.stem, api) for api in apis}
     for api in apis:  # first with estimated sizes, to measure the real ones
         ui = convert(json.loads(api.read_text()), note=notes[api.stem])
@@ -146,4 +155,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
