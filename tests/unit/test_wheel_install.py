@@ -24,8 +24,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# README: python -m comfyui_headroom plan "example_workflows/Flux Dev text to image.json" ...
-README_EXAMPLE = ROOT / "example_workflows" / "Flux Dev text to image.json"
+# README: python -m comfyui_headroom plan "example_workflows/HunyuanVideo 1.5 720p text to video.json" ...
+README_EXAMPLE = ROOT / "example_workflows" / "HunyuanVideo 1.5 720p text to video.json"
+README_ARGS = ("--vram", "12GB", "--ram", "32GB", "--gpu", "RTX 4070")
 ROOT_MODULES = ("__init__.py", "__main__.py", "cli.py", "version.py")
 NOT_COPIED = shutil.ignore_patterns(
     ".venv", ".git", "tests", "bench", "scripts", "assets", "__pycache__", "*.egg-info", "build", "dist",
@@ -117,9 +118,8 @@ def test_the_wheel_installs_and_plans_the_readme_example(tmp_path: Path) -> None
     elsewhere.mkdir()
     out = run([str(python), "-c", "import comfyui_headroom; print(comfyui_headroom.__file__)"], elsewhere)
     assert out.returncode == 0 and out.stdout.strip().startswith(str(target)), out.stdout + out.stderr
-    out = run(
-        [str(python), "-m", "comfyui_headroom", "plan", str(README_EXAMPLE), "--vram", "8GB"], elsewhere
-    )
+    out = run([str(python), "-m", "comfyui_headroom", "plan", str(README_EXAMPLE), *README_ARGS], elsewhere)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "10 nodes will run, 4 model components" in out.stdout and "fits: yes" in out.stdout
+    assert "15 nodes will run, 4 model components" in out.stdout and "fits: yes" in out.stdout
+    assert "RTX 4070" in out.stdout
     assert (venv / "bin" / "headroom").is_file()  # the console script as well
