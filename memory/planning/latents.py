@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..workflow.graph import Graph, Link
+from ..workflow.graph_types import Graph, Link
 from ..workflow.values import Evaluator
 
 # Types that carry pixels or a latent of some size.

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..deadline import PlanTimeout
 from ..units import format_bytes
-from ..workflow.graph import Graph, Link, WorkflowError
+from ..workflow.graph_types import Graph, Link, WorkflowError
 from ..workflow.values import Evaluator
 from .baselines import comfyui_reactive
 from .costmodel import Budget, Hardware

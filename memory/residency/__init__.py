@@ -2,9 +2,10 @@
 (pinned RAM, pageable RAM, memory-mapped safetensors) it moves components between, and the RAM guard
 (``ram_budget``, ``ram_guard``) that keeps the process's private RAM within its budget."""
 
-from .controller import Controller, Event, HostOps, Run
+from .controller import Controller
 from .host_memory import Footprint, can_pin, footprint, pin, to_pageable
 from .mapped import Binding, FileChanged, MappedFile, bind, file_identity, live_mappings, open_mapped
+from .run_log import Event, HostOps, Run
 
 __all__ = [
     "Binding", "Controller", "Event", "FileChanged", "Footprint", "HostOps", "MappedFile", "Run", "bind",

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 from ..planning.costmodel import Tier
 from ..planning.planner import Plan, StepPlan
 from ..planning.workload import Workload
-from ..workflow.graph import Graph, Link
+from ..workflow.graph_types import Graph, Link
 
 HOST_ACTIONS = ("pin", "unpin", "map", "warm")  # host-side moves: logged, not part of the GPU plan
 

@@ -10,7 +10,8 @@ from . import gguf_storage as _gguf_storage  # noqa: F401  (registers ComfyUI-GG
 from .discovery import BlockLayout, discover_blocks
 from .ledger import BudgetExceeded, DeviceLedger
 from .placement import StreamingChoice, choose_streaming
-from .streamer import BlockStreamer, StreamStats
+from .stream_stats import StreamStats
+from .streamer import BlockStreamer
 
 __all__ = [
     "BlockLayout", "BlockStreamer", "BudgetExceeded", "DeviceLedger", "StreamStats", "StreamingChoice",

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .graph import Graph, Link
+from .graph_types import Graph, Link
 from .node_outputs import NODE_OUTPUTS
 from .walk import fill
 
