@@ -118,6 +118,10 @@ def check_pairing(files: dict[str, tuple[str, Path]], infos: dict[str, list[Any]
         for name in files
         if name.startswith("text_encoder_")
     }
+    if not encoders and model_input == "diffusion_model" and "checkpoint" in files:
+        # no text_encoder_* chosen: the checkpoint's own encoders condition the separate diffusion model
+        own = [i.family for i in infos.get("checkpoint", []) if i.kind == "text_encoder" and i.family]
+        encoders = {"checkpoint": own[0]} if own else {}
     problem = encoder_pairing_problem(model.family if model else None, encoders)
     if problem:
         model_file = files[model_input][1].name

@@ -70,6 +70,19 @@ def _env_vram() -> int | None:
         return None
 
 
+def _missing_class(prompt: dict[str, Any]) -> str:
+    """Why the host refuses ``prompt`` for a node class it does not have ("" when it has them all)."""
+    try:
+        known = host_module("nodes").NODE_CLASS_MAPPINGS
+    except Exception:  # no host nodes module (a test without one): leave the verdict to the planner
+        return ""
+    for node_id, node in prompt.items():
+        kind = node.get("class_type") if isinstance(node, dict) else None
+        if isinstance(kind, str) and kind not in known:
+            return f"node {node_id} ({kind}) is not a node class of this ComfyUI; the host refuses the prompt"
+    return ""
+
+
 def _history_folder() -> Path:
     """Where memory-history snapshots go: the host's temp folder (it empties it at start), else the OS's."""
     try:
@@ -154,6 +167,9 @@ class Monitor(Subscriber):
                 f"no CUDA device to plan for (set {ASSUME_VRAM_ENV}=8GB to check a workflow against a card)"
             )
             return None, Preflight(None, "skipped", reason)
+        refused = _missing_class(prompt)
+        if refused:  # the host refuses the prompt at validation: nothing of it runs, so nothing is planned
+            return None, Preflight(None, "skipped", f"not planned: {refused}", budget_vram=budget.vram)
         deadline = getattr(self.local, "deadline", None)  # set by a preflight on this thread
         left = HOST_PLAN_LIMIT_S if deadline is None else max(1.0, deadline - time.monotonic())
         outputs = output_nodes(prompt)

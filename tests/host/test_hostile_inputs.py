@@ -186,3 +186,17 @@ def test_a_bad_decode_budget_is_refused_at_queue_time(tiny: Host, budget: str) -
         tiny.validate(prompt, "bad-decode-budget")
     prompt["3"]["inputs"]["vram_budget"] = "6144MB"
     tiny.validate(prompt, "good-decode-budget")
+
+
+def test_a_prompt_the_host_refuses_for_a_missing_class_is_not_planned(host: Host) -> None:
+    """The 1 KB hostile expression reached the preflight on hosts without ComfyMathExpression, which had
+    already refused the prompt: a node class the host lacks now means "not planned", naming it."""
+    monitor = host.pack_module("nodes.host.monitor")
+    prompt = {
+        "1": {"class_type": "EmptyLatentImage", "inputs": {"width": ["2", 1], "height": 64, "batch_size": 1}},
+        "2": {"class_type": "NoSuchMathNode", "inputs": {"expression": "4000000**4000000"}},
+    }
+    assert monitor._missing_class(prompt) == (
+        "node 2 (NoSuchMathNode) is not a node class of this ComfyUI; the host refuses the prompt"
+    )
+    assert monitor._missing_class({"1": prompt["1"]}) == ""

@@ -421,3 +421,29 @@ def test_a_sampler_without_its_steps_value_plans_the_frontends_default(stored: A
     assert any(
         "node 4 (KSampler) input 'steps' has no value in the workflow" in n for n in planned.workload.notes
     )
+
+
+def test_a_wan_model_with_an_sd_checkpoints_own_encoders_is_refused_at_load() -> None:
+    """The pairing check read only text_encoder_*: a Wan DiT with an SD checkpoint's CLIP failed at the
+    sampler with a raw "mat1 and mat2 shapes cannot be multiplied"."""
+    from types import SimpleNamespace
+
+    from comfyui_headroom.nodes.input_checks import OffloadError, check_pairing
+
+    def info(kind: str, family: str) -> Any:
+        return SimpleNamespace(kind=kind, family=family)
+
+    files = {
+        "checkpoint": ("checkpoint", Path("sd15.safetensors")),
+        "diffusion_model": ("diffusion_model", Path("wan.safetensors")),
+    }
+    infos = {
+        "checkpoint": [info("diffusion_model", "sd15"), info("text_encoder", "clip_l"), info("vae", "sd15")],
+        "diffusion_model": [info("diffusion_model", "wan21")],
+    }
+    with pytest.raises(
+        OffloadError, match="input checkpoint is a clip_l text encoder, but a wan21 diffusion model"
+    ):
+        check_pairing(files, infos, "wan")
+    infos["diffusion_model"] = [info("diffusion_model", "sd15")]
+    check_pairing(files, infos, "stable_diffusion")  # the same family: accepted
