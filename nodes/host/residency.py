@@ -41,6 +41,8 @@ _log = logging.getLogger("headroom")
 class Handle(Protocol):
     """What the host ops need of a loaded component (``loading.ComponentHandle``)."""
 
+    kind: str  # the component's kind ("diffusion_model", "text_encoder", ...): what may stream
+    paths: list[Path]  # the files it was loaded from
     residency: str
     patcher: Any
     module: Any
