@@ -9,7 +9,7 @@ What each estimate covers and where its coefficient comes from (file:line in Com
   to <0.1% over 3-4 sizes). The prediction is that times ``1 + MARGIN``. Families not measured keep
   ComfyUI's own formula (conservative).
   The host's *reservation* is a different figure: ``BaseModel.memory_required`` (comfy/model_base.py:354-378,
-  the branch CUDA takes), ``area * dtype_size * 0.01 * memory_usage_factor`` MiB with ``area`` the batch
+  the branch CUDA takes), ``area * dtype_bytes * 0.01 * memory_usage_factor`` MiB with ``area`` the batch
   times the latent cells, summed over reference latents; ``host_reservation`` computes it and decides
   how much the host keeps free when it loads (sampler_helpers.py:121-122).
   cfg: the host batches cond and uncond into one call only while ``memory_required(batch) * 1.5`` is
@@ -217,7 +217,7 @@ CLIP_VISION = {
 CLIP_VISION |= {"siglip_so400m": (1152, 14, 384)}
 
 
-def dtype_size(dtype: str) -> int:
+def dtype_bytes(dtype: str) -> int:
     """Bytes per element of a compute dtype name (the scaled/fp8 storage dtypes compute in bf16)."""
     name = dtype.removesuffix("_scaled")
     if name not in DTYPE_SIZE:
@@ -261,7 +261,7 @@ def activation_bytes(
         raise ValueError(
             f"width, height, frames and batch must be positive: {width}x{height}x{frames}, {batch}"
         )
-    size = dtype_size(dtype)
+    size = dtype_bytes(dtype)
     if kind in ("diffusion_model", "checkpoint"):
         calls = batch * (2 if cfg and not split else 1)
         return predicted_peak(family, width, height, frames, calls, dtype, dim, vace, reference_images)
@@ -286,7 +286,7 @@ def text_encoder_bytes(family: str, tokens: int | None = None, dtype: str = "bf1
     """Peak of encoding one prompt: the measured model's coefficients (scaled by hidden size for the
     models of its kind not measured) plus ``MARGIN``."""
     basis, hidden, default_tokens = TEXT_ENCODERS.get(family, UNKNOWN_TEXT_ENCODER)
-    a, c = TEXT_MEASURED[basis]["fp32" if dtype_size(dtype) == 4 else "bf16"]
+    a, c = TEXT_MEASURED[basis]["fp32" if dtype_bytes(dtype) == 4 else "bf16"]
     t = tokens or default_tokens
     return math.ceil((a * t + c * t * t) * hidden / TEXT_HIDDEN[basis] * (1 + MARGIN))
 
@@ -308,7 +308,7 @@ def host_reservation(
     the sampler asks it (sampler_helpers.py:121). A conservative formula, not a measurement."""
     calls = batch * (2 if cfg else 1)
     return _diffusion_bytes(
-        family, width, height, frames, calls, dtype_size(dtype), dim, vace, reference_images
+        family, width, height, frames, calls, dtype_bytes(dtype), dim, vace, reference_images
     )
 
 
@@ -320,11 +320,11 @@ def measured_coefficients(family: str, dtype: str, dim: int | None = None) -> tu
         want = dim or (3072 if family == "wan22" else DEFAULT_SCALE["dim"])
         key = WAN_BY_DIM[next((d for d in dims if d >= want), dims[-1])]
         if want > dims[-1]:  # wider than any measured Wan: scale with the width
-            a, b = MEASURED[key]["fp32" if dtype_size(dtype) == 4 else "bf16"]
+            a, b = MEASURED[key]["fp32" if dtype_bytes(dtype) == 4 else "bf16"]
             return a * want / dims[-1], b * want / dims[-1]
     if family in SCALED:
         base, scale, _ = SCALED[family]
-        a, b = MEASURED[base]["fp32" if dtype_size(dtype) == 4 else "bf16"]
+        a, b = MEASURED[base]["fp32" if dtype_bytes(dtype) == 4 else "bf16"]
         return a * scale, b
     if family in BY_WIDTH:
         widths = sorted(BY_WIDTH[family])
@@ -332,7 +332,7 @@ def measured_coefficients(family: str, dtype: str, dim: int | None = None) -> tu
         key = BY_WIDTH[family][next((d for d in widths if d >= want), widths[-1])]
     if key not in MEASURED:
         return None
-    a, b = MEASURED[key]["fp32" if dtype_size(dtype) == 4 else "bf16"]
+    a, b = MEASURED[key]["fp32" if dtype_bytes(dtype) == 4 else "bf16"]
     if key == "ltxv" and dim and dim > 2048:  # measured: the 2B (cross-attention dim 2048)
         return a * dim / 2048, b * dim / 2048
     return a, b
@@ -353,7 +353,7 @@ def predicted_peak(
     ComfyUI's formula where the family was not measured."""
     coef = measured_coefficients(family, dtype, dim)
     if coef is None:
-        return _diffusion_bytes(family, width, height, frames, batch, dtype_size(dtype), dim, vace, refs)
+        return _diffusion_bytes(family, width, height, frames, batch, dtype_bytes(dtype), dim, vace, refs)
     spec = DIFFUSION.get(family, UNKNOWN_DIFFUSION)
     cells = math.ceil(height / spec.spatial) * math.ceil(width / spec.spatial)
     cells *= latent_frames(frames, spec.temporal) * (1 + refs)  # reference latents join the tokens

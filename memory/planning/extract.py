@@ -24,8 +24,8 @@ from ..models.info import ComponentInfo
 from ..names import OFFLOAD_FILE_INPUTS, OFFLOAD_RESIDENCY_INPUTS
 from ..units import parse_vram_budget
 from ..workflow.graph import Graph, Link, Node
-from ..workflow.node_types import host_version
 from ..workflow.node_types import lookup as lookup_node_type
+from ..workflow.node_types import node_table_host
 from ..workflow.values import SWITCH, Evaluator
 from ..workflow.walk import fill
 from .activations import activation_bytes, host_reservation
@@ -689,8 +689,8 @@ def workload_from_graph(
         ex.notes.insert(
             0,
             f"{sum(unknown.values())} node(s) of {len(unknown)} type(s) that will run are unknown to the "
-            f"planner ({host_version()}'s node table and Headroom's): {listed}; their inputs are read from "
-            "the workflow and their outputs taken to pass on the models they are given",
+            f"planner ({node_table_host()}'s node table and Headroom's): {listed}; their inputs are read "
+            "from the workflow and their outputs taken to pass on the models they are given",
         )
     idle = Counter(ex.components[cid].label for cid in sorted(set(ex.components) - used))
     for label, count in idle.items():  # one line per file, not one per copy of a big prompt

@@ -35,7 +35,7 @@ from ..units import format_bytes
 SLACK = 1.02  # the host's size may count a few buffers the plan's header figure does not
 
 
-class Event(Protocol):
+class CopyDone(Protocol):
     """Fires when a side stream's copies have landed on the device."""
 
     def query(self) -> bool: ...  # landed (never blocks)
@@ -45,13 +45,13 @@ class Event(Protocol):
 class Stream(Protocol):
     """A side stream: queue copies behind the compute stream's work so far; returns their event."""
 
-    def copy(self, pairs: Sequence[tuple[Any, Any]]) -> Event: ...  # (destination, source) tensors
+    def copy(self, pairs: Sequence[tuple[Any, Any]]) -> CopyDone: ...  # (destination, source) tensors
 
 
 class Upload(Protocol):
     """One component's copies in flight (``PrefetchOps.start``)."""
 
-    event: Event
+    event: CopyDone
     nbytes: int
 
 

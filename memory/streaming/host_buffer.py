@@ -143,7 +143,7 @@ def lay_out(
 
 def held(tensor: torch.Tensor, inner: Packed | None, is_param: bool) -> torch.Tensor:
     """What to keep of a module's ``tensor`` to put back later: a parameter's data (the Parameter object
-    stays and is rebound: ``bind``), else the tensor itself (a subclass is swapped whole: ``swap``)."""
+    stays and is rebound: ``set_weight``), else the tensor itself (a subclass is swapped whole: ``swap``)."""
     return tensor.data if inner is None and is_param else tensor
 
 
@@ -175,7 +175,7 @@ def in_place_copies(entries: Sequence[Entry]) -> list[tuple[Part, torch.Tensor]]
 
 
 def fill(entries: dict[int, list[Entry]], span: Spans, nbytes: int, pin: bool) -> tuple[torch.Tensor, bool]:
-    """Allocate the buffer, copy every entry in and bind the modules to their views; returns the buffer
+    """Allocate the buffer, copy every entry in and set_weight the modules to their views; returns the buffer
     and whether it is pinned. Where a previous streamer left every tensor in its buffer at the same place
     (``restore`` without release: a pinned copy kept for the next run), that buffer is taken again and
     nothing is copied (``left_in_place``)."""
@@ -192,7 +192,7 @@ def fill(entries: dict[int, list[Entry]], span: Spans, nbytes: int, pin: bool) -
                 t = getattr(e.module, e.name).detach()
                 if v.data_ptr() != t.data_ptr():
                     v.copy_(t.reshape(e.shape))
-                bind(e.module, e.name, e.is_param, v)
+                set_weight(e.module, e.name, e.is_param, v)
                 continue
             views = part_views(host, start, e)
             assert e.source is not None
@@ -247,7 +247,7 @@ def restore(e: Entry, host: torch.Tensor | None, start: int, release: bool) -> N
     elif not release:
         put(e, e.host if e.rebuild is not None else view(host, start + e.offset, e))
     elif e.rebuild is None:
-        bind(e.module, e.name, e.is_param, view(host, start + e.offset, e).clone())
+        set_weight(e.module, e.name, e.is_param, view(host, start + e.offset, e).clone())
     else:  # storage of its own: each inner tensor cloned out of the buffer
         e.host = None
         swap(e.module, e.name, e.is_param, e.rebuild([v.clone() for v in part_views(host, start, e)]))
@@ -276,7 +276,7 @@ def part_views(buffer: torch.Tensor, start: int, e: Entry) -> list[torch.Tensor]
 
 def put(e: Entry, tensor: torch.Tensor) -> None:
     """Bind ``tensor`` (plain) or swap it in (a subclass's wrapper) where ``e`` lives."""
-    (bind if e.rebuild is None else swap)(e.module, e.name, e.is_param, tensor)
+    (set_weight if e.rebuild is None else swap)(e.module, e.name, e.is_param, tensor)
 
 
 def direct(module: nn.Module) -> list[tuple[nn.Module, str, bool, torch.Tensor]]:
@@ -285,7 +285,7 @@ def direct(module: nn.Module) -> list[tuple[nn.Module, str, bool, torch.Tensor]]
     return out + [(module, n, False, b) for n, b in module._buffers.items() if b is not None]
 
 
-def bind(module: nn.Module, name: str, is_param: bool, tensor: torch.Tensor) -> None:
+def set_weight(module: nn.Module, name: str, is_param: bool, tensor: torch.Tensor) -> None:
     if is_param:
         module._parameters[name].data = tensor
     else:

@@ -45,7 +45,6 @@ from .discovery import BlockLayout
 from .host_buffer import (
     Entry,
     FilePages,
-    bind,
     direct,
     fill,
     in_place_copies,
@@ -53,6 +52,7 @@ from .host_buffer import (
     part_views,
     put,
     restore,
+    set_weight,
     swap,
     view,
 )
@@ -174,7 +174,7 @@ class BlockStreamer:
                 inner = packed(tensor)
                 if inner is None:
                     self._host_tensors[(id(sub), name)] = tensor.data if is_param else tensor
-                    bind(sub, name, is_param, tensor.data.to(self.device))
+                    set_weight(sub, name, is_param, tensor.data.to(self.device))
                 else:  # the storage moves as it is, in a wrapper rebuilt around it
                     self._host_objects[(id(sub), name)] = tensor
                     swap(sub, name, is_param, inner.rebuild([t.to(self.device) for t in inner.inner]))
@@ -270,7 +270,7 @@ class BlockStreamer:
     # --- the ring ----------------------------------------------------------------------------------
     def _bind_slot(self, e: Entry, slot: _Slot) -> None:
         if e.rebuild is None:
-            bind(e.module, e.name, e.is_param, view(slot.buffer, e.offset, e))
+            set_weight(e.module, e.name, e.is_param, view(slot.buffer, e.offset, e))
             return
         bound = e.bound.get(slot.index)  # a slot's wrapper is built once: the same views every time
         if bound is None:
@@ -284,7 +284,7 @@ class BlockStreamer:
         if e.rebuild is not None:
             return swap(e.module, e.name, e.is_param, e.host)
         assert self._host is not None
-        bind(e.module, e.name, e.is_param, view(self._host, self._span[block][0] + e.offset, e))
+        set_weight(e.module, e.name, e.is_param, view(self._host, self._span[block][0] + e.offset, e))
 
     def _issue(self, block: int) -> None:
         """Upload ``block`` into a free slot (on the side stream, after the slot's last compute), on the
@@ -455,7 +455,7 @@ class BlockStreamer:
         for sub, name, is_param, _ in self._owned(self.model):
             host = self._host_tensors.get((id(sub), name))
             if host is not None:
-                bind(sub, name, is_param, host)
+                set_weight(sub, name, is_param, host)
             original = self._host_objects.get((id(sub), name))
             if original is not None:
                 swap(sub, name, is_param, original)

@@ -32,7 +32,7 @@ from torch import nn
 
 from .groupnorm import GroupStats, Segments, StatsMerger, apply_group_norm, segment_stats
 from .head import SCORE_COPIES, holds_no_scores, slice_count, slice_rows, sliceable, sliced_attention
-from .layout import Layout, StageGeometry, run_with_oom_retry
+from .layout import StageGeometry, TileLayout, run_with_oom_retry
 from .parks import ParkAllocator, live_bytes
 from .runtime import DecodeOptions, DecodeReport, Progress
 from .tiles import (
@@ -366,7 +366,7 @@ class KLTiledDecoder:
 
     def layouts(
         self, latent_shape: tuple[int, ...], dtype_bytes: int, smallest: bool = False
-    ) -> list[tuple[StageGeometry, Callable[[int, int], int], Layout]]:
+    ) -> list[tuple[StageGeometry, Callable[[int, int], int], TileLayout]]:
         """Per stage: its geometry, its estimate ``(tile, crop frames) -> bytes`` and its layout (the one
         chosen from the options, or the smallest possible)."""
         rows = []
@@ -496,7 +496,7 @@ class KLTiledDecoder:
     def _decode_one(
         self,
         h: torch.Tensor,
-        layouts: list[tuple[StageGeometry, Callable[[int, int], int], Layout]],
+        layouts: list[tuple[StageGeometry, Callable[[int, int], int], TileLayout]],
         report: DecodeReport,
         progress: Progress,
         parker: ParkAllocator,
@@ -516,7 +516,7 @@ class KLTiledDecoder:
                 runs = segments[index + 1] if nxt is not None else None
 
                 def attempt(
-                    layout: Layout,
+                    layout: TileLayout,
                     stage: Stage = stage,
                     stats: GroupStats = stats,
                     merge_for: nn.GroupNorm | None = nxt if mode == "merge" else None,
@@ -545,7 +545,7 @@ class KLTiledDecoder:
         stage: Stage,
         parks: dict[str, torch.Tensor],
         stats: GroupStats,
-        layout: Layout,
+        layout: TileLayout,
         merge_for: nn.GroupNorm | None,
         runs: Segments | None,
         progress: Progress,

@@ -1,6 +1,6 @@
 """How a stage is cut: spatial tiles (or strips) times time chunks, chosen to fit the budget while
 computing the least, and cut smaller after an OOM. Shared by the KL (HunyuanVideo) and LTXV engines; Wan
-keeps its causal cache and is never cut in time (it uses ``Layout`` and the OOM retry only)."""
+keeps its causal cache and is never cut in time (it uses ``TileLayout`` and the OOM retry only)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from .tiles import Chunk, chunks, crop_area, tiles_of
 
 
 @dataclass(frozen=True)
-class Layout:
+class TileLayout:
     """Spatial tiles ``tile`` stage-input px a side (or strips that wide) and time chunks of at most
     ``frames`` stage-input frames (all of them: no cut in time). No chunk's crop may be shorter than
     ``min_frames`` (the CPU kernel rule, ``tiles.min_crop_frames``)."""
@@ -22,7 +22,7 @@ class Layout:
     frames: int = 1
     min_frames: int = 1
 
-    def smaller(self) -> Layout | None:
+    def smaller(self) -> TileLayout | None:
         """The next layout to try after an OOM: half the tile, then half the frames; None at the end."""
         if self.tile > MIN_TILE:
             return replace(self, tile=max(MIN_TILE, self.tile // 2))
@@ -68,12 +68,12 @@ class StageGeometry:
     def allowed(self, chunk: int) -> bool:
         return chunk >= self.frames or self.crop_range(chunk)[0] >= self.min_frames
 
-    def count(self, layout: Layout) -> int:
+    def count(self, layout: TileLayout) -> int:
         """Crops run: time chunks x spatial tiles."""
         tiles = tiles_of(self.height, self.width, layout.tile, self.strips)
         return len(self.chunks(layout.frames)) * len(tiles)
 
-    def work(self, layout: Layout) -> int:
+    def work(self, layout: TileLayout) -> int:
         """Input voxels the crops cover in all (a halo counts each time it is read)."""
         area = 0
         for t in tiles_of(self.height, self.width, layout.tile, self.strips):
@@ -81,15 +81,15 @@ class StageGeometry:
             area += (c.y1 - c.y0) * (c.x1 - c.x0)
         return area * sum(c.crop_frames for c in self.chunks(layout.frames))
 
-    def smallest(self) -> Layout:
+    def smallest(self) -> TileLayout:
         chunk = next(n for n in range(1, self.frames + 1) if self.allowed(n))
-        return Layout(min(MIN_TILE, max(self.height, self.width)), chunk, self.min_frames)
+        return TileLayout(min(MIN_TILE, max(self.height, self.width)), chunk, self.min_frames)
 
-    def peak(self, layout: Layout, estimate: Callable[[int, int], int]) -> int:
+    def peak(self, layout: TileLayout, estimate: Callable[[int, int], int]) -> int:
         """``estimate(tile, crop frames)`` for the layout's longest crop."""
         return estimate(layout.tile, self.crop_range(layout.frames)[1])
 
-    def record(self, report: DecodeReport, stage: str, layout: Layout) -> None:
+    def record(self, report: DecodeReport, stage: str, layout: TileLayout) -> None:
         """Add the stage run with ``layout`` to ``report``: its tile side and crops, and its time chunks
         when cut in time."""
         report.stages.append((stage, layout.tile, self.count(layout)))
@@ -99,7 +99,7 @@ class StageGeometry:
 
     def choose(
         self, options: DecodeOptions, tile_override: int | None, estimate: Callable[[int, int], int]
-    ) -> Layout:
+    ) -> TileLayout:
         """The options' overrides (``tile_override``: ``options.tile`` in this stage's px), else the
         layout computing least within the budget (the smallest when none fits), else whole."""
         if tile_override is not None or options.frames is not None:
@@ -107,19 +107,19 @@ class StageGeometry:
             chunk = min(self.frames, options.frames or self.frames)
             while not self.allowed(chunk):
                 chunk += 1
-            return Layout(tile, chunk, self.min_frames)
+            return TileLayout(tile, chunk, self.min_frames)
         budget = options.budget_bytes
         if budget is None:
-            return Layout(self.size, self.frames, self.min_frames)
+            return TileLayout(self.size, self.frames, self.min_frames)
         unit = crop_area(1, self.halo, self.rows or 1 + 2 * self.halo, 1 + 2 * self.halo, self.strips)
-        best: tuple[tuple[bool, int], Layout] | None = None
+        best: tuple[tuple[bool, int], TileLayout] | None = None
         for chunk in frame_counts(self.frames):
             if not self.allowed(chunk):
                 continue
             longest = self.crop_range(chunk)[1]
             per_px = estimate(1, longest) / unit
             tile = tile_for_budget(per_px, self.halo, budget, self.size, self.rows)
-            layout = Layout(tile, chunk, self.min_frames)
+            layout = TileLayout(tile, chunk, self.min_frames)
             size = self.peak(layout, estimate)
             key = (size > budget, size if size > budget else self.work(layout))
             if best is None or key < best[0]:
@@ -129,8 +129,8 @@ class StageGeometry:
 
 
 def run_with_oom_retry(
-    attempt: Callable[[Layout], None], layout: Layout, options: DecodeOptions, report: DecodeReport
-) -> Layout:
+    attempt: Callable[[TileLayout], None], layout: TileLayout, options: DecodeOptions, report: DecodeReport
+) -> TileLayout:
     """Run ``attempt(layout)``; on the host's OOM error retry with ``layout.smaller()``. Returns the
     layout used.
 

@@ -36,7 +36,7 @@ import torch
 from einops import rearrange
 from torch import nn
 
-from .layout import Layout, StageGeometry, run_with_oom_retry
+from .layout import StageGeometry, TileLayout, run_with_oom_retry
 from .parks import ParkAllocator, live_bytes
 from .runtime import DecodeOptions, DecodeReport, Progress
 from .tiles import (
@@ -357,7 +357,7 @@ class LTXVTiledDecoder:
                 result: dict[str, torch.Tensor] = {}
 
                 def attempt(
-                    layout: Layout,
+                    layout: TileLayout,
                     plan: _Plan = plan,
                     body: Callable = body,
                     mean: torch.Tensor | None = mean,
@@ -527,7 +527,7 @@ class LTXVTiledDecoder:
         body: Callable[..., torch.Tensor],
         parks: dict[str, torch.Tensor],
         mean: torch.Tensor | None,
-        layout: Layout,
+        layout: TileLayout,
         progress: Progress,
         parker: ParkAllocator,
     ) -> torch.Tensor:

@@ -30,7 +30,7 @@ import torch
 from einops import rearrange
 from torch import nn
 
-from .layout import Layout, run_with_oom_retry
+from .layout import TileLayout, run_with_oom_retry
 from .runtime import MIN_TILE, DecodeOptions, DecodeReport, Progress, tile_for_budget
 from .tiles import Unsupported, conv_radius, crop_area, tiles_of
 
@@ -205,10 +205,10 @@ class WanTiledDecoder:
             state: dict[str, int] = {}
             for b, clips in enumerate(groups):
 
-                def attempt(layout: Layout, clips: slice = clips) -> None:
+                def attempt(layout: TileLayout, clips: slice = clips) -> None:
                     state["tiles"] = self._tiles(parked, clips, layout.tile, out, progress)
 
-                used = run_with_oom_retry(attempt, Layout(tile), opts, report)
+                used = run_with_oom_retry(attempt, TileLayout(tile), opts, report)
                 report.stages.append((f"tail[{b}]", used.tile, state["tiles"]))
         return out, report
 

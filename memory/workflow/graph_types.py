@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from .node_types import host_version, is_output_node, lookup
+from .node_types import is_output_node, lookup, node_table_host
 
 MUTED, BYPASSED = 2, 4
 SUBGRAPH_INPUT_NODE = -10  # origin id of links that start at a subgraph's input node
@@ -189,6 +189,6 @@ def _note_unknown(graph: Graph) -> None:
                 as_output.add(node.class_type)
     for kind, count in sorted(unknown.items()):
         graph.warnings.append(
-            f"node type {kind} ({count}x) is unknown to {host_version()}: kept as an opaque node"
+            f"node type {kind} ({count}x) is unknown to {node_table_host()}: kept as an opaque node"
             + (", assumed to be an output node" if kind in as_output else "")
         )

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .graph_types import GROUP_PREFIXES, UPLOAD_VALUES, WorkflowError
-from .node_types import CONTROL_VALUES, VIRTUAL_TYPES, WIDGET_TYPES, InputSpec, host_version, lookup
+from .node_types import CONTROL_VALUES, VIRTUAL_TYPES, WIDGET_TYPES, InputSpec, lookup, node_table_host
 
 
 def _inputs(node: dict[str, Any]) -> list[dict[str, Any]]:
@@ -148,7 +148,7 @@ def _group_inner_def(
         return None
     # The frontend refuses groups with classes it lacks; we read what the inner node lists.
     group.warnings.append(
-        f"group node {group.name!r}: inner node {index} ({kind}) is unknown to {host_version()}; its "
+        f"group node {group.name!r}: inner node {index} ({kind}) is unknown to {node_table_host()}; its "
         "inputs are read from the workflow, so the group's widget values may not line up"
     )
     specs = [

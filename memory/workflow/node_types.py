@@ -119,7 +119,7 @@ def _table() -> tuple[str, dict[str, NodeType]]:
     return data["host"], types
 
 
-def host_version() -> str:
+def node_table_host() -> str:
     """The host the table was dumped from, e.g. "ComfyUI 0.3.64"."""
     return _table()[0]
 

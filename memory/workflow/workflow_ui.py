@@ -28,9 +28,9 @@ from .node_types import (
     VIRTUAL_TYPES,
     InputSpec,
     guess_output_node,
-    host_version,
     is_control_widget,
     lookup,
+    node_table_host,
 )
 
 
@@ -424,7 +424,7 @@ class _UiParser:
         if leftover or len(mapped) < len(specs):
             expected = len(specs) + sum(s.control or s.upload for s in specs)
             self.warnings.append(
-                f"{describe(node, scope.path)}: {len(values)} widget values where {host_version()} has "
+                f"{describe(node, scope.path)}: {len(values)} widget values where {node_table_host()} has "
                 f"{len(specs)} widgets ({expected} values with their extras); mapped by position"
             )
         return mapped

@@ -87,7 +87,7 @@ def host_bytes(patcher: Any) -> tuple[int, int]:
     return 0, int(patcher.pinned_memory_size())
 
 
-def host_part(patcher: Any) -> str:
+def dynamic_host_part(patcher: Any) -> str:
     pinned = int(patcher.pinned_memory_size())
     return "P" if pinned * 2 > int(patcher.model_size()) else "D"
 

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ...memory.streaming.host_buffer import bind, direct, held, in_host_memory, swap
+from ...memory.streaming.host_buffer import direct, held, in_host_memory, set_weight, swap
 from ...memory.streaming.storage import packed, storage_bytes
 from .patches import REGISTRY
 
@@ -64,7 +64,7 @@ def give_back(
             now = held(tensor, inner, is_param)
             if type(original) is not type(now) or (original.dtype, original.shape) != (now.dtype, now.shape):
                 continue
-            (bind if inner is None else swap)(sub, name, is_param, original)
+            (set_weight if inner is None else swap)(sub, name, is_param, original)
             moved += storage_bytes(original)
     return moved
 

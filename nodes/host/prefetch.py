@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from ...memory.residency.prefetch import Event, Stream
+from ...memory.residency.prefetch import CopyDone, Stream
 from .lookups import host_module
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
@@ -73,7 +73,7 @@ class CudaStream:
         self.device = device
         self.stream = torch.cuda.Stream(device)
 
-    def copy(self, pairs: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> Event:
+    def copy(self, pairs: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> CopyDone:
         event = _CudaEvent(self.device)
         # the destinations were allocated on the compute stream: the side stream starts after that
         self.stream.wait_stream(torch.cuda.current_stream(self.device))
@@ -95,7 +95,7 @@ class CudaStream:
 
 @dataclass
 class HostUpload:
-    event: Event
+    event: CopyDone
     nbytes: int
     # (the module's tensor, its device copy, its CPU data)
     swaps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=list)

@@ -57,7 +57,7 @@ class Handle(Protocol):
 def host_part(h: Handle) -> str:
     """Where the component's CPU copy is now: "P" (pinned), "R" (pageable RAM) or "D" (its file)."""
     if dynamic_vram.is_dynamic(h.patcher):  # the host maps it from its file and pins per layer
-        return dynamic_vram.host_part(h.patcher)
+        return dynamic_vram.dynamic_host_part(h.patcher)
     fp = footprint(h.module, h.files or ())
     return "D" if fp.mapped > fp.ram + fp.pinned else "P" if fp.pinned > fp.ram else "R"
 

@@ -34,9 +34,9 @@ from comfyui_headroom.memory.planning.workload import Component, Step, Workload
 MIB = 1 << 20
 
 
-def comfy_memory_required(area: int, dtype_size: int, factor: float) -> float:
+def comfy_memory_required(area: int, dtype_bytes: int, factor: float) -> float:
     # comfy/model_base.py:374, the branch CUDA takes
-    return area * dtype_size * 0.01 * factor * MIB
+    return area * dtype_bytes * 0.01 * factor * MIB
 
 
 def test_host_reservation_is_comfyuis_formula_with_cond_and_uncond_batched() -> None:

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from comfyui_headroom.memory.workflow.graph import Link, WorkflowError, load_workflow, parse_workflow
-from comfyui_headroom.memory.workflow.node_types import host_version, lookup
+from comfyui_headroom.memory.workflow.node_types import lookup, node_table_host
 from comfyui_headroom.memory.workflow.order import predict_order
 from headroom_testing.graph_workflows import FIXTURES, UI, fixture, signature
 
@@ -221,7 +221,7 @@ def test_too_many_widget_values_warn_and_map_by_position() -> None:
     ui.node("VAELoader", widgets=["ae.safetensors", "extra"])
     graph = parse_workflow(ui.data())
     assert graph.nodes["1"].inputs == {"vae_name": "ae.safetensors"}
-    assert any("2 widget values" in w and host_version() in w for w in graph.warnings)
+    assert any("2 widget values" in w and node_table_host() in w for w in graph.warnings)
 
 
 def test_widgets_values_saved_by_name() -> None:

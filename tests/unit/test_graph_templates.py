@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from comfyui_headroom.memory.workflow.graph import Link, Node, WorkflowError, parse_workflow
-from comfyui_headroom.memory.workflow.node_types import host_version, known_types, lookup
+from comfyui_headroom.memory.workflow.node_types import known_types, lookup, node_table_host
 from comfyui_headroom.memory.workflow.order import predict_order
 
 # ------------------------------------------------------------------------------------ templates
@@ -179,7 +179,7 @@ def test_ordering_a_template_does_work_linear_in_its_size(monkeypatch: pytest.Mo
 
 def test_node_type_table_is_the_current_host() -> None:
     types = known_types()
-    assert host_version() == "ComfyUI 0.33.0"
+    assert node_table_host() == "ComfyUI 0.33.0"
     assert len(types) > 300
     sampler = lookup("KSampler")
     assert sampler is not None and not sampler.output_node

@@ -16,7 +16,12 @@ from comfyui_headroom.memory.tiled_vae.groupnorm import (
     kernel_stats,
     segment_stats,
 )
-from comfyui_headroom.memory.tiled_vae.layout import Layout, StageGeometry, frame_counts, run_with_oom_retry
+from comfyui_headroom.memory.tiled_vae.layout import (
+    StageGeometry,
+    TileLayout,
+    frame_counts,
+    run_with_oom_retry,
+)
 from comfyui_headroom.memory.tiled_vae.ltxv import apply_norm, whole_mean
 from comfyui_headroom.memory.tiled_vae.runtime import MIN_TILE, DecodeReport, tile_for_budget
 from comfyui_headroom.memory.tiled_vae.tiles import (
@@ -125,7 +130,7 @@ def test_layout_cuts_time_only_when_the_budget_needs_it() -> None:
         return 100 * crop_frames * (tile + 4) ** 2
 
     options = DecodeOptions(torch.device("cuda"), torch.float32, budget_bytes=100 * 33 * 68**2)
-    assert geo.choose(options, None, estimate) == Layout(64, 33, 1)  # fits whole
+    assert geo.choose(options, None, estimate) == TileLayout(64, 33, 1)  # fits whole
     options.budget_bytes = 100 * 33 * 36**2
     roomy = geo.choose(options, None, estimate)
     assert roomy.frames == 33 and roomy.tile == 32  # tiles cost less halo than chunks here
@@ -133,12 +138,13 @@ def test_layout_cuts_time_only_when_the_budget_needs_it() -> None:
     tight = geo.choose(options, None, estimate)
     assert tight.frames < 33 and geo.peak(tight, estimate) <= options.budget_bytes
     assert all(
-        geo.peak(Layout(t, n), estimate) > options.budget_bytes or geo.work(Layout(t, n)) >= geo.work(tight)
+        geo.peak(TileLayout(t, n), estimate) > options.budget_bytes
+        or geo.work(TileLayout(t, n)) >= geo.work(tight)
         for n in frame_counts(33)
         for t in range(MIN_TILE, 65)
     ), "no layout within the budget computes less"
     options.budget_bytes = 1
-    assert geo.choose(options, None, estimate) == geo.smallest() == Layout(MIN_TILE, 1, 1)
+    assert geo.choose(options, None, estimate) == geo.smallest() == TileLayout(MIN_TILE, 1, 1)
     cpu = StageGeometry(64, 64, 33, 2, (3, 0), strips=True, min_frames=7)
     assert cpu.smallest().frames == 7 and cpu.crop_range(7)[0] >= 7
     forced = cpu.choose(DecodeOptions(torch.device("cpu"), torch.float32, frames=2), None, estimate)
@@ -299,7 +305,7 @@ def test_tile_for_budget_fits_and_clamps() -> None:
 def test_oom_retry_halves_the_tile_then_the_frames_and_frees_between_tries() -> None:
     tried, freed = [], []
 
-    def attempt(layout: Layout) -> None:
+    def attempt(layout: TileLayout) -> None:
         tried.append((layout.tile, layout.frames))
         if layout.tile > 40 or layout.frames > 3:
             raise MemoryError("out of memory")
@@ -308,22 +314,22 @@ def test_oom_retry_halves_the_tile_then_the_frames_and_frees_between_tries() -> 
         torch.device("cpu"), torch.float32, oom_types=(MemoryError,), on_oom=lambda: freed.append(1)
     )
     report = DecodeReport("kl")
-    assert run_with_oom_retry(attempt, Layout(64, 9, 2), options, report) == Layout(16, 3, 2)
+    assert run_with_oom_retry(attempt, TileLayout(64, 9, 2), options, report) == TileLayout(16, 3, 2)
     assert tried == [(64, 9), (32, 9), (16, 9), (16, 5), (16, 3)]
     assert report.oom_retries == 4 and len(freed) == 4
 
-    def never(layout: Layout) -> None:
+    def never(layout: TileLayout) -> None:
         raise MemoryError("out of memory")
 
     with pytest.raises(MemoryError):  # down to the smallest tile and the fewest frames allowed, then up
-        run_with_oom_retry(never, Layout(64, 9, 4), options, DecodeReport("kl"))
-    assert Layout(MIN_TILE, 4, 4).smaller() is None
+        run_with_oom_retry(never, TileLayout(64, 9, 4), options, DecodeReport("kl"))
+    assert TileLayout(MIN_TILE, 4, 4).smaller() is None
 
-    def bug(layout: Layout) -> None:
+    def bug(layout: TileLayout) -> None:
         raise KeyError("not an OOM")
 
     with pytest.raises(KeyError):  # anything else is not retried
-        run_with_oom_retry(bug, Layout(64), options, DecodeReport("kl"))
+        run_with_oom_retry(bug, TileLayout(64), options, DecodeReport("kl"))
 
 
 def test_wan_chunks_follow_the_hosts_decode() -> None:
