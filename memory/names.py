@@ -1,12 +1,23 @@
-"""Names that several layers must spell alike: the Offload Loader's inputs (the node declares them, the
-planner reads them from workflows, the host layer from the node's call), the websocket events and the
-read-only routes (the server sends and serves them, ``js/lib/names.js`` mirrors them for the browser;
-tests/unit/test_names.py compares the two)."""
+"""Names that several layers must spell alike: the node ids, the Offload Loader's inputs (the node
+declares them, the planner reads them from workflows, the host layer from the node's call), the
+websocket events and the read-only routes (the server sends and serves them, ``js/lib/names.js``
+mirrors them for the browser; tests/unit/test_names.py compares the two)."""
 
 from __future__ import annotations
 
+# The pack's node ids (frozen: saved workflows name them); every layer reads them from here.
+NODE_IDS: dict[str, str] = {
+    "offload_loader": "HeadroomOffloadLoader",
+    "streaming_sampler": "HeadroomStreamingSampler",
+    "stream_model": "HeadroomStreamModel",
+    "stream_clip": "HeadroomStreamCLIP",
+    "tiled_vae_decode": "HeadroomTiledVAEDecode",
+    "memory_monitor": "HeadroomMemoryMonitor",
+}
+OFFLOAD_LOADER = NODE_IDS["offload_loader"]
+STREAM_MODEL = NODE_IDS["stream_model"]
+
 # The Offload Loader's inputs: per component kind, its file inputs and its residency choice.
-OFFLOAD_LOADER = "HeadroomOffloadLoader"
 OFFLOAD_CHECKPOINT_INPUT = "checkpoint"
 OFFLOAD_FILE_INPUTS: dict[str, tuple[str, ...]] = {
     "diffusion_model": ("diffusion_model",),

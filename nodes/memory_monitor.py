@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from ..memory.names import NODE_IDS
 from .common import ANY, CATEGORY
 from .host import state
 
@@ -31,7 +32,7 @@ def output_used(prompt: Any, node_id: Any, index: int) -> bool:
 
 
 class HeadroomMemoryMonitor:
-    NODE_ID = "HeadroomMemoryMonitor"
+    NODE_ID = NODE_IDS["memory_monitor"]
     DISPLAY_NAME = "VRAM Stats"
     CATEGORY = f"{CATEGORY}/utils"
     DESCRIPTION = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..memory.names import OFFLOAD_RESIDENCY_INPUTS
+from ..memory.names import NODE_IDS, OFFLOAD_RESIDENCY_INPUTS
 from .common import CATEGORY, NONE_CHOICE, RESIDENCY_CHOICES
 from .host import loading, lookups
 
@@ -47,7 +47,7 @@ ENCODER_TIP = (
 
 
 class HeadroomOffloadLoader:
-    NODE_ID = "HeadroomOffloadLoader"
+    NODE_ID = NODE_IDS["offload_loader"]
     DISPLAY_NAME = "Offload Loader (low VRAM)"
     CATEGORY = f"{CATEGORY}/loaders"
     DESCRIPTION = (

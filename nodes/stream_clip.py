@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..memory.names import NODE_IDS
 from .host import text_encoders
 from .stream_node import StreamNode
 
 
 class HeadroomStreamCLIP(StreamNode):
-    NODE_ID = "HeadroomStreamCLIP"
+    NODE_ID = NODE_IDS["stream_clip"]
     DISPLAY_NAME = "Stream CLIP (VRAM offload)"
     DESCRIPTION = (
         "Put between a CLIP loader and any text encode node: while it encodes, the text encoder's "

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..memory.names import NODE_IDS
 from .host import sampling
 from .stream_node import StreamNode
 
 
 class HeadroomStreamModel(StreamNode):
-    NODE_ID = "HeadroomStreamModel"
+    NODE_ID = NODE_IDS["stream_model"]
     DISPLAY_NAME = "Stream Model (VRAM offload)"
     DESCRIPTION = (
         "Put between a model and any sampler (KSampler, KSamplerAdvanced, SamplerCustom, "

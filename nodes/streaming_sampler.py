@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..memory.names import NODE_IDS
 from ..memory.streaming import BudgetExceeded
 from ..memory.units import format_bytes
 from .common import CATEGORY, node_vram_budget, streaming_inputs, validate_vram_budget
@@ -12,7 +13,7 @@ from .input_checks import latent_error, latent_problem
 
 
 class HeadroomStreamingSampler:
-    NODE_ID = "HeadroomStreamingSampler"
+    NODE_ID = NODE_IDS["streaming_sampler"]
     DISPLAY_NAME = "Streaming KSampler (VRAM offload)"
     CATEGORY = f"{CATEGORY}/sampling"
     DESCRIPTION = (

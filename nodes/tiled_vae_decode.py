@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from ..memory.names import NODE_IDS
 from ..memory.tiled_vae import DecodeOptions, Unsupported, make_tiled_decoder
 from ..memory.tiled_vae.budget import (
     activation_budget,
@@ -27,7 +28,7 @@ log = logging.getLogger("headroom")
 
 
 class HeadroomTiledVAEDecode:
-    NODE_ID = "HeadroomTiledVAEDecode"
+    NODE_ID = NODE_IDS["tiled_vae_decode"]
     DISPLAY_NAME = "Tiled VAE Decode (exact, low VRAM)"
     CATEGORY = f"{CATEGORY}/latent"
     DESCRIPTION = (

@@ -21,7 +21,7 @@ from ..deadline import check_time
 from ..models.catalog import lookup, lookup_components, merge_parts
 from ..models.header import ComponentError
 from ..models.info import ComponentInfo
-from ..names import OFFLOAD_FILE_INPUTS, OFFLOAD_RESIDENCY_INPUTS
+from ..names import OFFLOAD_FILE_INPUTS, OFFLOAD_LOADER, OFFLOAD_RESIDENCY_INPUTS, STREAM_MODEL
 from ..units import parse_vram_budget
 from ..workflow.graph import Graph, Link, Node
 from ..workflow.node_types import lookup as lookup_node_type
@@ -54,7 +54,6 @@ CARRIES: dict[str, frozenset[str]] = {
 # used by the node that takes it.
 OTHER_KIND = "other"
 # The Stream Model node: its MODEL is its input's, streamed whenever sampled (within its vram_budget).
-STREAM_MODEL = "HeadroomStreamModel"
 # Nodes that read a model's configuration, never its weights (LTX-2's empty audio latent asks the audio
 # VAE how many latents a clip needs): they load nothing.
 CONFIG_READERS = frozenset({"LTXVEmptyLatentAudio"})
@@ -122,7 +121,7 @@ LOADERS: dict[str, LoaderSpec] = {
     ),
     "LoraLoader": LoaderSpec((("lora_name", "lora"),), ("MODEL", "CLIP"), patches=("model", "clip")),
     "LoraLoaderModelOnly": LoaderSpec((("lora_name", "lora"),), ("MODEL",), patches=("model",)),
-    "HeadroomOffloadLoader": LoaderSpec(
+    OFFLOAD_LOADER: LoaderSpec(
         (
             ("checkpoint", "checkpoint"),
             ("diffusion_model", "diffusion_model"),

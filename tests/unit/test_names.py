@@ -34,3 +34,22 @@ def test_event_and_route_names_are_spelled_in_one_place_per_language() -> None:
             if literal.search(line):
                 offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert not offenders, "use memory/names.py or js/lib/names.js:\n" + "\n".join(offenders)
+
+
+def test_the_node_ids_have_one_home() -> None:
+    """Each node class takes its id from memory/names.py, and no module of the pack spells one again."""
+    from pathlib import Path
+
+    from comfyui_headroom.memory.names import NODE_IDS
+    from comfyui_headroom.nodes import NODE_CLASS_MAPPINGS
+
+    assert sorted(NODE_CLASS_MAPPINGS) == sorted(NODE_IDS.values())
+    root = Path(__file__).resolve().parents[2]
+    spelt = [
+        f"{p.relative_to(root)}: {node_id}"
+        for p in [*root.glob("memory/**/*.py"), *root.glob("nodes/**/*.py")]
+        if p.name != "names.py"
+        for node_id in NODE_IDS.values()
+        if f'"{node_id}"' in p.read_text(encoding="utf-8")
+    ]
+    assert spelt == []
