@@ -78,6 +78,7 @@ async function toastTexts() {
 try {
   await page.evaluate((on) => window.app.extensionManager.setting.set("Comfy.VueNodes.Enabled", on), vue);
   result.frontend = await page.evaluate(() => window.__COMFYUI_FRONTEND_VERSION__ ?? null);
+  result.renderer = renderer;
   // N8: a new VRAM Stats node is big enough for its report
   result.newMonitorSize = await page.evaluate(async () => {
     const node = window.LiteGraph.createNode("HeadroomMemoryMonitor");

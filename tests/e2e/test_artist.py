@@ -163,6 +163,10 @@ def test_the_offload_examples_have_no_overlapping_nodes_in_either_renderer(seen:
     assert len(seen["exampleOverlaps"]) == 2
     if "not rendered" in seen["exampleOverlaps"].values():
         pytest.skip("this frontend's Vue renderer draws no nodes of a workflow loaded while it is on (1.27)")
+    version = tuple(int(x) for x in (seen.get("frontend") or "0.0.0").split(".")[:2])
+    if seen["renderer"] == "vue" and version < (1, 41):
+        # 1.27's Vue nodes were a preview: wider than the node's own size, widgets without values
+        pytest.skip("the examples are laid out for the Vue renderer of 1.41 and later, not 1.27's preview")
     assert all(pairs == [] for pairs in seen["exampleOverlaps"].values()), seen["exampleOverlaps"]
 
 
