@@ -22,14 +22,13 @@ pin a layer (the host pins per layer, and only the layers that get no VRAM page)
 from __future__ import annotations
 
 import logging
-import mmap
 import weakref
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from ...memory.residency import dynamic_policy as policy
 from ...memory.residency.dynamic_policy import Resident, stream_note
+from ...memory.residency.mapped import read_ahead
 from ...memory.residency.ram_guard import size
 from .lookups import dynamic_vram_active, next_queued_prompt
 
@@ -110,15 +109,6 @@ def set_host_tier(patcher: Any, host: str) -> str:
     return to_disk(patcher) if host == "D" else HOST_TIER_NOTE.get(host, "")
 
 
-def warm(paths: list[Path]) -> None:
-    """Ask the kernel to read the model's files ahead (returns at once)."""
-    if not hasattr(mmap, "MADV_WILLNEED"):
-        return
-    for path in paths:
-        with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            m.madvise(mmap.MADV_WILLNEED)
-
-
 # -- the boundary: evict and order by the plan, before the controller applies the step
 
 
@@ -186,7 +176,7 @@ class DynamicBoundaries:
                 elif move.released:
                     self.released[id(m.handle)] = weakref.ref(m.handle)
             elif move.action == policy.WARM:
-                warm(list(m.handle.paths))
+                read_ahead(m.handle.paths)
             elif move.action == policy.RELEASE:
                 left = to_disk(patcher)
                 if left:

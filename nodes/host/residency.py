@@ -23,6 +23,7 @@ from ...memory.deadline import HOST_PLAN_LIMIT_S
 from ...memory.names import OFFLOAD_LOADER
 from ...memory.planning.costmodel import CHOICE_HOST, Budget, Hardware
 from ...memory.residency import Controller, MappedFile, bind, footprint, pin, to_pageable
+from ...memory.residency.mapped import read_ahead
 from ...memory.residency.prefetch import Prefetcher
 from ...memory.residency.ram_budget import RAM, RamReading, read_process, release_heap, release_pinned_cache
 from ...memory.residency.ram_guard import RamGuard
@@ -157,11 +158,10 @@ class _HostOps:
 
     def warm(self, handle: Handle) -> None:
         if dynamic_vram.is_dynamic(handle.patcher):  # the files the host mapped
-            dynamic_vram.warm(list(handle.paths))
+            read_ahead(handle.paths)
             return
         if handle.files:  # mapped from its file: ask the kernel to read ahead (returns at once)
-            for mf in handle.files:
-                _advise_willneed(mf.path)
+            read_ahead(mf.path for mf in handle.files)
 
     def device_bytes(self) -> int:
         device = self.mm.get_torch_device()
@@ -242,15 +242,6 @@ class _RamOps:
     def computes_on_cpu(self) -> bool:
         mm = sys.modules.get("comfy.model_management")  # no host loaded (tests, the CLI): no device yet
         return mm is not None and getattr(mm.get_torch_device(), "type", "cpu") == "cpu"
-
-
-def _advise_willneed(path: Path) -> None:
-    import mmap
-
-    if not hasattr(mmap, "MADV_WILLNEED"):
-        return
-    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-        m.madvise(mmap.MADV_WILLNEED)
 
 
 _EVENT_TIERS = {  # controller action -> the monitor's (tier_from, tier_to)

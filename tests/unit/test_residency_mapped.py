@@ -152,3 +152,29 @@ def test_a_bare_file_binds_under_the_hosts_prefix(tmp_path: Path) -> None:
     assert not result.kept and set(result.bound) == {
         f"diffusion_model.{k}" for k in ("0.weight", "0.bias", "2.weight", "2.bias")
     }
+
+
+def test_read_ahead_advises_each_file_and_does_nothing_where_the_os_cannot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one home of the file-page read-ahead (both host paths call it)."""
+    import mmap
+
+    from comfyui_headroom.memory.residency import mapped
+
+    files = [tmp_path / "a.bin", tmp_path / "b.bin"]
+    for f in files:
+        f.write_bytes(b"\0" * 8192)
+    advised: list[int] = []
+    real = mmap.mmap
+
+    class Spy(real):  # type: ignore[misc, valid-type]
+        def madvise(self, option: int, *args: int) -> None:
+            advised.append(option)
+
+    monkeypatch.setattr(mapped.mmap, "mmap", Spy)
+    if hasattr(mmap, "MADV_WILLNEED"):
+        mapped.read_ahead(iter(files))
+        assert advised == [mmap.MADV_WILLNEED] * 2
+    monkeypatch.delattr(mmap, "MADV_WILLNEED", raising=False)
+    mapped.read_ahead([tmp_path / "absent"])  # not opened: no advice to give
