@@ -38,7 +38,3 @@ class ComponentInfo:
     def rest_bytes(self) -> int:
         """Weights outside the streamable blocks (embeddings, heads, norms): resident while streaming."""
         return self.bytes - sum(b.bytes for b in self.blocks)
-
-    @property
-    def largest_block(self) -> int:
-        return max((b.bytes for b in self.blocks), default=0)

@@ -151,12 +151,6 @@ class Prefetcher:
                 notes += self._cancel(f, why[phase])
         return notes
 
-    def cancel_all(self, why: str) -> list[Note]:
-        notes: list[Note] = []
-        for f in list(self.inflight.values()):
-            notes += self._cancel(f, why)
-        return notes
-
     def _land(self, f: InFlight, wait: bool) -> list[Note]:
         del self.inflight[f.component_id]
         try:

@@ -30,10 +30,6 @@ class StreamingChoice:
     bound_s: float  # max(compute, streamed bytes / bandwidth)
     requested_depth: int | None = None  # the depth asked for, when more than the streamed blocks allow
 
-    @property
-    def ring_bytes(self) -> int:
-        return (self.depth + 1) * self.slot_bytes if self.streamed_bytes else 0
-
 
 def step_time(
     block_bytes: Sequence[int],

@@ -60,11 +60,6 @@ def slice_rows(pixels: int, batch: int, dtype_bytes: int, cap_bytes: int | None)
     return max(min(MIN_ROWS, _pow2_floor(pixels)), rows)
 
 
-def least_scores_bytes(pixels: int, dtype_bytes: int) -> int:
-    """Score bytes of the smallest slice, per latent of the batch."""
-    return SCORE_COPIES * min(MIN_ROWS, pixels) * pixels * dtype_bytes
-
-
 def slice_count(pixels: int, rows: int) -> int:
     return -(-pixels // rows)
 

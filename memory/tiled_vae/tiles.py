@@ -47,10 +47,6 @@ def grid(height: int, width: int, tile: int) -> Iterator[Tile]:
             yield Tile(y0, y1, x0, x1)
 
 
-def grid_size(height: int, width: int, tile: int) -> int:
-    return len(spans(height, tile)) * len(spans(width, tile))
-
-
 def columns(height: int, width: int, tile: int) -> Iterator[Tile]:
     """Full-height strips at most ``tile`` wide (how video is cut on a CPU: DecodeOptions.strips)."""
     for x0, x1 in spans(width, tile):

@@ -25,7 +25,6 @@ from .state import residency
 
 _log = logging.getLogger("headroom")
 
-OFFLOAD_KINDS = {"diffusion_model": "MODEL", "text_encoder": "CLIP", "vae": "VAE"}
 _DTYPE_OPTIONS = {  # the stock UNETLoader's weight_dtype -> model_options
     "fp8_e4m3fn": {"dtype": "float8_e4m3fn"},
     "fp8_e4m3fn_fast": {"dtype": "float8_e4m3fn", "fp8_optimizations": True},
