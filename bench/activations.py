@@ -42,11 +42,12 @@ from torch.utils._pytree import tree_flatten
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT.parent))
+sys.path.insert(0, str(ROOT / "tests"))  # headroom_testing.measure
 
 from activation_models import Case, cases, cases_2026, cells  # noqa: E402,F401  (bench/, the script's folder)
 
 from comfyui_headroom.memory.planning.activations import host_reservation  # noqa: E402
-from comfyui_headroom.memory.tiled_vae.measure import PeakLiveBytes  # noqa: E402
+from headroom_testing.measure import PeakLiveBytes  # noqa: E402
 
 MIB = 1 << 20
 # case names that are not the planner's family: (family, hidden size)

@@ -49,10 +49,10 @@ from comfyui_headroom.memory.tiled_vae.budget import CPU_AUTO_ACTIVATION_BYTES  
 from comfyui_headroom.memory.tiled_vae.groupnorm import GroupStats, apply_group_norm  # noqa: E402
 from comfyui_headroom.memory.tiled_vae.kl import KLTiledDecoder, estimate_head  # noqa: E402
 from comfyui_headroom.memory.tiled_vae.ltxv import LTXVTiledDecoder, apply_norm, whole_mean  # noqa: E402
-from comfyui_headroom.memory.tiled_vae.measure import PeakLiveBytes  # noqa: E402
 from comfyui_headroom.memory.tiled_vae.tiles import spans  # noqa: E402
 from headroom_testing.exactness import bitwise_when_split  # noqa: E402
 from headroom_testing.harness import Host, find_host_root  # noqa: E402
+from headroom_testing.measure import PeakLiveBytes  # noqa: E402
 
 MiB = 1 << 20
 SEED = 1234

@@ -33,7 +33,9 @@ LUMINA = f"{HF}/Comfy-Org/Lumina_Image_2.0_Repackaged/resolve/main/split_files"
 WAN21 = f"{HF}/Comfy-Org/Wan_2.1_ComfyUI_repackaged/resolve/main/split_files"
 WAN22 = f"{HF}/Comfy-Org/Wan_2.2_ComfyUI_Repackaged/resolve/main/split_files"
 SDXL = f"{HF}/stabilityai/stable-diffusion-xl-base-1.0/resolve/main"
-HY15 = f"{HF}/Comfy-Org/HunyuanVideo_1.5_repackaged/resolve/main/split_files"  # video_hunyuan_video_1.5_720p_t2v
+HY15 = (
+    f"{HF}/Comfy-Org/HunyuanVideo_1.5_repackaged/resolve/main/split_files"  # video_hunyuan_video_1.5_720p_t2v
+)
 MODEL_LINKS = {  # file name -> (models/ folder, url)
     "hunyuanvideo1.5_720p_t2v_fp16.safetensors": (
         "diffusion_models", f"{HY15}/diffusion_models/hunyuanvideo1.5_720p_t2v_fp16.safetensors",

@@ -293,7 +293,8 @@ def measure_text_encoder_activations(host: Path, tokens: int = 256) -> dict[str,
     import comfy.cli_args
     from torch.utils._pytree import tree_flatten
 
-    from comfyui_headroom.memory.tiled_vae.measure import PeakLiveBytes
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from headroom_testing.measure import PeakLiveBytes
 
     comfy.cli_args.args.use_pytorch_cross_attention = True
 

@@ -169,6 +169,7 @@ def fake_pin(patcher: Any, layer: Any, pinned: int) -> None:
 
     state = pins[patcher.load_device]
     _, stack, stack_split, pinned_size, *rest = state["weights"]
+
     class CpuHostBuffer(comfy_aimdo.host_buffer.HostBuffer):  # no page-locking on CPU: none to undo
         def truncate(self, offset: int, do_unregister: bool = True) -> Any:
             return super().truncate(offset, do_unregister=False)

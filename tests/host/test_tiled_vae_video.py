@@ -428,7 +428,7 @@ def test_video_stage_estimates_cover_the_measured_peak(host: Host, hunyuan_vae: 
     from comfyui_headroom.memory.tiled_vae.groupnorm import GroupStats, apply_group_norm
     from comfyui_headroom.memory.tiled_vae.kl import estimate_stage
     from comfyui_headroom.memory.tiled_vae.ltxv import apply_norm, whole_mean
-    from comfyui_headroom.memory.tiled_vae.measure import PeakLiveBytes
+    from headroom_testing.measure import PeakLiveBytes
 
     tv = engine(host)
     frames, rows, side = 2, 6, 20
@@ -479,7 +479,7 @@ def test_video_stage_estimates_cover_the_measured_peak(host: Host, hunyuan_vae: 
 
 def test_wan22_tile_estimate_covers_the_measured_peak(host: Host, wan22_vae: Any) -> None:
     """Wan 2.2's per-output-pixel coefficient (measured on this full-size decoder) against a tile run."""
-    from comfyui_headroom.memory.tiled_vae.measure import PeakLiveBytes
+    from headroom_testing.measure import PeakLiveBytes
 
     tv = engine(host)
     dec = tv.make_tiled_decoder(

@@ -16,10 +16,10 @@ from comfyui_headroom.memory.tiled_vae.budget import park_ram_allowance
 from comfyui_headroom.memory.tiled_vae.groupnorm import apply_group_norm, kernel_stats
 from comfyui_headroom.memory.tiled_vae.head import MIN_ROWS, SCORE_COPIES, SLICE_SCORES
 from comfyui_headroom.memory.tiled_vae.kl import HEAD_FACTOR, estimate_head, estimate_stage
-from comfyui_headroom.memory.tiled_vae.measure import PeakLiveBytes
 from comfyui_headroom.memory.tiled_vae.parks import ParkAllocator
 from comfyui_headroom.memory.tiled_vae.runtime import MIN_TILE, DecodeReport
 from headroom_testing.exactness import TOLERANCE, assert_exact, max_abs_diff
+from headroom_testing.measure import PeakLiveBytes
 
 
 def rand(*shape: int, seed: int = 0) -> torch.Tensor:

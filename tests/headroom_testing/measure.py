@@ -2,7 +2,8 @@
 
 A TorchDispatchMode sees every tensor an op creates and, through weak references, when it dies: the peak
 of the sum of live storages is the activation memory the computation needs, weights and inputs excluded.
-This is how the per-architecture coefficients of ``budget.py`` are measured and checked on a CPU.
+This is how the per-architecture coefficients of ``memory/tiled_vae/budget.py`` are measured and checked on
+a CPU (tests, bench/ and scripts/build_model_catalog.py use it; the pack does not).
 """
 
 from __future__ import annotations
