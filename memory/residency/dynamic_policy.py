@@ -138,20 +138,6 @@ def _kept(sp: StepPlan, cid: str) -> bool:
     return placement is not None and placement.tier.gpu != ""
 
 
-def recency_victims(order: Sequence[str], need: int, resident: Mapping[str, int]) -> list[tuple[str, int]]:
-    """What the host frees for ``need`` bytes with its own order (``order``: lowest priority first):
-    pages from the lowest-priority model up, as ``vbars_free_for_vbar`` does. For tests and benches."""
-    freed = []
-    for cid in order:
-        if need <= 0:
-            break
-        take = min(need, resident.get(cid, 0))
-        if take:
-            freed.append((cid, take))
-            need -= take
-    return freed
-
-
 def repeat_uses(
     steps: Sequence[StepPlan], prompt: Mapping[str, Any], queued: Mapping[str, Any] | None
 ) -> list[tuple[str, ...]]:

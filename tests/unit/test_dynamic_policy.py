@@ -4,6 +4,8 @@ which are warmed, and the next queued run of the same workflow."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import pytest
 
 from comfyui_headroom.memory.planning.costmodel import Tier
@@ -16,7 +18,6 @@ from comfyui_headroom.memory.residency.dynamic_policy import (
     Resident,
     boundary_moves,
     next_use,
-    recency_victims,
     repeat_uses,
     stream_note,
 )
@@ -181,3 +182,18 @@ def test_a_model_not_needed_again_nor_in_the_next_run_gives_its_pins_back() -> N
     assert not [m for m in boundary_moves(WAN, 1, resident, [(CLIP,), *repeat]) if m.action == RELEASE]
     # a model the node computes with is the host's, whatever the plan says later
     assert not [m for m in boundary_moves(WAN, 0, resident) if m.component_id == CLIP]
+
+
+def recency_victims(order: Sequence[str], need: int, resident: Mapping[str, int]) -> list[tuple[str, int]]:
+    """What the host frees for ``need`` bytes with its own order (``order``: lowest priority first):
+    pages from the lowest-priority model up, as ``vbars_free_for_vbar`` does (the
+    host's own order, to compare the plan's with)."""
+    freed = []
+    for cid in order:
+        if need <= 0:
+            break
+        take = min(need, resident.get(cid, 0))
+        if take:
+            freed.append((cid, take))
+            need -= take
+    return freed
