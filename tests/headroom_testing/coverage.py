@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,7 +136,9 @@ class _Plugin:
         if self.failures and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
-    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+    @pytest.hookimpl(wrapper=True)
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> Iterator[None]:
+        yield  # after pytest's own summaries (failures, the -ra list): the run's last lines but its stats
         for line in self.counts.lines(self.host):
             terminalreporter.write_line(line, bold=True)
         if self.note:
