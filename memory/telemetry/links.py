@@ -98,4 +98,10 @@ def measured_hardware(hw: Hardware, rates: dict[str, float]) -> Hardware:
     known = {k: v for k, v in rates.items() if k in LINKS}
     if not known:
         return hw
-    return replace(hw, **known, measured=tuple(k for k in LINKS if k in known))
+    return replace(
+        hw,
+        h2d_pinned=known.get("h2d_pinned", hw.h2d_pinned),
+        h2d_pageable=known.get("h2d_pageable", hw.h2d_pageable),
+        disk=known.get("disk", hw.disk),
+        measured=tuple(k for k in LINKS if k in known),
+    )
