@@ -113,7 +113,7 @@ def summary(plan: Plan, baselines: dict[str, Outcome]) -> str:
     for name, outcome in baselines.items():
         fit = "fits" if outcome.fits else f"out of memory at {outcome.oom_step}"
         less = moves_less(plan, name, outcome)
-        ratio = "" if less is None else f" (Headroom moves {100 * less:.0f}% less)"
+        ratio = "" if less is None else f" (Headroom moves {_percent_less(less)})"
         lines.append(f"{name:>13}: transfer {outcome.transfer_s:.1f} s, {fit}{ratio}")
     return "\n".join(lines)
 
@@ -301,3 +301,9 @@ def timeline_png(plan: Plan, workload: Workload, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120, format="png")  # exactly `path`: no ".png" appended to other names
     plt.close(fig)
+
+
+def _percent_less(less: float) -> str:
+    """ "42% less", or "9% more" where Headroom moves more bytes than the baseline (it fits where the
+    baseline does not, or keeps more for later nodes)."""
+    return f"{100 * less:.0f}% less" if less >= 0 else f"{-100 * less:.0f}% more"

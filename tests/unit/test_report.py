@@ -105,10 +105,11 @@ def check_text_against_json(text: str, data: dict[str, Any]) -> None:
         transfer = re.search(r"transfer (\S+) s", line).group(1)
         same_number(transfer, b["transfer_s"])
         assert ("fits" in line.split(",")[1]) == b["fits"]
-        less = re.search(r"Headroom moves (-?\d+)% less", line)
+        less = re.search(r"Headroom moves (\d+)% (less|more)", line)
         assert (less is None) == (b["headroom_moves_less"] is None)
         if less:
-            same_number(less.group(1), 100 * b["headroom_moves_less"])
+            sign = 1 if less.group(2) == "less" else -1
+            same_number(str(sign * int(less.group(1))), 100 * b["headroom_moves_less"])
     # the table: one row per step, then its actions and prefetches in order
     row = re.compile(r"^\s*(\d+)  (.{28}) (.*?) +(\d+\.\d\d) +(\d+\.\d\d)$")
     rows = [n for n, line in enumerate(lines) if row.match(line)]
