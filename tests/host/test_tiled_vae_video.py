@@ -497,3 +497,19 @@ def test_wan22_tile_estimate_covers_the_measured_peak(host: Host, wan22_vae: Any
 class _Quiet:
     def step(self, units: int = 1) -> None:
         pass
+
+
+def test_a_clip_too_long_for_the_budget_is_refused_with_the_frames_that_fit(
+    host: Host, hunyuan_vae: Any
+) -> None:
+    """Runs of frames bound the tiles, but the head grows with the clip: a budget that fits one latent
+    frame of this size and not nine is refused up front, naming the most frames that fit."""
+    tv = engine(host)
+    probe = tv.make_tiled_decoder(
+        hunyuan_vae.first_stage_model, tv.DecodeOptions(torch.device("cpu"), torch.float32)
+    )
+    one, nine = (probe.minimum_peak((1, 16, t, 6, 4), 4) for t in (1, 9))
+    assert one < nine
+    budget = f"{(hunyuan_vae.patcher.model_size() + one) / (1 << 30):.9f}"
+    with pytest.raises(ValueError, match=r"or at most [1-8] latent frames \(\d+ frames\) of this size"):
+        tiled_decode(host, hunyuan_vae, latent((1, 16, 9, 6, 4)), vram_budget=budget)
