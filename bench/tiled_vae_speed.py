@@ -14,11 +14,11 @@ max abs difference of each method from the full decode.
 Cases (random weights, the host's own classes, tests/headroom_testing/tiny_models.py):
   sd, flux     full-size KL VAEs, 256x256 (32x32 latent), an 80 MiB activation budget: 61 tiles
   hunyuan      full-size HunyuanVideo VAE (Kandinsky 5 video decodes with it), 9 frames of 64x64,
-               runs of frames forced (``frames=2``) and strips of 32 px
+               runs of at most 5 frames (hunyuan-short-runs: runs of 2 frames and 32 px strips)
   wan21        full-size Wan 2.1 VAE, 5 frames of 64x128, tiles of 64 px (Wan is decoded frame by
                frame with its causal cache: never cut in time)
-  ltxv, ltx2   small LTXV 0.9.1 / LTX-2 VAEs built from config metadata, 13 frames of 384x96,
-               runs of 2 frames and strips of 16 px
+  ltxv, ltx2   small LTXV 0.9.1 / LTX-2 VAEs built from config metadata, 21 frames of 384x96,
+               runs of at most 8 frames at every stage (ltx2-strips: and strips of 16 px)
 """
 
 from __future__ import annotations
@@ -47,10 +47,12 @@ MiB = 1 << 20
 CASES: dict[str, tuple[tuple[int, ...], dict[str, Any]]] = {
     "sd": ((1, 4, 32, 32), {"budget_bytes": 80 * MiB}),
     "flux": ((1, 16, 32, 32), {"budget_bytes": 80 * MiB}),
-    "hunyuan": ((1, 16, 3, 8, 8), {"tile": 32, "frames": 2}),
+    "hunyuan": ((1, 16, 3, 8, 8), {"frames": 5}),
+    "hunyuan-short-runs": ((1, 16, 3, 8, 8), {"tile": 32, "frames": 2}),
     "wan21": ((1, 16, 2, 8, 16), {"tile": 64}),
-    "ltxv": ((1, 128, 4, 24, 6), {"tile": 16, "frames": 2}),
-    "ltx2": ((1, 128, 4, 24, 6), {"tile": 16, "frames": 2}),
+    "ltxv": ((1, 128, 6, 24, 6), {"frames": 8}),
+    "ltx2": ((1, 128, 6, 24, 6), {"frames": 8}),
+    "ltx2-strips": ((1, 128, 6, 24, 6), {"tile": 16, "frames": 8}),
 }
 
 
@@ -66,12 +68,12 @@ def build(host: Host, name: str) -> Any:
         )
     if name == "flux":
         return comfy.sd.VAE(sd=tm.flux_vae_state_dict(seed=1))
-    if name == "hunyuan":
+    if name.startswith("hunyuan"):
         return comfy.sd.VAE(sd=tm.hunyuan_video_vae_state_dict(seed=4))
     if name == "wan21":
         path = tm.build_wan21_vae(host.models_dir, dtype=torch.float32)
         return comfy.sd.VAE(sd=comfy.utils.load_torch_file(str(path)))
-    state_dict, metadata = tm.ltxv_vae("0.9.1" if name == "ltxv" else "2", seed=5)
+    state_dict, metadata = tm.ltxv_vae("0.9.1" if name == "ltxv" else "2", seed=5)  # ltx2, ltx2-strips
     return comfy.sd.VAE(sd=state_dict, metadata=metadata)
 
 
