@@ -64,7 +64,7 @@ def test_auto_refuses_a_head_larger_than_the_ram_with_the_size_that_fits(
     assert "the RAM available (less the output image) leaves" in text
     side = re.search(r"decode at most (\d+)x(\d+) \((\d+)x(\d+) px\) latents", text)
     assert side is not None and 0 < int(side[1]) < 1024 and int(side[3]) == 8 * int(side[1])
-    need = float(re.search(r"needs ([\d.]+) GB", text)[1])
+    need = float(re.search(r"needs ([\d.]+) GiB", text)[1])
     assert 20 < need < 24  # the head's linear part (10.5 x 512 values per latent px) and its least slice
 
 
