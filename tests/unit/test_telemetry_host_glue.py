@@ -77,12 +77,14 @@ def test_a_server_gets_its_routes_and_the_preflight_handler(
         ("GET", "/headroom/residency/{prompt_id}"),
         ("GET", "/headroom/runs"),
         ("GET", "/headroom/status"),
-        # the writes: the frontend's RAM budget setting, and arming the CUDA memory history
+        # the writes: the fit check of the open workflow (plans, queues nothing), arming the CUDA memory
+        # history, and the frontend's RAM budget setting
+        ("POST", "/headroom/fit"),
         ("POST", "/headroom/memory_history"),
         ("POST", "/headroom/ram_budget"),
     ]
     host.install_monitor(server)  # idempotent: no second set of routes or handlers
-    assert len(list(server.routes)) == 11 and len(server.handlers) == 1
+    assert len(list(server.routes)) == 12 and len(server.handlers) == 1
 
 
 @pytest.mark.parametrize("body", [None, [], "text", {"no": "prompt"}, {"prompt": "not a dict"}])
