@@ -4,9 +4,7 @@ latent sizes and frames from where they are made, and what cannot be read named 
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +14,7 @@ from comfyui_headroom.memory.planning.latents import AUDIO_SHAPE, Shape
 from comfyui_headroom.memory.workflow.graph import Link, parse_workflow
 from comfyui_headroom.memory.workflow.order import predict_order
 from comfyui_headroom.memory.workflow.values import Evaluator
+from headroom_testing.official_templates import official_template
 
 
 def _prompt(**nodes: tuple[str, dict[str, Any]]) -> dict:
@@ -269,15 +268,7 @@ def test_unknown_node_types_that_run_are_one_note_with_their_counts() -> None:
 # ------------------------------------------------------------------------- the official templates
 
 
-def _template(name: str) -> dict:
-    try:
-        import comfyui_workflow_templates_json as package
-    except ImportError:
-        pytest.skip("pip install comfyui-workflow-templates-json (the official workflow templates)")
-    path = Path(package.__file__).parent / "templates" / f"{name}.json"
-    if not path.exists():
-        pytest.skip(f"{path.name} is not in this version of the templates package")
-    return json.loads(path.read_text(encoding="utf-8"))
+_template = official_template
 
 
 def _nodes(data: dict) -> list[dict]:

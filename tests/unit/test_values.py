@@ -16,6 +16,7 @@ from comfyui_headroom.memory.planning.latents import Shape
 from comfyui_headroom.memory.workflow.graph import Link, parse_workflow
 from comfyui_headroom.memory.workflow.order import predict_order
 from comfyui_headroom.memory.workflow.values import MATH_FUNCTIONS, Evaluator, Value, math_expression
+from headroom_testing.official_templates import official_template
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -284,15 +285,7 @@ def test_a_size_not_known_before_the_run_is_named() -> None:
 # -------------------------------------------------------------------------------------- templates
 
 
-def _template(name: str) -> dict:
-    try:
-        import comfyui_workflow_templates_json as package
-    except ImportError:
-        pytest.skip("pip install comfyui-workflow-templates-json (the official workflow templates)")
-    path = Path(package.__file__).parent / "templates" / f"{name}.json"
-    if not path.exists():
-        pytest.skip(f"{path.name} is not in this version of the templates package")
-    return json.loads(path.read_text(encoding="utf-8"))
+_template = official_template
 
 
 def _lightning(data: dict, on: bool) -> dict:
