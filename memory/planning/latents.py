@@ -347,8 +347,10 @@ class LatentReader:
         current: Link | None = link
         count: Read | None = None
         while current is not None and count is None:
-            if current.node not in self.g.nodes or len(cuts) > len(self.g.nodes):
+            if current.node not in self.g.nodes:
                 return Read(None, f"node {current.node}, which is not in the graph")
+            if len(cuts) > len(self.g.nodes):
+                return Read(None, f"{self.describe(current.node)}, a dependency cycle")
             node_id, kind = current.node, self.g.nodes[current.node].class_type
             upstream = self.live(node_id).get("sigmas")
             if kind in SCHEDULERS:
