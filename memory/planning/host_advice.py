@@ -90,7 +90,8 @@ def host_advice(
             HostAdvice(
                 flag,
                 "keep",
-                f"keep {current}: {flag} reloads {_reloaded(alt)} in the repeat run ({-gain:+.1f} s per run)",
+                f"keep {current}: {flag} reloads {_reloaded(alt)} in the repeat run "
+                f"({_seconds(gain, 'per run')})",
                 gain,
             )
         )
@@ -115,7 +116,7 @@ def host_advice(
                 "--high-ram",
                 verdict,
                 f"--high-ram: its {format_bytes(high.ram_peak)} of pins fit "
-                f"{format_bytes(ram)} of RAM: {saves:+.1f} s per repeat run",
+                f"{format_bytes(ram)} of RAM: {_seconds(saves, 'per repeat run')}",
                 saves,
             )
         )
@@ -135,7 +136,7 @@ def host_advice(
             verdict,
             f"{flag}: with fast-disk {format_bytes(per)} come from the file in the first run at "
             f"{hw.disk / 1e9:.1f} GB/s, RAM peak {format_bytes(fast.ram_peak)} instead of "
-            f"{format_bytes(base.ram_peak)}: {saves:+.1f} s over two runs",
+            f"{format_bytes(base.ram_peak)}: {_seconds(saves, 'over two runs')}",
             saves,
         )
     )
@@ -334,3 +335,10 @@ def hosts_json(hosts: dict[str, Outcome], advice: list[HostAdvice], settings: Ho
         "baselines": {name: host_json(o, []) for name, o in hosts.items()},
         "advice": [asdict(a) for a in advice],
     }
+
+
+def _seconds(saved: float, span: str) -> str:
+    """What a setting does to the time, in words: "saves 4.2 s per run", "costs 1.3 s over two runs"."""
+    if abs(saved) < 0.05:
+        return f"no time saved or lost {span}"
+    return f"{'saves' if saved > 0 else 'costs'} {abs(saved):.1f} s {span}"
