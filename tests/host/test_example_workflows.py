@@ -29,12 +29,16 @@ FOLDER_OF = {
 }
 
 
+# Examples of 2026 models, whose nodes hosts before 0.18 lack (HunyuanVideo 1.5's latent node).
+NEWER_THAN_SOME_HOSTS = frozenset({"HunyuanVideo 1.5 720p text to video"})
+
+
 @pytest.mark.parametrize("path", API_FILES, ids=lambda p: p.stem)
 def test_example_prompt_validates_in_the_host(host: Host, path: Path) -> None:
     prompt = json.loads(path.read_text())
     missing = sorted({n["class_type"] for n in prompt.values()} - set(host.nodes.NODE_CLASS_MAPPINGS))
-    if missing and host.legacy:
-        pytest.skip(f"the 2024-03 host predates {', '.join(missing)}")
+    if missing and (host.legacy or path.stem in NEWER_THAN_SOME_HOSTS):
+        pytest.skip(f"this host predates {', '.join(missing)}")
     assert not missing
     placeholders = []
     for node in prompt.values():  # validation checks file names against the folders, not contents
