@@ -162,16 +162,17 @@ def _enable_dynamic_vram(host: Any, cap: int) -> int:
     return total
 
 
-def _build(host: Any, work: Path, cid: str, nbytes: int, width: int) -> tuple[Any, Path]:
-    import comfy.model_patcher
+def layered_module(path: Path, seed: int, nbytes: int, width: int) -> Any:
+    """A stack of ``width`` x ``width`` bf16 Linear layers of about ``nbytes``, written to ``path`` and
+    loaded from it as the host loads a file (its weights are aimdo's mapping on a DynamicVRAM host), with
+    the attributes the host's patcher reads before a first load. Also used by bench/host_repeat_gpu.py."""
     import comfy.ops
     import comfy.utils
     import torch
     from safetensors.torch import save_file
 
     depth = max(1, nbytes // (width * width * 2))
-    path = work / f"{cid.replace(':', '_')}.safetensors"
-    gen = torch.Generator().manual_seed(len(path.name))
+    gen = torch.Generator().manual_seed(seed)
     layers = {f"layers.{i}.weight": torch.randn(width, width, generator=gen).bfloat16() for i in range(depth)}
     save_file(layers, path)
     del layers
@@ -192,6 +193,15 @@ def _build(host: Any, work: Path, cid: str, nbytes: int, width: int) -> tuple[An
     module.load_state_dict(comfy.utils.load_torch_file(str(path)), assign=True)  # aimdo's mapping
     module.model_loaded_weight_memory, module.current_weight_patches_uuid = 0, None
     module.device = torch.device("cpu")  # what current_loaded_device reads before the first load
+    return module
+
+
+def _build(host: Any, work: Path, cid: str, nbytes: int, width: int) -> tuple[Any, Path]:
+    import comfy.model_patcher
+    import torch
+
+    path = work / f"{cid.replace(':', '_')}.safetensors"
+    module = layered_module(path, len(path.name), nbytes, width)
     device = host.model_management.get_torch_device()
     patcher = comfy.model_patcher.ModelPatcherDynamic(module, device, torch.device("cpu"))
     return patcher, path

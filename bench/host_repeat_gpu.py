@@ -113,36 +113,11 @@ def _host(ram: int, cap: int) -> SimpleNamespace:
 
 
 def _build(h: SimpleNamespace, work: Path, name: str, nbytes: int, width: int) -> tuple[Any, Path]:
-    import comfy.ops
-    import comfy.utils
     import torch
-    from safetensors.torch import save_file
+    from dynamic_vram_gpu import layered_module
 
-    depth = max(1, nbytes // (width * width * 2))
     path = work / f"{name}.safetensors"
-    gen = torch.Generator().manual_seed(len(name))
-    weights = {
-        f"layers.{i}.weight": torch.randn(width, width, generator=gen).bfloat16() for i in range(depth)
-    }
-    save_file(weights, path)
-    del weights
-
-    class Layers(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layers = torch.nn.ModuleList(
-                comfy.ops.disable_weight_init.Linear(width, width, bias=False) for _ in range(depth)
-            )
-
-        def forward(self, x: Any) -> Any:
-            for layer in self.layers:
-                x = torch.nn.functional.gelu(layer(x))
-            return x
-
-    module = Layers()
-    module.load_state_dict(comfy.utils.load_torch_file(str(path)), assign=True)
-    module.model_loaded_weight_memory, module.current_weight_patches_uuid = 0, None
-    module.device = torch.device("cpu")
+    module = layered_module(path, len(name), nbytes, width)
     patcher = h.mp.ModelPatcherDynamic(module, h.device, torch.device("cpu"))
     h.patchers.append(patcher)
     return patcher, path
