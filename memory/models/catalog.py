@@ -23,6 +23,7 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TypedDict
 
 from ..units import GiB
 from .components import describe_file
@@ -79,9 +80,37 @@ _EXTENSIONS = (".safetensors", ".sft", ".ckpt", ".pt", ".pth", ".bin", ".gguf")
 
 # --- the catalog -----------------------------------------------------------------------------------
 
+# one block run of a record: (name, first index or None for a single block, count, bytes per block)
+BlockRun = tuple[str, int | None, int, int]
+
+
+class _Component(TypedDict):
+    kind: str
+    family: str
+    dtype: str
+    bytes: int
+    blocks: list[BlockRun]
+
+
+class CatalogRecord(_Component, total=False):
+    """One component of a catalog entry (scripts/build_model_catalog.py writes them)."""
+
+    note: str
+    arch: str
+    recipe: str
+    source: str
+    prefix: str
+
+
+class CatalogEntry(TypedDict):
+    """A file as released in one models/ folder, with its components."""
+
+    directory: str
+    components: list[CatalogRecord]
+
 
 @functools.cache
-def catalog() -> dict[str, list[dict]]:
+def catalog() -> dict[str, list[CatalogEntry]]:
     """file name -> entries (one per models/ folder the name is released in), loaded once."""
     # the parse allocates ~30k small objects: without this, a full collection of the host's heap
     # (torch, ComfyUI) can run mid-parse and cost tens of ms on the first lookup
@@ -89,7 +118,8 @@ def catalog() -> dict[str, list[dict]]:
     gc.disable()
     try:
         with CATALOG_PATH.open(encoding="utf-8") as f:
-            return json.load(f)["files"]
+            files: dict[str, list[CatalogEntry]] = json.load(f)["files"]
+            return files
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -118,7 +148,7 @@ def catalog_name(file_name: str) -> str | None:
     return _normalised_index().get(normalise_name(base))
 
 
-def _decode_blocks(runs: Iterable[list]) -> tuple[Block, ...]:
+def _decode_blocks(runs: Iterable[BlockRun]) -> tuple[Block, ...]:
     blocks: list[Block] = []
     for name, first, count, size in runs:
         if first is None:
@@ -128,7 +158,7 @@ def _decode_blocks(runs: Iterable[list]) -> tuple[Block, ...]:
     return tuple(blocks)
 
 
-def _from_record(record: dict, file: str, source: str = "catalog", note: str = "") -> ComponentInfo:
+def _from_record(record: CatalogRecord, file: str, source: str = "catalog", note: str = "") -> ComponentInfo:
     return ComponentInfo(
         kind=record["kind"],
         file=file,
@@ -321,10 +351,10 @@ def estimate_from_name(file_name: str, kind: str | None = None) -> ComponentInfo
         notes = [f"estimated from the name, scaled from catalog entry {ref.file}"]
         if dtype is not None:
             scale = dtype[1] / _BYTES_PER.get(ref.dtype.removesuffix("_scaled"), 2)
-        rank = _RANK.search(name)
+        own_rank = _RANK.search(name)
         ref_rank = _RANK.search((ref.file or "").lower())
-        if ref.kind == "lora" and rank and ref_rank:
-            scale *= int(rank.group(1)) / int(ref_rank.group(1))
+        if ref.kind == "lora" and own_rank and ref_rank:
+            scale *= int(own_rank.group(1)) / int(ref_rank.group(1))
         if params and abs(_entry_params(ref) - params) > 0.25 * params:
             scale *= params / _entry_params(ref)
             notes.append(f"rescaled to {params / 1e9:g}B parameters")

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 # ComponentError is also imported from here by nodes/host/loading.py (its home is header.py).
-from .header import ComponentError, TensorSpec, dominant_dtype, read_header
+from .header import ComponentError, TensorEntry, dominant_dtype, read_header
 from .info import Block, ComponentInfo
 from .layouts import block_names, block_sizes, detect, generic_layout
 from .lora import describe_lora, is_lora
@@ -45,13 +45,13 @@ def describe_file(path: Path, kind: str | None = None) -> ComponentInfo | list[C
 
 
 def describe_tensors(
-    tensors: Mapping[str, TensorSpec],
+    tensors: Mapping[str, TensorEntry],
     *,
     kind: str | None = None,
     file: str | None = None,
     source: str = "header",
 ) -> ComponentInfo | list[ComponentInfo]:
-    """The analysis behind describe_file, on any key -> TensorSpec mapping (the catalog builder uses it)."""
+    """The analysis behind describe_file, on any key -> TensorEntry mapping (the catalog builder uses it)."""
     if kind == "lora" or (kind is None and is_lora(tensors)):
         return describe_lora(tensors, file, source)
     parts = _split_checkpoint(tensors)
@@ -87,11 +87,11 @@ _CHECKPOINT_MARKERS = (
 
 
 def _split_checkpoint(
-    tensors: Mapping[str, TensorSpec],
-) -> list[tuple[str, str | None, dict[str, TensorSpec]]]:
+    tensors: Mapping[str, TensorEntry],
+) -> list[tuple[str, str | None, dict[str, TensorEntry]]]:
     if not any(k.startswith(_CHECKPOINT_MARKERS) for k in tensors):
         return [("", None, dict(tensors))]
-    sections: dict[str, tuple[str, dict[str, TensorSpec]]] = {}
+    sections: dict[str, tuple[str, dict[str, TensorEntry]]] = {}
     for key, spec in tensors.items():
         prefix, hint = _section_of(key)
         sections.setdefault(prefix, (hint, {}))[1][key[len(prefix) :]] = spec
@@ -112,7 +112,7 @@ def _section_of(key: str) -> tuple[str, str]:
 
 
 def _describe_part(
-    tensors: Mapping[str, TensorSpec], kind: str | None, file: str | None, source: str, prefix: str
+    tensors: Mapping[str, TensorEntry], kind: str | None, file: str | None, source: str, prefix: str
 ) -> ComponentInfo:
     total = sum(t.nbytes for t in tensors.values())
     dtype, dtype_note = dominant_dtype(tensors)
@@ -139,10 +139,10 @@ _OTHER_NOTE = "weights ComfyUI does not load from a checkpoint (EMA copies, sche
 
 
 def _strip_to_known(
-    tensors: Mapping[str, TensorSpec], kind: str | None
-) -> tuple[frozenset[str], Mapping[str, TensorSpec]]:
+    tensors: Mapping[str, TensorEntry], kind: str | None
+) -> tuple[frozenset[str], Mapping[str, TensorEntry]]:
     """Drop wrapper prefixes (``transformer.``, ``model.``, ``diffusion_model.``) until a layout is known."""
-    current: Mapping[str, TensorSpec] = tensors
+    current: Mapping[str, TensorEntry] = tensors
     for _ in range(3):
         keys = frozenset(current)
         if detect(keys, current, kind) is not None:

@@ -223,7 +223,7 @@ def _parse(f: BinaryIO, size: int, gguf: Any) -> tuple[dict[str, Any], dict[str,
     return {k: v for k, v in metadata.items() if isinstance(v, str)}, tensors
 
 
-def _unpack(f: BinaryIO, fmt: str) -> tuple:
+def _unpack(f: BinaryIO, fmt: str) -> tuple[Any, ...]:
     size = struct.calcsize(fmt)
     raw = f.read(size)
     if len(raw) < size:

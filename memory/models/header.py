@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 # safetensors dtype code -> (our name, bits per element)
 _DTYPES: dict[str, tuple[str, int]] = {
@@ -30,6 +30,18 @@ _PICKLE_SUFFIXES = {".ckpt", ".pt", ".pth", ".bin", ".pkl", ".pickle"}
 
 class ComponentError(ValueError):
     """A model file that cannot be described: corrupt, truncated, not safetensors, or pickle-based."""
+
+
+class TensorEntry(Protocol):
+    """What the analyses read of one tensor, whichever header it came from (TensorSpec here, GGUFTensor
+    in gguf.py): its dtype name, torch-order shape and the bytes a loader holds."""
+
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def nbytes(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +150,7 @@ def _tensor_entry(name: str, key: str, entry: object, data_len: int) -> TensorSp
     return spec
 
 
-def dominant_dtype(tensors: Mapping[str, TensorSpec]) -> tuple[str, str]:
+def dominant_dtype(tensors: Mapping[str, TensorEntry]) -> tuple[str, str]:
     """The dtype holding most bytes (``_scaled`` for ComfyUI's scaled fp8), and a note on any mix."""
     by_dtype: Counter[str] = Counter()
     for t in tensors.values():

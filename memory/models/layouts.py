@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from .header import TensorSpec
+from .header import TensorEntry
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ def _split_numbered(key: str) -> tuple[str, int] | None:
     return None
 
 
-def block_sizes(tensors: Mapping[str, TensorSpec], whole: list[str]) -> dict[str, int]:
+def block_sizes(tensors: Mapping[str, TensorEntry], whole: list[str]) -> dict[str, int]:
     """Bytes per numbered entry (``blocks.3``) and per whole module named in ``whole``."""
     sizes: dict[str, int] = defaultdict(int)
     wanted = tuple(w + "." for w in whole)
@@ -60,7 +60,7 @@ def _list_indices(keys: frozenset[str]) -> dict[str, frozenset[int]]:
     return {name: frozenset(idx) for name, idx in found.items()}
 
 
-def block_names(tensors: Mapping[str, TensorSpec], layout: Layout) -> list[str]:
+def block_names(tensors: Mapping[str, TensorEntry], layout: Layout) -> list[str]:
     """The layout's blocks present in ``tensors``, in forward order."""
     if layout.order is not None:
         return list(layout.order)
@@ -75,7 +75,7 @@ def block_names(tensors: Mapping[str, TensorSpec], layout: Layout) -> list[str]:
     return names
 
 
-def generic_layout(tensors: Mapping[str, TensorSpec], kind: str) -> Layout:
+def generic_layout(tensors: Mapping[str, TensorEntry], kind: str) -> Layout:
     """Unknown layout: numbered module lists holding >= 10% of the bytes each are the blocks."""
     total = sum(t.nbytes for t in tensors.values()) or 1
     per_list: Counter[str] = Counter()
@@ -96,10 +96,10 @@ def generic_layout(tensors: Mapping[str, TensorSpec], kind: str) -> Layout:
 
 # --- family detectors ------------------------------------------------------------------------------
 
-Detector = Callable[[frozenset[str], Mapping[str, TensorSpec]], "Layout | None"]
+Detector = Callable[[frozenset[str], Mapping[str, TensorEntry]], "Layout | None"]
 
 
-def _shape(t: Mapping[str, TensorSpec], key: str, dim: int) -> int | None:
+def _shape(t: Mapping[str, TensorEntry], key: str, dim: int) -> int | None:
     spec = t.get(key)
     return spec.shape[dim] if spec is not None and len(spec.shape) > dim else None
 
@@ -109,7 +109,7 @@ def _count(keys: frozenset[str], name: str) -> int:
     return len(_list_indices(keys).get(name, ()))
 
 
-def _flux_like(keys: frozenset[str], t: Mapping[str, TensorSpec]) -> Layout | None:
+def _flux_like(keys: frozenset[str], t: Mapping[str, TensorEntry]) -> Layout | None:
     if (
         "txt_in.individual_token_refiner.blocks.0.norm1.weight" in keys
         or "double_blocks.0.img_attn_qkv.weight" in keys
@@ -169,7 +169,7 @@ _WAN_TYPES = (
 )
 
 
-def _wan(keys: frozenset[str], t: Mapping[str, TensorSpec]) -> Layout | None:
+def _wan(keys: frozenset[str], t: Mapping[str, TensorEntry]) -> Layout | None:
     if "head.modulation" not in keys or "blocks.0.self_attn.q.weight" not in keys:
         return None
     dim = _shape(t, "blocks.0.self_attn.q.weight", 0)
@@ -193,7 +193,7 @@ def _wan(keys: frozenset[str], t: Mapping[str, TensorSpec]) -> Layout | None:
     return Layout("diffusion_model", family, ("blocks",), note=note)
 
 
-def _dit_families(keys: frozenset[str], t: Mapping[str, TensorSpec]) -> Layout | None:
+def _dit_families(keys: frozenset[str], t: Mapping[str, TensorEntry]) -> Layout | None:
     if "joint_blocks.0.context_block.attn.qkv.weight" in keys:
         n = _count(keys, "joint_blocks")
         return Layout("diffusion_model", "sd3", ("joint_blocks",), note=f"MMDiT, {n} joint blocks")
@@ -245,7 +245,7 @@ def _dit_families(keys: frozenset[str], t: Mapping[str, TensorSpec]) -> Layout |
 _UNET_CONTEXT = {768: "sd15", 1024: "sd2", 2048: "sdxl", 1280: "sdxl_refiner"}
 
 
-def _unet(keys: frozenset[str], t: Mapping[str, TensorSpec]) -> Layout | None:
+def _unet(keys: frozenset[str], t: Mapping[str, TensorEntry]) -> Layout | None:
     if "input_blocks.0.0.weight" not in keys or not any(k.startswith("middle_block.") for k in keys):
         return None
     context = next(
@@ -263,7 +263,7 @@ def _unet(keys: frozenset[str], t: Mapping[str, TensorSpec]) -> Layout | None:
     return Layout("diffusion_model", family, ("input_blocks", "=middle_block", "output_blocks"), note=note)
 
 
-def _controlnet(keys: frozenset[str], t: Mapping[str, TensorSpec]) -> Layout | None:
+def _controlnet(keys: frozenset[str], t: Mapping[str, TensorEntry]) -> Layout | None:
     markers = ("controlnet_blocks.0.weight", "input_hint_block.0.weight", "controlnet_x_embedder.weight")
     if not any(m in keys for m in markers) and not any(k.startswith("controlnet_blocks.") for k in keys):
         return None
@@ -285,7 +285,7 @@ _LLMS = {
 }  # fmt: skip
 
 
-def _text_encoders(keys: frozenset[str], t: Mapping[str, TensorSpec]) -> Layout | None:
+def _text_encoders(keys: frozenset[str], t: Mapping[str, TensorEntry]) -> Layout | None:
     if "encoder.block.0.layer.0.SelfAttention.q.weight" in keys:
         d_model = _shape(t, "encoder.block.0.layer.0.SelfAttention.q.weight", 1) or 0
         vocab = _shape(t, "shared.weight", 0)
@@ -327,7 +327,7 @@ def _text_encoders(keys: frozenset[str], t: Mapping[str, TensorSpec]) -> Layout 
     return None
 
 
-def _vaes(keys: frozenset[str], t: Mapping[str, TensorSpec]) -> Layout | None:
+def _vaes(keys: frozenset[str], t: Mapping[str, TensorEntry]) -> Layout | None:
     if "decoder.middle.0.residual.0.gamma" in keys:
         wan22 = "decoder.upsamples.0.upsamples.0.residual.2.weight" in keys
         return Layout("vae", "wan22_vae" if wan22 else "wan21_vae", note="causal 3D VAE (Wan/Qwen-Image)")
@@ -349,7 +349,7 @@ def _vaes(keys: frozenset[str], t: Mapping[str, TensorSpec]) -> Layout | None:
     return None
 
 
-def _vision_and_others(keys: frozenset[str], t: Mapping[str, TensorSpec]) -> Layout | None:
+def _vision_and_others(keys: frozenset[str], t: Mapping[str, TensorEntry]) -> Layout | None:
     if "vision_model.encoder.layers.0.self_attn.q_proj.weight" in keys:
         width = _shape(t, "vision_model.encoder.layers.0.self_attn.q_proj.weight", 0)
         if "vision_model.pre_layrnorm.weight" not in keys:
@@ -378,7 +378,7 @@ _DETECTORS: tuple[Detector, ...] = (
 )  # fmt: skip
 
 
-def detect(keys: frozenset[str], t: Mapping[str, TensorSpec], kind: str | None) -> Layout | None:
+def detect(keys: frozenset[str], t: Mapping[str, TensorEntry], kind: str | None) -> Layout | None:
     """The first detector's layout, with ``kind`` (the caller's loader) overriding the detected kind."""
     for detector in _DETECTORS:
         layout = detector(keys, t)

@@ -10,7 +10,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 
-from .header import TensorSpec, dominant_dtype
+from .header import TensorEntry, dominant_dtype
 from .info import Block, ComponentInfo
 
 _LORA_MARKERS = (
@@ -50,12 +50,12 @@ _LORA_FAMILY_ORDER = {
 _LORA_RE = re.compile("|".join(re.escape(m) for m in _LORA_MARKERS))
 
 
-def is_lora(tensors: Mapping[str, TensorSpec]) -> bool:
+def is_lora(tensors: Mapping[str, TensorEntry]) -> bool:
     """Whether any key carries a LoRA/LoKr/LoHa marker (``lora_up``, ``lora_A``, ``lokr_w``...)."""
     return _LORA_RE.search("\n".join(tensors)) is not None
 
 
-def describe_lora(tensors: Mapping[str, TensorSpec], file: str | None, source: str) -> ComponentInfo:
+def describe_lora(tensors: Mapping[str, TensorEntry], file: str | None, source: str) -> ComponentInfo:
     """A LoRA is a patch on a base model: its bytes are grouped by the base block they patch."""
     total = sum(t.nbytes for t in tensors.values())
     dtype, dtype_note = dominant_dtype(tensors)
@@ -105,7 +105,7 @@ def _rename_blocks(per_block: Mapping[str, int], mapping: Mapping[str, str]) -> 
     return out
 
 
-def _lora_family(tensors: Mapping[str, TensorSpec], per_block: Mapping[str, int]) -> str | None:
+def _lora_family(tensors: Mapping[str, TensorEntry], per_block: Mapping[str, int]) -> str | None:
     keys = " ".join(tensors)
     heads = {n.rsplit(".", 1)[0] for n in per_block}
     if "img_attn.qkv" in keys or "lora_unet_double_blocks" in keys or "single_transformer_blocks" in keys:

@@ -127,7 +127,7 @@ class MemoryHistory:
             except Exception as exc:
                 self.error = f"could not write the snapshot: {exc!r}"
                 log.warning("Headroom: memory history: %s", self.error)
-                path = None
+                return None
             finally:
                 try:
                     self.memory._record_memory_history(enabled=None)

@@ -162,7 +162,7 @@ class MemoryProbe:
                 values["device_used"], values["device_total"] = int(total - free), int(total)
             except Exception:
                 pass
-        if self.psutil is not None:
+        if self.psutil is not None and self._process is not None:
             try:
                 values["rss"] = int(self._process.memory_info().rss)
                 vm = self.psutil.virtual_memory()
@@ -176,7 +176,7 @@ class MemoryProbe:
         """Disk reads so far: this process's bytes read (``proc_read``) and the system's bytes and busy
         milliseconds reading (``disk_read``, ``disk_read_ms``) where psutil reports them (bounds.py)."""
         out: dict[str, int] = {}
-        if self.psutil is None:
+        if self.psutil is None or self._process is None:
             return out
         try:
             out["proc_read"] = int(self._process.io_counters().read_bytes)

@@ -69,7 +69,7 @@ def largest_latent(
             low = mid
         else:
             high = mid - 1
-    return None if low == 0 else shape(low)[-2:]
+    return None if low == 0 else (low, shape(low)[-1])
 
 
 def largest_clip(

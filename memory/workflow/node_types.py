@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 DATA_FILE = Path(__file__).resolve().parents[1] / "data" / "node_types.json"
 # Headroom's own nodes in the same format (scripts/dump_node_types.py --pack); checked against the live
@@ -79,7 +80,7 @@ class NodeType:
         return frozenset(spec.name for spec in self.inputs if spec.lazy)
 
 
-def _input(row: list, prefix: str = "") -> InputSpec:
+def _input(row: list[Any], prefix: str = "") -> InputSpec:
     flags = row[2] if len(row) > 2 else ""
     name = prefix + row[0]
     options = row[3] if len(row) > 3 and isinstance(row[3], dict) else {}
