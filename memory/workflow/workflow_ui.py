@@ -3,7 +3,7 @@ module docstring for the rules it follows)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -47,6 +47,16 @@ class _UiLink:
     origin_slot: int
     target: int | str
     target_slot: int
+
+
+class _Then:
+    """A tail call the resolvers return instead of making it: ``_UiParser.resolve`` runs them in a loop,
+    so a chain of 100,000 reroutes or bypassed nodes takes no Python stack."""
+
+    __slots__ = ("args", "fn")
+
+    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+        self.fn, self.args = fn, args
 
 
 class _Scope:
@@ -223,6 +233,8 @@ class _UiParser:
             if not isinstance(node, dict) or node.get("mode", 0) in (MUTED, BYPASSED):
                 continue
             kind = node.get("type")
+            if isinstance(kind, str) and kind in VIRTUAL_TYPES:
+                continue  # _walk leaves them out too: a chain of reroutes is resolved, not planned
             if kind in self.subgraphs:
                 if kind in inside:
                     raise WorkflowError(f"subgraph {describe(node)} contains itself")
@@ -239,16 +251,22 @@ class _UiParser:
                 total += 1
         return total
 
-    def _walk(self, scope: _Scope) -> None:
-        for node in scope.nodes.values():
+    def _walk(self, root: _Scope) -> None:
+        # depth first, each subgraph's nodes where its instance stands; a stack, not recursion
+        stack = [(root, iter(list(root.nodes.values())))]
+        while stack:
+            scope, nodes = stack[-1]
+            node = next(nodes, None)
+            if node is None:
+                stack.pop()
+                continue
             kind = node["type"]
             self.where = describe(node, scope.path)
             if node.get("mode", 0) in (MUTED, BYPASSED):
                 continue  # a bypassed one is resolved through its own inputs, whatever it is
-            if kind.startswith(GROUP_PREFIXES):
-                self._walk(scope.group_child(node))
-            elif kind in self.subgraphs:
-                self._walk(scope.child(node))
+            if kind.startswith(GROUP_PREFIXES) or kind in self.subgraphs:
+                inner = scope.group_child(node) if kind.startswith(GROUP_PREFIXES) else scope.child(node)
+                stack.append((inner, iter(list(inner.nodes.values()))))
             elif _UUID.match(kind):
                 raise WorkflowError(
                     f"{describe(node, scope.path)} is a subgraph whose definition is missing from "
@@ -309,7 +327,7 @@ class _UiParser:
                     f"{describe(node, scope.path)}; left unconnected"
                 )
                 return None
-            return self.resolve_input(scope.parent, scope.instance, outer, seen)
+            return _Then(self.resolve_input, scope.parent, scope.instance, outer, seen)
         origin = scope.group.links_to.get((inner, index))
         if origin is None:
             return None
@@ -322,7 +340,7 @@ class _UiParser:
             return None
         slots = _inputs(node)
         want = slots[index].get("type") if index < len(slots) else None
-        return self.resolve_output(scope, source, origin[1], want, seen)
+        return _Then(self.resolve_output, scope, source, origin[1], want, seen)
 
     def _group_output(self, inner: _Scope, slot: int, want: Any, seen: set) -> Any:
         assert inner.group is not None and inner.instance is not None and inner.parent is not None
@@ -333,7 +351,7 @@ class _UiParser:
             )
             return None
         index, inner_slot = inner.group.outputs[slot]
-        return self.resolve_output(inner, inner.nodes[str(index)], inner_slot, want, seen)
+        return _Then(self.resolve_output, inner, inner.nodes[str(index)], inner_slot, want, seen)
 
     # -- one node
 
@@ -346,7 +364,7 @@ class _UiParser:
             if not isinstance(name, str):
                 continue
             self.dangling = []
-            resolved = self.resolve_input(scope, node, index, set())
+            resolved = self.resolve(self.resolve_input, scope, node, index, set())
             if isinstance(resolved, _Value):
                 inputs[name] = resolved.value
             elif isinstance(resolved, Link):
@@ -431,10 +449,18 @@ class _UiParser:
 
     # -- link resolution, as the frontend's ExecutableNodeDTO does it
 
+    @staticmethod
+    def resolve(fn: Callable[..., Any], *args: Any) -> Any:
+        """Run a resolver and the tail calls it returns (``_Then``) until one gives an answer."""
+        result = fn(*args)
+        while isinstance(result, _Then):
+            result = result.fn(*result.args)
+        return result
+
     def resolve_input(self, scope: _Scope, node: dict[str, Any], index: int, seen: set) -> Any:
         """What feeds input ``index`` of ``node``: a Link, a _Value, or None (unconnected)."""
         if scope.group is not None:
-            return self.resolve_group_input(scope, node, index, seen)
+            return _Then(self.resolve_group_input, scope, node, index, seen)
         slots = _inputs(node)
         if index >= len(slots) or slots[index].get("link") is None:
             return None
@@ -447,7 +473,7 @@ class _UiParser:
             self.warnings.append(self.dangling[-1])
             return None
         if link.origin == SUBGRAPH_INPUT_NODE and scope.instance is not None:
-            return self.resolve_subgraph_input(scope, link.origin_slot, seen)
+            return _Then(self.resolve_subgraph_input, scope, link.origin_slot, seen)
         origin = scope.nodes.get(str(link.origin))
         if origin is None:
             self.dangling.append(
@@ -456,7 +482,7 @@ class _UiParser:
             )
             self.warnings.append(self.dangling[-1])
             return None
-        return self.resolve_output(scope, origin, link.origin_slot, slots[index].get("type"), seen)
+        return _Then(self.resolve_output, scope, origin, link.origin_slot, slots[index].get("type"), seen)
 
     def resolve_subgraph_input(self, scope: _Scope, slot: int, seen: set) -> Any:
         """Input ``slot`` of a subgraph seen from inside: the instance's outer link, or its widget value."""
@@ -468,7 +494,7 @@ class _UiParser:
         outer = _inputs(scope.instance)
         index = next((i for i, s in enumerate(outer) if s.get("name") == name), None)
         if index is not None and outer[index].get("link") is not None:
-            return self.resolve_input(scope.parent, scope.instance, index, seen)
+            return _Then(self.resolve_input, scope.parent, scope.instance, index, seen)
         return scope.promoted.get(name)
 
     def resolve_output(self, scope: _Scope, node: dict[str, Any], slot: int, want: Any, seen: set) -> Any:
@@ -490,18 +516,18 @@ class _UiParser:
                     f"output {slot}; the input it feeds is left unconnected"
                 )
                 return None
-            return self.resolve_input(scope, node, index, seen)
+            return _Then(self.resolve_input, scope, node, index, seen)
         if kind in self.subgraphs:
-            return self._subgraph_output(scope.child(node), slot, want, seen)
+            return _Then(self._subgraph_output, scope.child(node), slot, want, seen)
         if kind.startswith(GROUP_PREFIXES):
-            return self._group_output(scope.group_child(node), slot, want, seen)
+            return _Then(self._group_output, scope.group_child(node), slot, want, seen)
         if kind == "Reroute":
-            return self.resolve_input(scope, node, 0, seen)
+            return _Then(self.resolve_input, scope, node, 0, seen)
         if kind == "PrimitiveNode":
             values = node.get("widgets_values")
             return _Value(values[0]) if isinstance(values, list) and values else None
         if kind == "GetNode":
-            return self._get_node(scope, node, seen)
+            return _Then(self._get_node, scope, node, seen)
         if kind in VIRTUAL_TYPES:
             return None
         return Link(scope.exec_id(node), slot)
@@ -519,20 +545,20 @@ class _UiParser:
             self.warnings.append(self.dangling[-1])
             return None
         if link.origin == SUBGRAPH_INPUT_NODE:  # an input wired straight to an output
-            return self.resolve_subgraph_input(inner, link.origin_slot, seen)
+            return _Then(self.resolve_subgraph_input, inner, link.origin_slot, seen)
         origin = inner.nodes.get(str(link.origin))
         if origin is None:
             self.dangling.append(f"{where}: linked node {link.origin} does not exist; treated as unconnected")
             self.warnings.append(self.dangling[-1])
             return None
-        return self.resolve_output(inner, origin, link.origin_slot, want, seen)
+        return _Then(self.resolve_output, inner, origin, link.origin_slot, want, seen)
 
     def _get_node(self, scope: _Scope, node: dict[str, Any], seen: set) -> Any:
         """KJNodes' GetNode reads the input of the SetNode with the same name (widgets_values[0])."""
         name = (node.get("widgets_values") or [None])[0]
         for other in scope.nodes.values():
             if other["type"] == "SetNode" and (other.get("widgets_values") or [None])[0] == name:
-                return self.resolve_input(scope, other, 0, seen)
+                return _Then(self.resolve_input, scope, other, 0, seen)
         self.warnings.append(f"{describe(node, scope.path)}: no SetNode named {name!r}")
         return None
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from comfyui_headroom.cli import main
 from comfyui_headroom.memory.planning.extract import workload_from_graph
 from comfyui_headroom.memory.workflow import graph as graph_module
-from comfyui_headroom.memory.workflow.graph import WorkflowError, load_workflow, parse_workflow
+from comfyui_headroom.memory.workflow.graph import Link, WorkflowError, load_workflow, parse_workflow
 from comfyui_headroom.memory.workflow.order import predict_order, select_outputs
 from headroom_testing.host_scan import scan_order
 
@@ -299,3 +299,55 @@ def dags(draw: st.DrawFn) -> dict[str, Any]:
 def test_the_heap_pick_equals_the_hosts_scan(prompt: dict[str, Any]) -> None:
     graph = parse_workflow(prompt)
     assert predict_order(graph, outputs=select_outputs(graph)) == scan_order(graph)
+
+
+# ----------------------------------------------------------- long chains of reroutes and bypassed nodes
+
+
+def ui_chain(length: int, bypassed: bool) -> dict[str, Any]:
+    """A UI workflow: an image through ``length`` reroutes (or bypassed ImageInvert nodes) to a preview."""
+    image = {"name": "IMAGE", "type": "IMAGE"}
+    nodes: list[dict[str, Any]] = [
+        {"id": 1, "type": "EmptyImage", "mode": 0, "widgets_values": [8, 8, 1, 0], "outputs": [image]}
+    ]
+    links, previous = [], 1
+    for i in range(length):
+        node_id = 10 + i
+        kind, mode, slot = (
+            ("ImageInvert", 4, {"name": "image", "type": "IMAGE"})
+            if bypassed
+            else ("Reroute", 0, {"name": "", "type": "*"})
+        )
+        nodes.append(
+            {
+                "id": node_id,
+                "type": kind,
+                "mode": mode,
+                "inputs": [slot | {"link": i + 1}],
+                "outputs": [image],
+            }
+        )
+        links.append([i + 1, previous, 0, node_id, 0, "IMAGE"])
+        previous = node_id
+    nodes.append(
+        {
+            "id": 2,
+            "type": "PreviewImage",
+            "mode": 0,
+            "inputs": [{"name": "images", "type": "IMAGE", "link": length + 1}],
+        }
+    )
+    links.append([length + 1, previous, 0, 2, 0, "IMAGE"])
+    return {"nodes": nodes, "links": links, "version": 0.4}
+
+
+@pytest.mark.parametrize("bypassed", [False, True], ids=["reroutes", "bypassed"])
+def test_a_chain_of_100_000_reroutes_or_bypassed_nodes_resolves_without_recursion(bypassed: bool) -> None:
+    """The resolvers hand back tail calls that one loop runs: the chain costs no Python stack (the
+    recursive resolver failed "maximum recursion depth exceeded" from about 450 links), and reroutes do
+    not count towards the node limit (100,000)."""
+    graph = parse_workflow(ui_chain(100_000, bypassed))
+    assert {k: (n.class_type, n.inputs) for k, n in graph.nodes.items()} == {
+        "1": ("EmptyImage", {"width": 8, "height": 8, "batch_size": 1, "color": 0}),
+        "2": ("PreviewImage", {"images": Link("1", 0)}),
+    }
