@@ -1,18 +1,41 @@
 """The planner's bounded search: what it holds when a node has more joint placements than it can search.
 
-``planner._Problem`` is the problem these functions take (passed in, so this module needs no import of
-the planner); ``improve`` takes the planner's optimiser. See docs/architecture.md, "A bounded search".
+``planner._Problem`` is the problem these functions take (passed in as a ``Problem``, so this module
+needs no import of the planner); ``improve`` takes the planner's optimiser. See docs/architecture.md,
+"A bounded search".
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Protocol, TypeVar
 
 from ..deadline import check_time
-from .costmodel import Tier
+from .costmodel import Budget, Hardware, Tier
+from .workload import Workload
 
-Optimise = Callable[[Any], "tuple[float, list[tuple[int, ...]]]"]
+States = list[tuple[int, ...]]  # per step, the index of each live component's tier in its allowed tiers
+
+
+class Problem(Protocol):
+    """What the bounded search reads and sets of the planner's problem (``planner._Problem``)."""
+
+    w: Workload
+    budget: Budget
+    hw: Hardware
+    depth: int
+    live: list[tuple[int, int] | None]  # per component, its first and last step, or None: never live
+    fixed: dict[int, tuple[tuple[Tier, ...], tuple[Tier, ...]]]  # held: (idle order, used order)
+    sequence: dict[int, dict[int, Tier]]  # held at a found plan's tier per step
+
+    def __init__(self, workload: Workload, budget: Budget, hw: Hardware, depth: int) -> None: ...
+    def states(self, s: int) -> int: ...
+    def alive(self, s: int) -> list[int]: ...
+    def allowed(self, s: int, i: int) -> tuple[Tier, ...]: ...
+
+
+P = TypeVar("P", bound=Problem)
+Optimise = Callable[[P], "tuple[float, States]"]
 
 # The optimiser's state at a step is the joint tier of every live component: its arrays have the product
 # of their tier counts as size, 6 per component that computes. Up to EXACT_STATES at every step the search
@@ -39,7 +62,7 @@ POLICIES = {
 _ONCE = (Tier.GPU_ONLY, Tier.STREAM_RAM, Tier.STREAM_DISK, *_G, *_S)  # live at one node: no RAM copy
 
 
-def bound(problem: Any, policy: str) -> list[int]:
+def bound(problem: Problem, policy: str) -> list[int]:
     """Hold components at one tier per use (``POLICIES[policy]``), fewest byte-steps first, until no step
     has more than EXACT_STATES joint placements; the components held, in that order."""
     w = problem.w
@@ -64,7 +87,7 @@ def bound(problem: Any, policy: str) -> list[int]:
     return held
 
 
-def bounded_note(problem: Any, held: list[int]) -> str:
+def bounded_note(problem: Problem, held: list[int]) -> str:
     w = problem.w
     names = ", ".join(dict.fromkeys(w.components[i].label for i in held))
     return (
@@ -75,8 +98,8 @@ def bounded_note(problem: Any, held: list[int]) -> str:
 
 
 def improve(
-    problem: Any, cost: float, states: list, held: list[int], optimise: Optimise
-) -> tuple[float, Any, list]:
+    problem: P, cost: float, states: States, held: list[int], optimise: Optimise[P]
+) -> tuple[float, P, States]:
     """One sweep of block coordinate descent over the held components: every other component is held at
     the tier the plan gives it at each step, and the held ones are freed in groups as large as keep every
     step within EXACT_STATES, each group searched exactly. The plan found is in every group's search, so
@@ -86,7 +109,10 @@ def improve(
     groups: list[list[int]] = []
     load: list[int] = []
     for i in held:
-        first, last = problem.live[i]
+        span = problem.live[i]
+        if span is None:  # never: only live components are held
+            continue
+        first, last = span
         counts = {s: len(free.allowed(s, i)) for s in range(first, last + 1)}
         if not groups or any(load[s] * n > EXACT_STATES for s, n in counts.items()):
             groups.append([])

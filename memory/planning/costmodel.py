@@ -112,8 +112,26 @@ class Hardware:
             for f, label in parts
         )
 
-    def with_overrides(self, **overrides: float) -> Hardware:
-        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+    def with_overrides(
+        self,
+        *,
+        h2d_pinned: float | None = None,
+        h2d_pageable: float | None = None,
+        d2h: float | None = None,
+        disk: float | None = None,
+        memcpy: float | None = None,
+        tflops: float | None = None,
+    ) -> Hardware:
+        """These figures with the rates given replaced (None keeps one), checked as any Hardware's."""
+        return replace(
+            self,
+            h2d_pinned=self.h2d_pinned if h2d_pinned is None else h2d_pinned,
+            h2d_pageable=self.h2d_pageable if h2d_pageable is None else h2d_pageable,
+            d2h=self.d2h if d2h is None else d2h,
+            disk=self.disk if disk is None else disk,
+            memcpy=self.memcpy if memcpy is None else memcpy,
+            tflops=self.tflops if tflops is None else tflops,
+        )
 
 
 # generation -> (pinned GB/s, pageable GB/s, reached TFLOPS of a typical card on that bus)

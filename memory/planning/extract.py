@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from ..deadline import check_time
 from ..models.catalog import lookup, lookup_components, merge_parts
@@ -60,6 +60,17 @@ CONFIG_READERS = frozenset({"LTXVEmptyLatentAudio"})
 # Nodes that generate text with a CLIP's language model (0.33's prompt enhancers): each new token is a
 # pass over the weights, up to ``max_length`` of them.
 GENERATORS = frozenset({"TextGenerate", "TextGenerateLTX2Prompt"})
+
+
+class _Size(TypedDict):
+    """The latent size an activation estimate takes (activations.activation_bytes' keywords)."""
+
+    width: int
+    height: int
+    frames: int
+    batch: int
+
+
 # Outputs that never mean "the weights ran" (a scheduler reads the model's sigmas, not its weights).
 LIGHT_OUTPUTS = frozenset({"SIGMAS", "INT", "FLOAT", "STRING", "BOOLEAN", "SAMPLER", "NOISE", "COMBO"})
 
@@ -454,13 +465,14 @@ class _Extractor:
         roles = self.roles(node_id)
         for cid in ordered:
             info = as_role(self.info[cid], roles.get(cid))
-            size = {"width": width, "height": height, "frames": frames, "batch": batch}
+            size: _Size = {"width": width, "height": height, "frames": frames, "batch": batch}
             encode = info.kind == "vae" and "Decode" not in node.class_type
             if info.kind == "vae":  # VAEs adapt: the host falls back to tiles, ours tiles to the plan
                 size = {
                     "width": min(width, VAE_TILE),
                     "height": min(height, VAE_TILE),
                     "frames": min(frames, 17),
+                    "batch": 1,
                 }
             try:
                 # activations are in the compute dtype (bf16 on current cards), whatever the weights' dtype
@@ -472,7 +484,8 @@ class _Extractor:
                     family, info.kind, **size, cfg=cfg_on, encode=encode, split=True, dim=dim
                 )
                 if info.kind == "vae":  # without room for a plan-sized tile, the host's fallback tile
-                    small = size | {
+                    small: _Size = {
+                        **size,
                         "width": min(width, VAE_FALLBACK_TILE),
                         "height": min(height, VAE_FALLBACK_TILE),
                     }
@@ -485,14 +498,17 @@ class _Extractor:
             activation, activation_min = max(activation, need), max(activation_min, least)
             reservation = max(reservation, held)
         card, fp8 = self.hardware.card(), self.hardware.fp8_matmul
-        shape = {"width": width, "height": height, "frames": frames, "batch": batch, "cfg": cfg_on}
         encode = "Decode" not in node.class_type
         compute_s = sum(
             seconds(
-                call_work(as_role(self.info[c], roles.get(c)), **shape, encode=encode, fp8_matmul=fp8), card
+                call_work(
+                    as_role(self.info[c], roles.get(c)), width=width, height=height, frames=frames,
+                    batch=batch, cfg=cfg_on, encode=encode, fp8_matmul=fp8,
+                ),
+                card,
             )
             for c in ordered
-        )
+        )  # fmt: skip
         total_s = evaluations * compute_s
         if node.class_type in GENERATORS:  # one call reads the prompt; each further pass adds one token
             tokens = int(self.number(node_id, "max_length", max, GENERATED_TOKENS) or 0)

@@ -21,7 +21,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ..workflow.graph_types import Graph, Link
 from ..workflow.values import Evaluator
@@ -91,11 +91,14 @@ Number = Callable[[str, str], "float | None"]
 InputTypes = Callable[[str], "dict[str, str] | None"]
 
 
+V = TypeVar("V", Shape, int)
+
+
 @dataclass(frozen=True)
-class Read:
+class Read(Generic[V]):
     """A shape (or count), or None with why it is not known before the run."""
 
-    value: Any
+    value: V | None
     why: str = ""
 
 
@@ -108,11 +111,11 @@ class LatentReader:
             graph, values, number, input_types, describe,
         )  # fmt: skip
         self.live = values.live_inputs
-        self._memo: dict[tuple[str, int], Read] = {}
+        self._memo: dict[tuple[str, int], Read[Shape]] = {}
         self._depth = 0
 
     # --- shapes ------------------------------------------------------------------------------------
-    def step_shape(self, node_id: str) -> Read:
+    def step_shape(self, node_id: str) -> Read[Shape]:
         """The shape the node computes on: that of its latent (or pixel) input, else its own size inputs."""
         inputs = self.live(node_id)
         for name in LATENT_INPUTS:
@@ -124,7 +127,7 @@ class LatentReader:
         media = self._media_input(node_id)
         return self.shape(media) if media else Read(None, f"{self.describe(node_id)} has no latent input")
 
-    def shape(self, link: Link) -> Read:
+    def shape(self, link: Link) -> Read[Shape]:
         """The shape of the value ``link`` carries. A chain is walked in a loop; only a run-time switch or
         an image size read for a size nests, and that nesting is bounded (a hostile prompt)."""
         if self._depth >= MAX_NESTING:
@@ -135,10 +138,10 @@ class LatentReader:
         finally:
             self._depth -= 1
 
-    def _shape(self, link: Link) -> Read:
+    def _shape(self, link: Link) -> Read[Shape]:
         chain: list[tuple[str, Link]] = []  # (node id, its upstream link) for each pass-through or resize
         current: Link | None = link
-        found: Read | None = None
+        found: Read[Shape] | None = None
         while current is not None:
             key = (current.node, current.output)
             if key in self._memo:
@@ -179,7 +182,7 @@ class LatentReader:
     def _unknown_switch(self, node_id: str) -> bool:
         return self.g.nodes[node_id].class_type == SWITCH and self.values.switch_taken(node_id) is None
 
-    def _largest_branch(self, node_id: str) -> Read:
+    def _largest_branch(self, node_id: str) -> Read[Shape]:
         """A switch whose condition is known only at run time: the larger of its branches is planned,
         so the plan holds whichever runs."""
         reads = [
@@ -210,8 +213,9 @@ class LatentReader:
         inputs = self.live(node_id)
         types = self.types(node_id) or {}
         for name in SIZE_SOURCES:
-            if isinstance(inputs.get(name), Link) and types.get(name, "LATENT") in MEDIA_TYPES | {"*"}:
-                return inputs[name]
+            value = inputs.get(name)
+            if isinstance(value, Link) and types.get(name, "LATENT") in MEDIA_TYPES | {"*"}:
+                return value
         for name, value in inputs.items():
             if isinstance(value, Link) and types.get(name) in MEDIA_TYPES:
                 return value
@@ -277,7 +281,7 @@ class LatentReader:
             base.batch if batch is None else max(batch, 1),
         )
 
-    def _apply(self, node_id: str, upstream: Read) -> Read:
+    def _apply(self, node_id: str, upstream: Read[Shape]) -> Read[Shape]:
         """The shape after ``node_id``, given its input's."""
         src = upstream.value
         own = self._own_shape(node_id, src)
@@ -341,11 +345,11 @@ class LatentReader:
         return None
 
     # --- sigma lists -------------------------------------------------------------------------------
-    def sigma_count(self, link: Link) -> Read:
+    def sigma_count(self, link: Link) -> Read[int]:
         """How many sigmas the SIGMAS value ``link`` carries (a sampler takes one step per gap)."""
         cuts: list[tuple[str, int]] = []  # (node id, output) of each cut, downstream first
         current: Link | None = link
-        count: Read | None = None
+        count: Read[int] | None = None
         while current is not None and count is None:
             if current.node not in self.g.nodes:
                 return Read(None, f"node {current.node}, which is not in the graph")
@@ -378,7 +382,7 @@ class LatentReader:
             count = self._cut(node_id, output, count.value)
         return count
 
-    def _cut(self, node_id: str, output: int, n: int) -> Read:
+    def _cut(self, node_id: str, output: int, n: int) -> Read[int]:
         kind = self.g.nodes[node_id].class_type
         if kind == "SplitSigmas":
             step = self.number(node_id, "step")

@@ -79,7 +79,7 @@ def plan_workflow(
         # Only a Path is a file: a string is refused as a workflow, never opened, since the preflight and
         # the controller pass on whatever a client posted as its prompt.
         if isinstance(workflow, os.PathLike):
-            graph = load_workflow(workflow)  # names the file in every error
+            graph = load_workflow(Path(workflow))  # names the file in every error
         else:
             graph = parse_workflow(workflow)  # refuses anything but a JSON object
         lap("parse")

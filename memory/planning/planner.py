@@ -221,12 +221,15 @@ class _Problem:
         # only on what this key holds, so each distinct one is computed once.
         # Equal components (copies of one model in a big prompt) share a shape: what a step's cost and a
         # move depend on (bytes, blocks, the user's residency), numbered so keys stay cheap to hash.
-        shapes: dict[tuple, int] = {}
+        shapes: dict[tuple[int, tuple[int, ...], str], int] = {}
         self._shape = [
             shapes.setdefault((c.bytes, c.blocks, c.pin), len(shapes)) for c in workload.components
         ]
-        self._costs: dict[tuple, np.ndarray] = {}
-        self._moves: dict[tuple, np.ndarray] = {}
+        # (activation_min, evaluations, per live component: (shape, used, streamed, allowed tiers))
+        self._costs: dict[
+            tuple[int, int, tuple[tuple[int, bool, bool, tuple[Tier, ...]], ...]], np.ndarray
+        ] = {}
+        self._moves: dict[tuple[int, tuple[Tier, ...], tuple[Tier, ...]], np.ndarray] = {}
 
     def alive(self, s: int) -> list[int]:
         return self._alive[s]
@@ -297,13 +300,13 @@ class _Problem:
             for k, t in enumerate(tiers):
                 if t.gpu != "S":
                     continue
-                index = [slice(None)] * len(comps)
+                index: list[slice | int] = [slice(None)] * len(comps)
                 index[axis] = k
                 at = tuple(index)
                 resident = _resident_bytes(c, room[at])
                 room[at] -= resident
                 streamed = sum(c.blocks) - resident
-                pinned_part = 0.0
+                pinned_part: float | np.ndarray = 0.0
                 if t.host == "P":  # pin what the cap allows; the rest streams from pageable RAM
                     pinned_part = np.clip(self.budget.pinned - pinned[at], 0, streamed)
                     pinned[at] += pinned_part
@@ -325,7 +328,8 @@ def _resident_bytes(c: Component, room: np.ndarray) -> np.ndarray:
     """``Component.resident_fit``'s bytes for every room of an array at once (a sorted search)."""
     prefix = np.asarray(c._resident_prefix, dtype=float)
     k = np.searchsorted(prefix, np.maximum(np.trunc(room), 0.0), side="right") - 1
-    return prefix[k]
+    fit: np.ndarray = prefix[k]
+    return fit
 
 
 def _advance(problem: _Problem, cost: np.ndarray, s: int) -> np.ndarray:
@@ -406,7 +410,7 @@ def plan(workload: Workload, budget: Budget, hw: Hardware) -> Plan:
     min_vram, bottleneck = minimum_vram(workload, min(allowed))
     if not workload.steps:
         return Plan(True, [], 0.0, 0.0, min_vram, bottleneck, budget, hw, min(depths))
-    best: tuple[float, int, _Problem, list] | None = None
+    best: tuple[float, int, _Problem, list[tuple[int, ...]]] | None = None
     held: list[int] = []
     if min_vram <= budget.vram:
         for depth in depths:

@@ -423,14 +423,14 @@ class PlanCache:
         self, planner: Callable[[dict[str, Any]], tuple[PlannedRun | None, Preflight]], size: int = 64
     ):
         self.planner, self.size = planner, size
-        self._items: OrderedDict[str, Future] = OrderedDict()
+        self._items: OrderedDict[str, Future[tuple[PlannedRun | None, Preflight]]] = OrderedDict()
         self._lock = threading.Lock()
 
     @staticmethod
     def key(prompt: dict[str, Any], context: Any = None) -> str:
         return f"{prompt_key(prompt)}|{context!r}"
 
-    def _future(self, key: str) -> tuple[Future, bool]:
+    def _future(self, key: str) -> tuple[Future[tuple[PlannedRun | None, Preflight]], bool]:
         with self._lock:
             future = self._items.get(key)
             if future is not None:

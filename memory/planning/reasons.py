@@ -25,29 +25,48 @@ from .workload import Component, Step, Workload
 
 
 class _Placement(Protocol):
-    tier: Tier
-    resident_blocks: int
-    total_blocks: int
-    streamed_bytes: int
-    pinned_bytes: int
-    pageable_bytes: int
-    reason: str
+    @property
+    def tier(self) -> Tier: ...
+    @property
+    def resident_blocks(self) -> int: ...
+    @property
+    def total_blocks(self) -> int: ...
+    @property
+    def streamed_bytes(self) -> int: ...
+    @property
+    def pinned_bytes(self) -> int: ...
+    @property
+    def pageable_bytes(self) -> int: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def capped(self) -> bool: ...
 
 
 class _Prefetch(Protocol):
-    component: str
-    bytes: int
-    seconds: float
-    node: str
+    @property
+    def component(self) -> str: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def seconds(self) -> float: ...
+    @property
+    def node(self) -> str: ...
 
 
 class _StepPlan(Protocol):
-    step: Step
-    placements: Mapping[str, _Placement]
-    vram_peak: int
-    ram: int
-    pinned: int
-    prefetched: Sequence[_Prefetch]
+    @property
+    def step(self) -> Step: ...
+    @property
+    def placements(self) -> Mapping[str, _Placement]: ...
+    @property
+    def vram_peak(self) -> int: ...
+    @property
+    def ram(self) -> int: ...
+    @property
+    def pinned(self) -> int: ...
+    @property
+    def prefetched(self) -> Sequence[_Prefetch]: ...
 
 
 WHERE = {
@@ -366,7 +385,11 @@ def step_reasons(w: Workload, plan: _PlanLike) -> list[dict[str, str]]:
 
 
 class _PlanLike(Protocol):
-    steps: Sequence[_StepPlan]
-    budget: Budget
-    hardware: Hardware
-    prefetch_depth: int
+    @property
+    def steps(self) -> Sequence[_StepPlan]: ...
+    @property
+    def budget(self) -> Budget: ...
+    @property
+    def hardware(self) -> Hardware: ...
+    @property
+    def prefetch_depth(self) -> int: ...

@@ -81,16 +81,16 @@ class Step:
     activation: int = 0  # peak activation bytes on the GPU, cond and uncond batched where cfg is on
     compute_s: float = 0.0  # predicted compute time, for wall-time estimates only
     # The peak at the smallest batch the host runs (with cfg: the cond alone, samplers.py:263-274); it
-    # sets the minimum VRAM. None: the same as ``activation``.
-    activation_min: int | None = None
-    reservation: int | None = None  # what the host's own formula keeps free for it; None: ``activation``
+    # sets the minimum VRAM. Left out (-1): the same as ``activation``.
+    activation_min: int = -1
+    reservation: int = -1  # what the host's own formula keeps free for it; left out (-1): ``activation``
     # components a Stream Model node streams here, each with that node's VRAM budget (None: auto)
     streamed: tuple[tuple[str, int | None], ...] = ()
 
     def __post_init__(self) -> None:
-        if self.activation_min is None:
+        if self.activation_min == -1:
             object.__setattr__(self, "activation_min", self.activation)
-        if self.reservation is None:
+        if self.reservation == -1:
             object.__setattr__(self, "reservation", self.activation)
         if not 0 <= self.activation_min <= self.activation:
             raise ValueError(f"step {self.node_id}: activation_min {self.activation_min} > {self.activation}")

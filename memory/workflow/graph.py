@@ -129,3 +129,9 @@ def load_workflow(path: str | Path) -> Graph:
         return parse_workflow(data)
     except WorkflowError as exc:
         raise WorkflowError(f"{path}: {exc}") from exc
+
+
+# the types graph_types.py holds are the rest of the pack's to import from here
+__all__ = [
+    "MAX_WORKFLOW_BYTES", "Graph", "Link", "Node", "WorkflowError", "load_workflow", "parse_workflow",
+]  # fmt: skip

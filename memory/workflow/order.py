@@ -95,7 +95,7 @@ class _Signatures:
                 for node_id in members:
                     self.keys[node_id] = ("signature", self.exact(node_id))
 
-    def own(self, node_id: str) -> tuple:
+    def own(self, node_id: str) -> tuple[str, ...]:
         node = self.graph.nodes[node_id]
         known = lookup(node.class_type)
         if known is None or known.unique_signature:
@@ -119,7 +119,7 @@ class _Signatures:
                 stack.append((node_id, True))
                 stack += [(v.node, False) for _, v in self._links(node_id) if v.node not in self._merkle]
                 continue
-            parts = []
+            parts: list[tuple[Hashable, ...]] = []
             for name, value in sorted(self.graph.nodes[node_id].inputs.items()):
                 if isinstance(value, Link):
                     parts.append((name, "link", self._merkle.get(value.node, object()), value.output))
@@ -129,7 +129,7 @@ class _Signatures:
             visiting.discard(node_id)
         return self._merkle[root]
 
-    def exact(self, node_id: str) -> tuple:
+    def exact(self, node_id: str) -> tuple[Hashable, ...]:
         """The host's signature: the node, then its ancestors in the order a depth-first walk over
         sorted input names first meets them, links written as ("ANCESTOR", index, socket)."""
         ancestors: list[str] = []
@@ -145,8 +145,8 @@ class _Signatures:
             else:
                 stack.pop()
 
-        def immediate(current: str) -> tuple:
-            parts = []
+        def immediate(current: str) -> Hashable:
+            parts: list[tuple[str, Hashable]] = []
             for name, value in sorted(self.graph.nodes[current].inputs.items()):
                 if isinstance(value, Link):
                     ref = index.get(value.node, object())  # a link to an absent node matches nothing
@@ -333,10 +333,11 @@ def predict_order(
     order: list[str] = []
     while execution.pending:
         check_time()
-        node_id = execution.pick()
-        if node_id is None:
+        picked = execution.pick()
+        if picked is None:
             stuck = execution.cycle()
             raise WorkflowError(f"dependency cycle among nodes {_names(graph, stuck)}")
+        node_id = picked
         # The host's execute() returns at once for a node whose output is cached by now.
         if not execution.is_cached(node_id):
             if execution.needs_lazy(node_id):
