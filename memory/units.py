@@ -80,6 +80,13 @@ def format_bytes(n: int | float, unit: str | None = None, decimals: int = 2, gro
 _BINARY = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 
 
+def format_bytes_up(n: int | float, unit: str = "GiB", decimals: int = 2) -> str:
+    """``format_bytes`` rounded up, for a size that must be enough: 'a card with 11.35 GiB' where 11.3462
+    GiB is needed (rounded to nearest, 11.35 could print as 11.34 for 11.3438, which does not fit)."""
+    step = 10**decimals
+    return format_bytes(math.ceil(n * step / _BINARY[unit]) / step * _BINARY[unit], unit, decimals)
+
+
 # The node input ``vram_budget``: one parser for every node (and the same sizes as the command line).
 VRAM_BUDGET_FORMS = '"auto" or a size, for example 6, 6GB, 6 GiB or 6144MB'
 MIN_VRAM_BUDGET = 2**20  # below 1 MiB no model fits: refused, never read as "no budget"

@@ -148,6 +148,7 @@ class Budget:
     # d: blocks uploaded ahead while one computes (the ring holds d+1 blocks); None lets the planner choose
     prefetch_depth: int | None = None
     reserve: int = 0  # VRAM the card keeps for the driver, CUDA context and other programs (not usable)
+    asked_reserve: int = 0  # the reserve asked for; more than ``reserve`` on a card smaller than it
 
     @classmethod
     def from_card(
@@ -157,8 +158,16 @@ class Budget:
         if card_vram <= 0 or ram <= 0:
             raise ValueError("VRAM and RAM must be positive")
         # the card cannot keep more than it has: so card = vram + reserve, which the advice relies on
-        reserve = min(max(0, reserve), card_vram)
-        return cls(vram=card_vram - reserve, ram=ram, pinned=int(ram * pinned_fraction), reserve=reserve)
+        asked = max(0, reserve)
+        reserve = min(asked, card_vram)
+        pinned = int(ram * pinned_fraction)
+        return cls(vram=card_vram - reserve, ram=ram, pinned=pinned, reserve=reserve, asked_reserve=asked)
+
+    def card_for(self, usable: int) -> int:
+        """The least card on which ``usable`` bytes are usable under the reserve asked for, solved
+        directly: a card smaller than the reserve keeps all it has, so ``vram + reserve`` of this budget
+        would advise a card that is again too small (9.38 -> 10.76 -> 10.88 GiB where 17.38 fits)."""
+        return max(0, usable) + max(self.reserve, self.asked_reserve)
 
 
 class Tier(IntEnum):

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..deadline import PlanTimeout
-from ..units import format_bytes
+from ..units import format_bytes, format_bytes_up
 from ..workflow.graph_types import Graph, Link, WorkflowError
 from ..workflow.values import Evaluator
 from .baselines import comfyui_reactive
@@ -194,12 +194,11 @@ def _advice(result: Plan, activations: int, weights: int, driver: dict[str, Any]
     """What would make an infeasible plan fit, cheapest first: a smaller latent when activations drive
     the peak, then a card (sized as usable + reserve, so it compares with the card the user has)."""
     budget = result.budget
-    card = f"a card with at least {format_bytes(result.min_vram + budget.reserve, 'GiB')} of VRAM"
-    if budget.reserve:
-        card += (
-            f" ({format_bytes(result.min_vram, 'GiB')} usable + the {format_bytes(budget.reserve, 'GiB')} "
-            f"reserve)"
-        )
+    card = f"a card with at least {format_bytes_up(budget.card_for(result.min_vram))} of VRAM"
+    reserve = budget.card_for(0)
+    if reserve:
+        usable = format_bytes(result.min_vram, "GiB")
+        card += f" ({usable} usable + the {format_bytes(reserve, 'GiB')} reserve)"
     smaller = (
         f"a smaller latent at {node_name(driver['node'], driver['class_type'], driver.get('title'))} "
         f"(now {latent_size(driver)})"

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..units import GiB, format_bytes
+from ..units import GiB, format_bytes, format_bytes_up
 from .baselines import Outcome
 from .planner import Action, Placement, Plan, Prefetch
 from .reasons import step_reasons
@@ -151,7 +151,7 @@ def plan_notes(plan: Plan, workload: Workload) -> list[str]:
 def fit_advice(plan: Plan) -> str:
     """What would make an infeasible plan fit, from the bottleneck node's weights/activations split."""
     short = shortfall(plan)
-    advice = [f"a card with {format_bytes(plan.min_vram + plan.budget.reserve)} of VRAM or more"]
+    advice = [f"a card with {format_bytes_up(plan.budget.card_for(plan.min_vram))} of VRAM or more"]
     if "activations" in plan.bottleneck:
         advice.append("a smaller resolution, fewer frames or a smaller batch at that node")
     if "streaming" not in plan.bottleneck:

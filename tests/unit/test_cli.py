@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -106,3 +107,22 @@ def test_bad_input_exits_2_with_one_line_from_a_fresh_process(tmp_path: Path) ->
     out = run("plan", str(FLUX), "--vram", "8GB", "--ram", "32GB", "--h2d-pinned", "0", cwd=tmp_path)
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.startswith("error: argument --h2d-pinned: '0'") and out.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("vram", ["8GB", "10.5GB"])
+def test_the_advised_card_fits_and_one_just_below_does_not_when_the_reserve_exceeds_the_card(
+    vram: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--reserve above --vram: the advice was the card's own size plus the usable minimum, so each card
+    it named advised a bigger one (8 -> 9.35 -> 10.73 GiB ...). It is solved now: the minimum plus the
+    reserve asked for, rounded up to what it prints."""
+    args = ["plan", str(FLUX), "--ram", "32GB", "--reserve", "10GB"]
+    assert main([*args, "--vram", vram]) == 1
+    advised = re.search(r"to fit: a card with (\d+\.\d\d) GiB of VRAM or more", capsys.readouterr().out)
+    assert advised is not None
+    card = float(advised.group(1))
+    assert card > 10
+    assert main([*args, "--vram", f"{card:.2f}GiB"]) == 0
+    assert "fits: yes" in capsys.readouterr().out
+    assert main([*args, "--vram", f"{card - 0.01:.2f}GiB"]) == 1
+    assert f"a card with {card:.2f} GiB" in capsys.readouterr().out  # the same advice from below

@@ -4,6 +4,7 @@ the timeline chart."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
 from pathlib import Path
@@ -91,7 +92,10 @@ def test_the_red_toast_names_the_latent_first_and_its_figures_add_up() -> None:
     assert "2.16 GiB of activations for the 2048×2048 latent set by EmptySD3LatentImage" in verdict.message
     # one unit, and the card advice is the minimum plus the reserve, said so
     assert "MiB" not in verdict.message
-    least, card_gib = verdict.min_vram / GiB, (verdict.min_vram + verdict.reserve) / GiB
+    least, card_gib = (
+        verdict.min_vram / GiB,
+        math.ceil((verdict.min_vram + verdict.reserve) * 100 / GiB) / 100,
+    )
     assert f"at its least it holds {least:.2f} GiB" in verdict.message
     assert f"a card with at least {card_gib:.2f} GiB of VRAM ({least:.2f} GiB usable" in verdict.message
     assert "a 2.00 GiB card leaves 1.50 GiB usable (0.50 GiB is kept" in verdict.message
