@@ -21,6 +21,7 @@ the device through the host and retries once. Every planned and applied action g
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
@@ -377,7 +378,7 @@ class Controller:
         for m in managed:  # evictions first: the loads that follow need their room
             if not target_tier(sp, m.component_id).gpu and self.ops.on_gpu(m.handle):
                 nbytes = self.ops.on_gpu(m.handle)
-                self._do(run, node_id, m, "evict", nbytes, lambda m=m: self.ops.evict(m.handle))
+                self._do(run, node_id, m, "evict", nbytes, functools.partial(self.ops.evict, m.handle))
         for m in managed:
             tier = target_tier(sp, m.component_id)
             if tier.gpu == "G" and not self.ops.fully_loaded(m.handle):
@@ -399,20 +400,22 @@ class Controller:
                 self._host_tier(run, node_id, m, CHOICE_HOST[pin])
         by_id = {m.component_id: m for m in managed}
         for cid in sp.prefetch_ids:
-            m = by_id.get(cid)
-            if m is None or self.ops.fully_loaded(m.handle):
+            ahead = by_id.get(cid)
+            if ahead is None or self.ops.fully_loaded(ahead.handle):
                 continue
-            if self.ops.room_for(m.handle):
-                if not self._side_prefetch(run, sp, m):
-                    self._load(run, node_id, m, "prefetch")
+            if self.ops.room_for(ahead.handle):
+                if not self._side_prefetch(run, sp, ahead):
+                    self._load(run, node_id, ahead, "prefetch")
             else:  # the node that needs it loads it; the host would evict to make room now
                 c = run.workload.component(cid)
-                self._event(run, node_id, "skipped", "prefetch", cid, m.label, c.bytes, "no free room yet")
+                self._event(
+                    run, node_id, "skipped", "prefetch", cid, ahead.label, c.bytes, "no free room yet"
+                )
         if s + 1 < len(run.plan.steps):
             nxt = run.plan.steps[s + 1]
             for m in managed:
                 if target_tier(nxt, m.component_id).gpu and not self.ops.on_gpu(m.handle):
-                    self._do(run, node_id, m, "warm", 0, lambda m=m: self.ops.warm(m.handle))
+                    self._do(run, node_id, m, "warm", 0, functools.partial(self.ops.warm, m.handle))
 
     def _stream(self, run: Run, sp: StepPlan, m: Managed) -> None:
         """Arm the streaming of ``m`` for this node's sampling, within what the plan leaves its weights;

@@ -26,6 +26,7 @@ import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import torch
 
@@ -66,7 +67,10 @@ class MappedFile:
             (length,) = struct.unpack("<Q", f.read(8))
         self.data_start = 8 + length
         # shared=False: a MAP_PRIVATE mapping; pages come from the page cache and are never written back
-        self.storage = torch.UntypedStorage.from_file(str(self.path), shared=False, nbytes=size)
+        # UntypedStorage.from_file makes an UntypedStorage (torch's stub says its base class)
+        self.storage = cast(
+            torch.UntypedStorage, torch.UntypedStorage.from_file(str(self.path), shared=False, nbytes=size)
+        )
         self.size = size
         self.check()  # changed while it was being read: refused now rather than read half old, half new
 
@@ -115,8 +119,8 @@ class MappedFile:
         """True when ``t``'s memory lies inside this mapping."""
         if t.device.type != "cpu":
             return False
-        base = self.storage.data_ptr()
-        ptr = t.untyped_storage().data_ptr()
+        base: int = self.storage.data_ptr()
+        ptr: int = t.untyped_storage().data_ptr()
         return base <= ptr < base + self.size
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 from .storage import storage_bytes
@@ -55,7 +56,7 @@ def module_bytes(module: nn.Module) -> int:
     return sum(storage_bytes(t) for t in _tensors(module))
 
 
-def _tensors(module: nn.Module) -> Iterator:
+def _tensors(module: nn.Module) -> Iterator[torch.Tensor]:
     yield from module.parameters()
     yield from module.buffers()
 

@@ -207,14 +207,14 @@ def fill(entries: dict[int, list[Entry]], span: Spans, nbytes: int, pin: bool) -
 
 def left_in_place(entries: dict[int, list[Entry]], span: Spans, nbytes: int) -> torch.Tensor | None:
     """The buffer every entry's tensors are still views of, each at its place in this layout, or None."""
-    storage = None
+    storage: torch.UntypedStorage | None = None
     for i, block in entries.items():
         start = span[i][0]
         for e in block:
             if e.original is not None:  # a file's pages, or an original kept: not in a buffer
                 return None
             if e.rebuild is None:
-                placed = [(getattr(e.module, e.name), e.offset)]
+                placed: list[tuple[torch.Tensor, int]] = [(getattr(e.module, e.name), e.offset)]
             else:
                 assert e.source is not None
                 placed = list(zip(e.source.inner, (p.offset for p in e.parts), strict=True))
@@ -231,7 +231,7 @@ def left_in_place(entries: dict[int, list[Entry]], span: Spans, nbytes: int) -> 
                     return None
     if storage is None:
         return None
-    return torch.empty(0, dtype=torch.uint8).set_(storage, 0, (nbytes,))
+    return torch.empty(0, dtype=torch.uint8).set_(storage, 0, (nbytes,), (1,))
 
 
 def restore(e: Entry, host: torch.Tensor | None, start: int, release: bool) -> None:
@@ -245,7 +245,7 @@ def restore(e: Entry, host: torch.Tensor | None, start: int, release: bool) -> N
     elif host is None:
         raise ValueError("Headroom: a streamed tensor has neither its original nor a host buffer")
     elif not release:
-        put(e, e.host if e.rebuild is not None else view(host, start + e.offset, e))
+        put(e, host_wrapper(e) if e.rebuild is not None else view(host, start + e.offset, e))
     elif e.rebuild is None:
         set_weight(e.module, e.name, e.is_param, view(host, start + e.offset, e).clone())
     else:  # storage of its own: each inner tensor cloned out of the buffer
@@ -274,6 +274,13 @@ def part_views(buffer: torch.Tensor, start: int, e: Entry) -> list[torch.Tensor]
     ]
 
 
+def host_wrapper(e: Entry) -> torch.Tensor:
+    """A tensor subclass's wrapper on the host buffer (set with its ``rebuild`` when laid out)."""
+    if e.host is None:
+        raise ValueError(f"Headroom: {e.name} has no wrapper on the host buffer")
+    return e.host
+
+
 def put(e: Entry, tensor: torch.Tensor) -> None:
     """Bind ``tensor`` (plain) or swap it in (a subclass's wrapper) where ``e`` lives."""
     (set_weight if e.rebuild is None else swap)(e.module, e.name, e.is_param, tensor)
@@ -287,7 +294,9 @@ def direct(module: nn.Module) -> list[tuple[nn.Module, str, bool, torch.Tensor]]
 
 def set_weight(module: nn.Module, name: str, is_param: bool, tensor: torch.Tensor) -> None:
     if is_param:
-        module._parameters[name].data = tensor
+        param = module._parameters[name]
+        assert param is not None  # a parameter the host buffer was laid out from
+        param.data = tensor
     else:
         module._buffers[name] = tensor
 

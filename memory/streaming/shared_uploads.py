@@ -27,7 +27,7 @@ import torch
 _log = logging.getLogger("headroom.streaming")
 _UNKNOWN = object()
 
-ModelCall = Callable[[Any, dict], Any]  # (the host's apply_model, its args) -> the model's output
+ModelCall = Callable[[Any, dict[str, Any]], Any]  # (the host's apply_model, its args) -> the model's output
 
 
 class Lockstep(Protocol):
@@ -49,8 +49,8 @@ class SharedUploads:
         self._streamer = streamer
         self._call_model = call_model
         self._mode: str | None = None  # "record" or "replay" inside the wrapper's two host runs
-        self._recorded: list[tuple[Any, dict]] = []
-        self._outputs: list[tuple[dict, Any]] = []
+        self._recorded: list[tuple[Any, dict[str, Any]]] = []
+        self._outputs: list[tuple[dict[str, Any], Any]] = []
         self._share = True  # record the next step (it starts True: the first step may split)
         self.calls = 0  # model calls computed
         self.shared_steps = 0

@@ -77,7 +77,7 @@ def as_parameter(tensor: torch.Tensor) -> torch.Tensor:
         return tensor
     if type(tensor) is torch.Tensor:
         return nn.Parameter(tensor, requires_grad=False)
-    tensor._is_param = True  # type: ignore[attr-defined]  # torch's own mark (see nn.Parameter.__new__)
+    tensor._is_param = True  # torch's own mark (see nn.Parameter.__new__)
     return tensor
 
 
@@ -103,6 +103,7 @@ def _flattened(tensor: torch.Tensor) -> Packed | None:
             name: next(it) if sub is None else sub.rebuild([next(it) for _ in sub.inner])
             for name, sub in zip(names, subs, strict=True)
         }
-        return unflatten(inner, ctx, size, stride)
+        rebuilt: torch.Tensor = unflatten(inner, ctx, size, stride)
+        return rebuilt
 
     return Packed(leaves, rebuild)

@@ -7,9 +7,10 @@ import functools
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
+
+Mark = float | torch.cuda.Event  # a timing mark: perf_counter seconds on CPU, a CUDA event on GPU
 
 
 @dataclass
@@ -32,10 +33,10 @@ class StreamStats:
     upload_iv: list[tuple[float, float]] = field(default_factory=list)
     steps_iv: list[tuple[float, float, bool]] = field(default_factory=list)
     # timing marks not yet read: perf_counter floats on CPU, CUDA events (read after a sync) on GPU
-    _origin: Any = None
-    _compute_marks: list[tuple[int, Any, Any]] = field(default_factory=list)
-    _upload_marks: list[tuple[int, Any, Any]] = field(default_factory=list)
-    _step_marks: list[tuple[Any, bool]] = field(default_factory=list)  # (mark, timed)
+    _origin: Mark | None = None
+    _compute_marks: list[tuple[int, Mark, Mark]] = field(default_factory=list)
+    _upload_marks: list[tuple[int, Mark, Mark]] = field(default_factory=list)
+    _step_marks: list[tuple[Mark, bool]] = field(default_factory=list)  # (mark, timed)
 
     def resolve(self) -> None:
         """Turn the timing marks into seconds (synchronises the device once, after the fact)."""
@@ -99,5 +100,9 @@ def _busy(intervals: Sequence[tuple[float, float]], a: float, b: float) -> float
     return total
 
 
-def _seconds(a: Any, b: Any) -> float:
-    return b - a if isinstance(a, float) else a.elapsed_time(b) / 1000
+def _seconds(a: Mark | None, b: Mark) -> float:
+    if isinstance(a, torch.cuda.Event) and isinstance(b, torch.cuda.Event):
+        return float(a.elapsed_time(b)) / 1000
+    if isinstance(a, float) and isinstance(b, float):
+        return b - a
+    raise TypeError(f"timing marks of two kinds: {a!r}, {b!r}")

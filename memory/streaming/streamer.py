@@ -39,14 +39,17 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 from ..units import format_bytes
 from .discovery import BlockLayout
 from .host_buffer import (
     Entry,
     FilePages,
+    Part,
     direct,
     fill,
+    host_wrapper,
     in_place_copies,
     lay_out,
     part_views,
@@ -60,7 +63,7 @@ from .ledger import DeviceLedger
 from .lockstep import LockStep
 from .placement import StreamingChoice
 from .storage import packed, storage_bytes
-from .stream_stats import StreamStats
+from .stream_stats import Mark, StreamStats
 
 log = logging.getLogger(__name__)
 
@@ -69,17 +72,18 @@ log = logging.getLogger(__name__)
 class _Slot:
     index: int
     buffer: torch.Tensor  # uint8 on the device
-    done: Any = None  # CUDA event: the last block computed from this slot has finished
+    done: torch.cuda.Event | None = None  # the last block computed from this slot has finished (CUDA)
 
 
 @dataclass
 class _Upload:
     block: int
     slot: _Slot
-    ready: Any  # CUDA event recorded after the copy (a time or None on CPU)
-    issued: Future | None = None  # on the upload thread: done once the copies are issued (gives ``ready``)
+    ready: Mark | None  # CUDA event recorded after the copy (a time or None on CPU)
+    # on the upload thread: done once the copies are issued (gives ``ready``)
+    issued: Future[Mark | None] | None = None
 
-    def wait_issued(self) -> Any:
+    def wait_issued(self) -> Mark | None:
         """The copy's ``ready``, once the upload thread has issued it (at once without a thread)."""
         if self.issued is not None:
             self.ready, self.issued = self.issued.result(), None
@@ -113,7 +117,7 @@ class BlockStreamer:
         self.pin_bytes = pin_bytes  # with ``pin``: the blocks past this many bytes stream in place
         self.upload_thread = upload_thread  # None: a thread where the copies come from pageable memory
         self._pool: ThreadPoolExecutor | None = None
-        self._copies: dict[int, list[tuple[Any, torch.Tensor]]] = {}  # in place: block -> (where, from)
+        self._copies: dict[int, list[tuple[Part, torch.Tensor]]] = {}  # in place: block -> (where, from)
         self.ledger = ledger or DeviceLedger()
         self.calibrate_steps = calibrate_steps
         self.stats = StreamStats(cuda=self.cuda)
@@ -129,10 +133,10 @@ class BlockStreamer:
         self._slots: list[_Slot] = []
         self._free: deque[_Slot] = deque()
         self._inflight: deque[_Upload] = deque()
-        self._current: dict[int, tuple[_Slot, float]] = {}
+        self._current: dict[int, tuple[_Slot, Mark | None]] = {}  # block -> its slot, compute began
         self._pos = 0
-        self._hooks: list[Any] = []
-        self._side = None
+        self._hooks: list[RemovableHandle] = []
+        self._side: torch.cuda.Stream | None = None
         self._lockstep: LockStep | None = None
         self.attached = False
 
@@ -254,7 +258,7 @@ class BlockStreamer:
         return {key for key, count in seen.items() if count > 1}
 
     # --- timing -----------------------------------------------------------------------------------
-    def _mark(self, stream: Any = None) -> Any:
+    def _mark(self, stream: torch.cuda.Stream | None = None) -> Mark:
         if not self.cuda:
             return time.perf_counter()
         event = torch.cuda.Event(enable_timing=True)
@@ -282,7 +286,7 @@ class BlockStreamer:
             assert e.original is not None
             return put(e, e.original)
         if e.rebuild is not None:
-            return swap(e.module, e.name, e.is_param, e.host)
+            return swap(e.module, e.name, e.is_param, host_wrapper(e))
         assert self._host is not None
         set_weight(e.module, e.name, e.is_param, view(self._host, self._span[block][0] + e.offset, e))
 
@@ -305,24 +309,31 @@ class BlockStreamer:
         self.stats.uploaded_bytes += nbytes
 
     def _copy(
-        self, pairs: list[tuple[torch.Tensor, torch.Tensor]], nbytes: int, after: Any, timing: bool
-    ) -> Any:
+        self,
+        pairs: list[tuple[torch.Tensor, torch.Tensor]],
+        nbytes: int,
+        after: torch.cuda.Event | None,
+        timing: bool,
+    ) -> Mark | None:
         """The copies of one upload; returns its ``ready`` (a CUDA event, a time on a CPU, or None)."""
+        ready: Mark | None
         if self.cuda:
-            with torch.cuda.device(self.device), torch.cuda.stream(self._side):
+            side = self._side
+            assert side is not None  # made with the ring
+            with torch.cuda.device(self.device), torch.cuda.stream(side):
                 if after is not None:
-                    self._side.wait_event(after)
-                began = self._mark(self._side) if timing else None
+                    side.wait_event(after)
+                began = self._mark(side) if timing else None
                 for dst, src in pairs:
                     dst.copy_(src, non_blocking=True)
                 ready = torch.cuda.Event(enable_timing=timing)
-                ready.record(self._side)
+                ready.record(side)
         else:
             began = self._mark() if timing else None
             for dst, src in pairs:
                 dst.copy_(src)
             ready = self._mark() if timing else None
-        if timing:
+        if began is not None and ready is not None:  # both set where timing
             self.stats._upload_marks.append((nbytes, began, ready))
         return ready
 
@@ -363,7 +374,7 @@ class BlockStreamer:
             self._miss(block)
         upload = self._inflight.popleft()
         ready = upload.wait_issued()
-        if self.cuda:
+        if isinstance(ready, torch.cuda.Event):  # on CUDA
             torch.cuda.current_stream(self.device).wait_event(ready)
         for e in self._entries[block]:
             self._bind_slot(e, upload.slot)
@@ -391,7 +402,7 @@ class BlockStreamer:
         self.stats.misses += 1
         for upload in self._inflight:  # their copies are issued before the slots are reused
             upload.wait_issued()
-        if self.cuda:
+        if self._side is not None:  # on CUDA
             torch.cuda.current_stream(self.device).wait_stream(self._side)
         while self._inflight:
             self._free.append(self._inflight.pop().slot)

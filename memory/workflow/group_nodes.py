@@ -61,7 +61,8 @@ def _read_group(name: str, data: Any, instance: str) -> _GroupDef:
         external = {(int(e[0]), int(e[1])) for e in data.get("external") or [] if len(e) > 2 and e[2]}
     except (TypeError, ValueError, IndexError, KeyError) as exc:
         raise WorkflowError(f"{where} has a malformed link: {exc!r}") from exc
-    config = data.get("config") if isinstance(data.get("config"), dict) else {}
+    raw_config = data.get("config")
+    config: dict[str, Any] = raw_config if isinstance(raw_config, dict) else {}
 
     def custom(index: int, side: str, key: str | int) -> dict[str, Any]:
         entry = config.get(str(index))

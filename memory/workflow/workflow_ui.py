@@ -59,6 +59,9 @@ class _Then:
         self.fn, self.args = fn, args
 
 
+_Seen = tuple[tuple[str, ...], str, int]  # an output met while resolving: (scope path, node id, slot)
+
+
 class _Scope:
     """One graph level: the root, or one instance of a subgraph definition."""
 
@@ -172,10 +175,10 @@ def _valid_connection(a: Any, b: Any) -> bool:
     """litegraph's isValidConnection: "*"/"" match anything; comma-separated types match any member."""
     if a in ("*", "", None, 0) or b in ("*", "", None, 0) or a == b:
         return True
-    a, b = str(a).lower(), str(b).lower()
-    if "," not in a and "," not in b:
-        return a == b
-    return bool(set(a.split(",")) & set(b.split(",")))
+    x, y = str(a).lower(), str(b).lower()
+    if "," not in x and "," not in y:
+        return x == y
+    return bool(set(x.split(",")) & set(y.split(",")))
 
 
 class _UiParser:
@@ -245,8 +248,8 @@ class _UiParser:
                 total += sizes[kind]
             elif isinstance(kind, str) and kind.startswith(GROUP_PREFIXES):
                 group = self.group_nodes.get(kind[len(GROUP_PREFIXES[0]) :])
-                inner = group.get("nodes") if isinstance(group, dict) else None
-                total += len(inner) if isinstance(inner, list) else 1
+                members = group.get("nodes") if isinstance(group, dict) else None
+                total += len(members) if isinstance(members, list) else 1
             else:
                 total += 1
         return total
@@ -315,7 +318,7 @@ class _UiParser:
             overrides.setdefault(inner, {})[name] = value
         return overrides
 
-    def resolve_group_input(self, scope: _Scope, node: dict[str, Any], index: int, seen: set) -> Any:
+    def resolve_group_input(self, scope: _Scope, node: dict[str, Any], index: int, seen: set[_Seen]) -> Any:
         """Input ``index`` of an inner node: the instance input it maps to, or the link inside the group."""
         assert scope.group is not None and scope.instance is not None and scope.parent is not None
         inner = int(node["id"])
@@ -342,7 +345,7 @@ class _UiParser:
         want = slots[index].get("type") if index < len(slots) else None
         return _Then(self.resolve_output, scope, source, origin[1], want, seen)
 
-    def _group_output(self, inner: _Scope, slot: int, want: Any, seen: set) -> Any:
+    def _group_output(self, inner: _Scope, slot: int, want: Any, seen: set[_Seen]) -> Any:
         assert inner.group is not None and inner.instance is not None and inner.parent is not None
         if slot >= len(inner.group.outputs):
             self.warnings.append(
@@ -457,7 +460,7 @@ class _UiParser:
             result = result.fn(*result.args)
         return result
 
-    def resolve_input(self, scope: _Scope, node: dict[str, Any], index: int, seen: set) -> Any:
+    def resolve_input(self, scope: _Scope, node: dict[str, Any], index: int, seen: set[_Seen]) -> Any:
         """What feeds input ``index`` of ``node``: a Link, a _Value, or None (unconnected)."""
         if scope.group is not None:
             return _Then(self.resolve_group_input, scope, node, index, seen)
@@ -484,7 +487,7 @@ class _UiParser:
             return None
         return _Then(self.resolve_output, scope, origin, link.origin_slot, slots[index].get("type"), seen)
 
-    def resolve_subgraph_input(self, scope: _Scope, slot: int, seen: set) -> Any:
+    def resolve_subgraph_input(self, scope: _Scope, slot: int, seen: set[_Seen]) -> Any:
         """Input ``slot`` of a subgraph seen from inside: the instance's outer link, or its widget value."""
         assert scope.instance is not None and scope.parent is not None and scope.definition is not None
         inputs = scope.definition.get("inputs") or []
@@ -497,7 +500,9 @@ class _UiParser:
             return _Then(self.resolve_input, scope.parent, scope.instance, index, seen)
         return scope.promoted.get(name)
 
-    def resolve_output(self, scope: _Scope, node: dict[str, Any], slot: int, want: Any, seen: set) -> Any:
+    def resolve_output(
+        self, scope: _Scope, node: dict[str, Any], slot: int, want: Any, seen: set[_Seen]
+    ) -> Any:
         key = (scope.path, str(node["id"]), slot)
         if key in seen:
             raise WorkflowError(
@@ -532,7 +537,7 @@ class _UiParser:
             return None
         return Link(scope.exec_id(node), slot)
 
-    def _subgraph_output(self, inner: _Scope, slot: int, want: Any, seen: set) -> Any:
+    def _subgraph_output(self, inner: _Scope, slot: int, want: Any, seen: set[_Seen]) -> Any:
         outputs = (inner.definition or {}).get("outputs") or []
         link_ids = outputs[slot].get("linkIds") if slot < len(outputs) else None
         if not link_ids:
@@ -553,7 +558,7 @@ class _UiParser:
             return None
         return _Then(self.resolve_output, inner, origin, link.origin_slot, want, seen)
 
-    def _get_node(self, scope: _Scope, node: dict[str, Any], seen: set) -> Any:
+    def _get_node(self, scope: _Scope, node: dict[str, Any], seen: set[_Seen]) -> Any:
         """KJNodes' GetNode reads the input of the SetNode with the same name (widgets_values[0])."""
         name = (node.get("widgets_values") or [None])[0]
         for other in scope.nodes.values():
