@@ -106,13 +106,24 @@ def stub_missing(name: str, reason: str) -> None:
 
 
 @functools.cache
-def shapes(arch: str, host: Path) -> tuple[dict[str, tuple[tuple[int, ...], bool]], str]:
-    """key -> (shape, is a Linear weight) for an architecture, and the module class for the record."""
+def shapes(arch: str, host: Path) -> tuple[dict[str, tuple[tuple[int, ...], str]], str]:
+    """key -> (shape, role) for an architecture, and the module class for the record. role: "linear"
+    (a Linear weight), "embedding" (an Embedding table), "f32" (a parameter the host's class creates in
+    fp32 whatever the model's dtype: it stays fp32 and unquantised in the file) or "" (anything else)."""
     base, _, extra = arch.partition("+")
-    module = ARCHS[base](host)
+    builder = ARCHS[base]
+    module = builder(host)
+    native = getattr(builder, "native", False)  # built in bf16: fp32 left means pinned by the class
     linear = {f"{n}.weight" for n, m in module.named_modules() if isinstance(m, torch.nn.Linear)}
-    out = {k: (tuple(v.shape), k in linear) for k, v in module.state_dict().items() if v.is_floating_point()}
-    out |= {k: (shape, False) for k, shape in EXTRAS.get(arch, {}).items()}
+    embedding = {f"{n}.weight" for n, m in module.named_modules() if isinstance(m, torch.nn.Embedding)}
+    out: dict[str, tuple[tuple[int, ...], str]] = {}
+    for k, v in module.state_dict().items():
+        if not v.is_floating_point():
+            continue
+        pinned = native and v.dtype == torch.float32
+        role = "f32" if pinned else "linear" if k in linear else "embedding" if k in embedding else ""
+        out[k] = (tuple(v.shape), role)
+    out |= {k: (shape, "") for k, shape in EXTRAS.get(arch, {}).items()}
     return out, type(module).__module__ + "." + type(module).__qualname__ + (f" + {extra}" if extra else "")
 
 
@@ -121,8 +132,12 @@ def tensor_specs(arch: str, recipe: Recipe, prefix: str, host: Path):
 
     specs: dict[str, TensorSpec] = {}
     table, _ = shapes(arch, host)
-    for key, (shape, is_linear) in table.items():
-        if recipe.quant and is_linear and len(shape) == 2:
+    for key, (shape, role) in table.items():
+        if role == "f32":
+            specs[prefix + key] = TensorSpec("F32", shape)
+            continue
+        quantisable = len(shape) == 2 and (role == "linear" or (role == "embedding" and recipe.embed))
+        if recipe.quant and quantisable:
             stem = prefix + key[: -len("weight")]
             out, inp = shape
             if recipe.quant == "int8":
@@ -133,7 +148,7 @@ def tensor_specs(arch: str, recipe: Recipe, prefix: str, host: Path):
                 specs[stem + "weight_scale"] = TensorSpec("F8_E4M3", (out, (inp + 15) // 16))
                 specs[stem + "weight_scale_2"] = TensorSpec("F32", ())
             continue
-        quantised = recipe.fp8 and is_linear and len(shape) == 2
+        quantised = recipe.fp8 and quantisable
         specs[prefix + key] = TensorSpec("F8_E4M3" if quantised else recipe.base, shape)
         if quantised and recipe.scaled:
             specs[prefix + key[: -len("weight")] + "scale_weight"] = TensorSpec("F32", ())
@@ -148,8 +163,8 @@ def lora_specs(arch: str, rank: int, recipe: Recipe, host: Path, block_list: str
 
     specs: dict[str, TensorSpec] = {}
     table, _ = shapes(arch, host)
-    for key, (shape, is_linear) in table.items():
-        if is_linear and key.startswith(block_list) and len(shape) == 2:
+    for key, (shape, role) in table.items():
+        if role == "linear" and key.startswith(block_list) and len(shape) == 2:
             base = "diffusion_model." + key[: -len(".weight")]
             specs[base + ".lora_down.weight"] = TensorSpec(recipe.base, (rank, shape[1]))
             specs[base + ".lora_up.weight"] = TensorSpec(recipe.base, (shape[0], rank))
@@ -194,6 +209,7 @@ def component_record(info, arch: str, recipe: Recipe, module: str) -> dict:
         "recipe": recipe.base
         + (" + fp8 Linear" if recipe.fp8 else "")
         + (f" + {recipe.quant} Linear" if recipe.quant else "")
+        + (" and Embedding" if recipe.embed else "")
         + (" scaled" if recipe.scaled else ""),
         "source": f"parameters x dtype (host class {module})",
     }
@@ -214,9 +230,11 @@ def build(host: Path, only: set[str] | None = None) -> dict:
             kind = kinds.get(folder) if len(parts) == 1 else _section_kind(prefix)
             info = describe_tensors(specs, kind=kind, file=name, source="catalog")
             assert not isinstance(info, list), (name, prefix)
-            components.append(
-                component_record(info, arch, recipe, shapes(arch, host)[1]) | {"prefix": prefix}
-            )
+            record = component_record(info, arch, recipe, shapes(arch, host)[1]) | {"prefix": prefix}
+            if record["family"] is None and len(parts) == 1 and (named := _named_family(name, kind)):
+                record["family"] = named[0]
+                record["note"] = "; ".join(p for p in (record["note"], f"family {named[1]}") if p)
+            components.append(record)
         if len(parts) > 1:  # the header path must split the whole file into the same components
             whole = {
                 p + k: v for p, arch, recipe in parts for k, v in tensor_specs(arch, recipe, "", host).items()
@@ -249,6 +267,20 @@ def build(host: Path, only: set[str] | None = None) -> dict:
         files.update({k: v for k, v in solved.items() if k not in files})
         result["template_solve"] = record
     return result
+
+
+def _named_family(name: str, kind: str | None) -> tuple[str, str] | None:
+    """The family the header's keys leave open, as the catalog knew it before the file was built: the
+    exact file's known family (catalog_files.FAMILY_FACTS), else the name's tokens; said in the note."""
+    from catalog_files import FAMILY_FACTS
+
+    from comfyui_headroom.memory.models.catalog import estimate_from_name
+
+    if name in FAMILY_FACTS:
+        family, why = FAMILY_FACTS[name]
+    else:
+        family, why = estimate_from_name(name, kind).family, "from the name's tokens"
+    return (family, why) if family else None
 
 
 def _section_kind(prefix: str) -> str:

@@ -512,3 +512,142 @@ EXTRAS: dict[str, dict[str, tuple[int, ...]]] = {
     "llava_llama3_8b+lm_head": {"lm_head.weight": (128320, 4096)},
     "qwen25_vl_7b+lm_head": {"lm_head.weight": (152064, 3584)},
 }
+
+
+# --- the 2026 families added for #26: built at the release's dtype, so parameters the host class pins
+# in fp32 (MiniMax H3's patch projections, time tables and curve-form adaln) stay fp32 in the file ---
+
+
+def native(config: dict) -> Callable[[Path], torch.nn.Module]:
+    """A diffusion model built like ``dit`` but in bf16: a parameter still fp32 is one the host's class
+    creates in fp32 on purpose (scripts/build_model_catalog.py keeps it fp32 and unquantised)."""
+
+    def build(host: Path) -> torch.nn.Module:
+        import comfy.model_detection
+
+        model_config = comfy.model_detection.model_config_from_unet_config(dict(config))
+        if model_config is None:
+            raise ValueError(f"the host matches no model to {config}")
+        model_config.set_inference_dtype(torch.bfloat16, None)
+        return model_config.get_model({}, device="meta").diffusion_model
+
+    build.native = True  # type: ignore[attr-defined]
+    return build
+
+
+def te_class(module: str, name: str, **config) -> Callable[[Path], torch.nn.Module]:
+    """A text encoder class of the host (comfy.text_encoders.MODULE.NAME) with its own default config,
+    which is the released model's (the host detects no dims for these)."""
+
+    def build(host: Path) -> torch.nn.Module:
+        import importlib
+
+        cls = getattr(importlib.import_module(f"comfy.text_encoders.{module}"), name)
+        return cls(config, torch.bfloat16, "meta", _ops())
+
+    build.native = True  # type: ignore[attr-defined]
+    return build
+
+
+def ace_step15(host: Path) -> torch.nn.Module:
+    """ACE-Step 1.5 (2B DiT, the class's defaults are the turbo/base release: 24 layers x 2048). Its FSQ
+    tokenizer calls ``.item()`` while it is built, which a meta tensor cannot answer: the FSQ (levels and
+    two tiny projections) is built on the CPU, everything else on the meta device."""
+    import comfy.ldm.ace.ace_step15 as ace
+
+    original = ace.FSQ
+
+    class CpuFSQ(original):  # type: ignore[misc, valid-type]
+        def __init__(self, *args, device=None, **kwargs):
+            super().__init__(*args, device="cpu", **kwargs)
+
+    ace.FSQ = CpuFSQ
+    try:
+        return native({"audio_model": "ace1.5"})(host)
+    finally:
+        ace.FSQ = original
+
+
+def stable_audio_open(host: Path) -> torch.nn.Module:
+    """Stable Audio Open 1.0's DiT: AudioDiffusionTransformer with the dims comfy/model_detection.py
+    reads from that file (global cond 1536, embed 1536, cond tokens not projected); the seconds
+    embedders model_base adds are two NumberConditioner(768)."""
+    import comfy.ldm.audio.dit as dit_mod
+    import comfy.ldm.audio.embedders as emb
+    import comfy.ops
+
+    with torch.device("meta"):
+        model = torch.nn.Module()
+        model.model = dit_mod.AudioDiffusionTransformer(
+            global_cond_dim=1536, project_cond_tokens=False, embed_dim=1536,
+            dtype=torch.float32, device="meta", operations=comfy.ops.disable_weight_init,
+        )  # fmt: skip
+        model.seconds_start = emb.NumberConditioner(768, min_val=0, max_val=512)
+        model.seconds_total = emb.NumberConditioner(768, min_val=0, max_val=512)
+    return model
+
+
+def audio_vae(name: str) -> Callable[[Path], torch.nn.Module]:
+    """The audio VAEs comfy/sd.py builds: Oobleck (Stable Audio 44.1 kHz; ACE-Step 1.5's 48 kHz
+    strides [2, 4, 4, 6, 10]) and MiniMax H3's stereo DAC/BigVGAN VAE."""
+
+    def build(host: Path) -> torch.nn.Module:
+        with torch.device("meta"):
+            if name == "oobleck":
+                from comfy.ldm.audio.autoencoder import AudioOobleckVAE
+
+                return AudioOobleckVAE()
+            if name == "oobleck_48k":
+                from comfy.ldm.audio.autoencoder import AudioOobleckVAE
+
+                return AudioOobleckVAE(strides=[2, 4, 4, 6, 10])
+            if name == "minimax_h3_audio":
+                from comfy.ldm.minimax.audio_vae import MiniMaxH3AudioVAE
+
+                return MiniMaxH3AudioVAE()
+            if name == "minimax_h3_video":
+                import comfy.ops
+                from comfy.ldm.minimax.vae import MiniMaxH3VideoVAE
+
+                return MiniMaxH3VideoVAE(operations=comfy.ops.disable_weight_init)
+        raise ValueError(name)
+
+    return build
+
+
+# MiniMax H3's released DiTs are "curve form" (comfy/ldm/minimax/model.py: adaln over a small shared
+# basis of the time-embedding curve, no time embedder; model_detection.py reads the basis width and grid
+# from ``adaln_t_table``). The class's other defaults are the release's (33.1B full form). The basis
+# width is not published: 64 is assumed (each unit of width is 4.85M fp32 parameters, 0.3% of the file).
+MINIMAX_H3_CURVE = {"image_model": "minimax_h3", "adaln_curve_grid": 1000, "time_embed_dim": 64}
+
+ARCHS |= {
+    "krea2": native({"image_model": "krea2"}),  # 12.8B: SingleStreamDiT's defaults (28 x 6144)
+    "minimax_h3_curve": native(MINIMAX_H3_CURVE),
+    "minimax_music3": native({"audio_model": "minimax_music3"}),
+    "ace_step15": ace_step15,
+    "stable_audio_open_dit": stable_audio_open,
+    "ideogram4": native({"image_model": "ideogram4"}),
+    "ernie_image": native({"image_model": "ernie"}),
+    "lens": native({"image_model": "lens"}),
+    "mage_flow": native({"image_model": "mage_flow"}),
+    "boogu": native({"image_model": "boogu"}),
+    "pixeldit_t2i": native({"image_model": "pixeldit_t2i"}),
+    "triposplat": native({"image_model": "triposplat"}),
+    "pid_flux1": native({"image_model": "pid"}),
+    "qwen_image_layered": native(
+        {"image_model": "qwen_image", "in_channels": 64, "num_layers": 60, "use_additional_t_cond": True}
+    ),
+    "gemma4_e4b": te_class("gemma4", "Gemma4_E4B"),
+    "gemma4_e2b": te_class("gemma4", "Gemma4_E2B"),
+    "qwen3_06b": te_class("llama", "Qwen3_06B"),
+    "qwen3_06b_ace15": te_class("llama", "Qwen3_06B_ACE15"),
+    "qwen3_2b_ace15_lm": te_class("llama", "Qwen3_2B_ACE15_lm"),
+    "qwen3_4b_ace15_lm": te_class("llama", "Qwen3_4B_ACE15_lm"),
+    "gemma3_4b": te_class("llama", "Gemma3_4B"),
+    "ministral3_3b": te_class("llama", "Ministral3_3B"),
+    "vae_oobleck": audio_vae("oobleck"),
+    "vae_oobleck_48k": audio_vae("oobleck_48k"),
+    "vae_minimax_h3_audio": audio_vae("minimax_h3_audio"),
+    "vae_minimax_h3_video": audio_vae("minimax_h3_video"),
+}

@@ -19,12 +19,17 @@ class Recipe:
     # comfy-kitchen quantised Linear weights (0.33): "int8" (I8 + an F32 scale per output row, the
     # int8/ConvRot files) or "nvfp4" (two 4-bit values per U8 + an F8_E4M3 scale per 16 + an F32 scale)
     quant: str = ""
+    # Embedding tables quantised like the Linear weights (0.33's mixed-precision ops.Embedding loads fp8
+    # and int8 tables): the 2026 Gemma 4 releases, whose per-layer embeddings are most of the model
+    embed: bool = False
 
 
 FP32, FP16, BF16 = Recipe("F32"), Recipe("F16"), Recipe("BF16")
 FP8, FP8_SCALED = Recipe("BF16", fp8=True), Recipe("BF16", fp8=True, scaled=True)
 FP8_FP16_SCALED = Recipe("F16", fp8=True, scaled=True)
 INT8, NVFP4 = Recipe("BF16", quant="int8"), Recipe("BF16", quant="nvfp4")
+INT8_EMBED = Recipe("BF16", quant="int8", embed=True)
+FP8_SCALED_EMBED = Recipe("BF16", fp8=True, scaled=True, embed=True)
 
 # --- the files -------------------------------------------------------------------------------------
 # (file name, ComfyUI models/ folder, [(key prefix inside the file, architecture, recipe)]). A checkpoint
@@ -305,6 +310,73 @@ FILES: list[tuple[str, str, list[Part]]] = [
     ("mistral_3_small_flux2_fp8.safetensors", TE, single("mistral3_small_24b_pruned", FP8)),
     ("gemma_3_12B_it.safetensors", TE, single("gemma3_12b", BF16)),
     ("gemma_3_12B_it_fp8_scaled.safetensors", TE, single("gemma3_12b", FP8_SCALED)),
+    # --- the 2026 families of #26, built with 0.33's classes at their default (released) dims ---
+    ("krea2_turbo_fp8_scaled.safetensors", DM, single("krea2", FP8_SCALED)),
+    ("krea2_turbo_int8_convrot.safetensors", DM, single("krea2", INT8)),
+    # MiniMax H3: the curve-form DiT ("pruned": no full-width adaln); its two VAEs; Music 3's DiT
+    *[
+        (name, DM, single("minimax_h3_curve", INT8))
+        for name in (
+            "minimax_h3_fl2va_pruned_int8_convrot.safetensors",
+            "minimax_h3_ref2va_pruned_int8_convrot.safetensors",
+            "fastvideo_fasth3_8step_v2_pruned_int8_convrot.safetensors",
+            "fasth3_omniref_8step_pruned_int8_convrot.safetensors",
+        )
+    ],
+    ("minimax_h3_video_vae_int8_convrot.safetensors", "vae", single("vae_minimax_h3_video", INT8)),
+    ("minimax_h3_video_vae_fp16.safetensors", "vae", single("vae_minimax_h3_video", FP16)),
+    ("minimax_h3_audio_vae_fp32.safetensors", "vae", single("vae_minimax_h3_audio", FP32)),
+    ("minimax_music3_dit_fp16.safetensors", DM, single("minimax_music3", FP16)),
+    # ACE-Step 1.5 (2B turbo/base DiT; its 48 kHz Oobleck VAE), Stable Audio Open 1.0 (a checkpoint:
+    # DiT + T5-base + Oobleck VAE, all fp32; listed under ComfyUI's canonical section prefixes)
+    ("acestep_v1.5_turbo.safetensors", DM, single("ace_step15", BF16)),
+    ("ace_1.5_vae.safetensors", "vae", single("vae_oobleck_48k", FP16)),
+    (
+        "stable-audio-open-1.0.safetensors",
+        CK,
+        [
+            ("model.diffusion_model.", "stable_audio_open_dit", FP32),
+            ("text_encoders.t5base.transformer.", "t5_base", FP32),
+            ("first_stage_model.", "vae_oobleck", FP32),
+        ],
+    ),
+    # image DiTs of the 0.33 README whose class defaults are the release's
+    *[
+        (f"ideogram4{v}_{dt}.safetensors", DM, single("ideogram4", recipe))
+        for v in ("", "_unconditional")
+        for dt, recipe in (("fp8_scaled", FP8_SCALED), ("int8_convrot", INT8))
+    ],
+    ("ernie-image.safetensors", DM, single("ernie_image", BF16)),
+    ("ernie-image-turbo.safetensors", DM, single("ernie_image", BF16)),
+    ("lens_bf16.safetensors", DM, single("lens", BF16)),
+    ("lens_turbo_bf16.safetensors", DM, single("lens", BF16)),
+    *[
+        (f"mage_flow{v}_int8_convrot.safetensors", DM, single("mage_flow", INT8))
+        for v in ("", "_turbo", "_edit", "_edit_turbo")
+    ],
+    ("boogu_image_edit_fp8_scaled.safetensors", DM, single("boogu", FP8_SCALED)),
+    ("boogu_image_turbo_fp8_scaled.safetensors", DM, single("boogu", FP8_SCALED)),
+    ("boogu_image_edit_int8_convrot.safetensors", DM, single("boogu", INT8)),
+    ("pixeldit_1300m_1024px_bf16.safetensors", DM, single("pixeldit_t2i", BF16)),
+    ("triposplat_fp16.safetensors", DM, single("triposplat", FP16)),
+    ("pid_flux1_1024_to_4096_4step_bf16.safetensors", DM, single("pid_flux1", BF16)),
+    ("qwen_image_layered_bf16.safetensors", DM, single("qwen_image_layered", BF16)),
+    ("qwen_image_layered_control_bf16.safetensors", DM, single("qwen_image_layered", BF16)),
+    # text encoders: Gemma 4 and the Gemma 2 ELM fp8 release quantise their embedding tables too (0.33's
+    # ops.Embedding loads fp8 and rotated int8 tables; in bf16 Gemma 4 E4B's per-layer embeddings alone,
+    # 2.8B parameters, would be 5.3 GiB of a file stated at 8.44), Qwen3 of ACE-Step 1.5, Gemma 3 4B,
+    # Ministral 3 3B (text only: the host has no vision tower for it)
+    ("gemma4_e4b_it_fp8_scaled.safetensors", TE, single("gemma4_e4b", FP8_SCALED_EMBED)),
+    ("gemma4_e2b_it_int8_convrot.safetensors", TE, single("gemma4_e2b", INT8_EMBED)),
+    ("qwen_0.6b_ace15.safetensors", TE, single("qwen3_06b_ace15", BF16)),
+    ("qwen_1.7b_ace15.safetensors", TE, single("qwen3_2b_ace15_lm", BF16)),
+    ("qwen_4b_ace15.safetensors", TE, single("qwen3_4b_ace15_lm", BF16)),
+    ("qwen_3_06b_base.safetensors", TE, single("qwen3_06b", BF16)),
+    ("qwen_3_4b_fp8_mixed.safetensors", TE, single("qwen3_4b", FP8)),
+    ("gemma_3_4b_it_bf16.safetensors", TE, single("gemma3_4b", BF16)),
+    ("gemma_2_2b_it_elm_bf16.safetensors", TE, single("gemma2_2b", BF16)),
+    ("gemma_2_2b_it_elm_fp8_scaled.safetensors", TE, single("gemma2_2b", FP8_SCALED_EMBED)),
+    ("ministral-3-3b.safetensors", TE, single("ministral3_3b", BF16)),
     ("RealESRGAN_x4plus.safetensors", "upscale_models", single("esrgan_x4", FP32)),
     ("RealESRGAN_x4plus.pth", "upscale_models", single("esrgan_x4", FP32)),
     ("4x-UltraSharp.pth", "upscale_models", single("esrgan_x4", FP32)),
@@ -345,4 +417,32 @@ FAMILY_FACTS: dict[str, tuple[str, str]] = {
         f"ltx-2.3-22b-{v}.safetensors": ("ltxv", "LTX-2.3 22B audio-video checkpoint (the host's LTXAV)")
         for v in ("dev", "distilled", "dev-fp8", "distilled-fp8")
     },
+}
+
+# Built files whose size differs from the one their template's note states by more than 10%, and why
+# (scripts/check_model_catalog.py prints these next to the file; the size the plan uses stays the built
+# one, since a note can be wrong and a class cannot hide a tensor).
+SIZE_REMARKS: dict[str, str] = {
+    "t5-base.safetensors": (
+        "the note states 0.83 GiB, which is T5-base with its decoder and in fp32 (223M x 4 B); ComfyUI"
+        " loads the encoder only (110M) and the file the template links is the full fp32 model, so the"
+        " note describes the download, not what the host keeps: ours is the encoder in fp16"
+    ),
+    "qwen_3_4b_fp8_mixed.safetensors": (
+        "fp8mixed: ComfyUI keeps some Linear layers in bf16 and which ones is not published; all fp8"
+        " (ours) is the lower bound, 7.49 GiB (bf16) the upper; the note's 5.25 GiB lies between"
+    ),
+    "gemma4_e4b_it_fp8_scaled.safetensors": (
+        "bounded by the class: 7.46 GiB with every Linear and Embedding table in fp8 (ours), 10.71 GiB with"
+        " the tables in bf16; the note's 8.44 GiB lies between (some tables kept in bf16: which is not"
+        " published)"
+    ),
+    "qwen3vl_8b_fp8_scaled.safetensors": (
+        "the host's Qwen3-VL 8B in fp8 with the vision tower; the note's 9.86 GiB matches a file that"
+        " keeps more layers in bf16 than ComfyUI's scaled-fp8 recipe (which ones is not published)"
+    ),
+    "ministral-3-3b.safetensors": (
+        "the released file carries Ministral 3's vision encoder (about 0.4B parameters, 0.8 GiB in bf16),"
+        " which the host's text encoder class does not build or load"
+    ),
 }

@@ -238,36 +238,57 @@ def test_catalog_against_the_official_templates() -> None:
     assert len(report.suspect) <= 35 and all(c.inconsistent for c in report.suspect)
     assert len(report.within) >= 190 and len(report.outside) <= 30
     # templates whose files all come from the host's classes: an independent check of those sizes
+    # (64 of them since #26 built Krea 2, MiniMax H3, ACE-Step 1.5, Gemma 4...: real errors, not zeros)
     n, median, p90, worst, _ = report.error_stats("independent")
-    assert n >= 40 and median < 0.002 and p90 < 0.01
-    # image_chroma_text_to_image's total is 23.3 GB, its files (each sized as its note states) 14.7 GB
+    assert n >= 60 and median < 0.002 and p90 < 0.07
+    # image_chroma_text_to_image's total is 23.3 GB, its files (each sized as its note states) 14.7 GB;
+    # the three others are 10-12% under their totals: Gemma 4 E4B fp8 and Z-Image int8's text encoder
+    # (which tables stay bf16 is not published), FastH3's (the curve-form basis width is assumed)
     off = [name for name, err in report.errors("independent").items() if err > 0.1]
-    assert set(off) <= {"image_chroma_text_to_image"}, off
+    assert set(off) <= {
+        "image_chroma_text_to_image",
+        "llm_gemma4_text_gen",
+        "video_fastvideo_fasth3_i2v",
+        "image_z_image_turbo_int8",
+    }, off
 
 
 def test_sizes_against_the_sizes_the_templates_notes_state() -> None:
-    """Per file: >= 95% of the files a note sizes are within 10%; and the files built from the host's
-    classes (the real check: int8, nvfp4, fp8 and bf16 recipes of Flux.2, Z-Image, HunyuanVideo 1.5,
-    HuMo, Qwen3-VL...) are too."""
+    """Per file: >= 95% of the files a note sizes AND the host's classes build are within 10% (the real
+    check: int8, nvfp4, fp8 and bf16 recipes of Flux.2, Z-Image, HunyuanVideo 1.5, Krea 2, MiniMax H3,
+    ACE-Step 1.5, Gemma 4...); a size taken from the note itself is counted apart, never in the headline;
+    every built file outside says why."""
     check = load_check_script()
     folder = check.templates_dir()
     if folder is None:
         pytest.skip("comfyui-workflow-templates-json is not installed (pip install -e .[test])")
     files = check.stated_check(folder)
     assert len(files) >= 300
-    within = [f for f in files if abs(f.error) <= 0.10]
-    assert len(within) >= 0.95 * len(files)
     built = [f for f in files if f.source == "built"]
-    assert len(built) >= 80 and sum(abs(f.error) <= 0.10 for f in built) >= 0.95 * len(built)
+    assert len(built) >= 140 and sum(abs(f.error) <= 0.10 for f in built) >= 0.95 * len(built)
+    remarks = check._remarks()
+    assert all(f.name in remarks for f in built if abs(f.error) > 0.10)
+    summary = check.stated_summary(files)
+    assert f"OVER BUILT SIZES ONLY: {sum(abs(f.error) <= 0.10 for f in built)}/{len(built)}" in summary
+    assert "equal by construction: not a check" in summary
     by_name = {f.name: f for f in files}
     for name in ("qwen3vl_4b_bf16.safetensors", "humo_17B_fp8_e4m3fn.safetensors",
                  "z_image_int8_convrot.safetensors", "hunyuanvideo1.5_720p_t2v_fp16.safetensors",
-                 "flux-2-klein-4b.safetensors", "qwen3vl_32b_minimax_h3_nvfp4_awq.safetensors"):  # fmt: skip
+                 "flux-2-klein-4b.safetensors", "qwen3vl_32b_minimax_h3_nvfp4_awq.safetensors",
+                 "mage_flow_int8_convrot.safetensors", "ernie-image.safetensors",
+                 "qwen_4b_ace15.safetensors"):  # fmt: skip
         assert by_name[name].source == "built" and abs(by_name[name].error) < 0.01, name
-    # no host class here builds Qwen-Image 2.1 or Mage-Flow: the note's own figure, said so
-    for name in ("qwen_image_2.1_turbo_int8_convrot.safetensors", "mage_flow_int8_convrot.safetensors"):
-        assert by_name[name].source == "stated" and abs(by_name[name].error) < 0.01, name
-        assert "stated in the templates' notes" in lookup(name, "diffusion_model").note
+    # the 2026 families of #26, built from 0.33's classes (within 5% of their notes)
+    for name in ("krea2_turbo_int8_convrot.safetensors", "minimax_h3_fl2va_pruned_int8_convrot.safetensors",
+                 "minimax_h3_video_vae_int8_convrot.safetensors", "minimax_h3_audio_vae_fp32.safetensors",
+                 "acestep_v1.5_turbo.safetensors", "ace_1.5_vae.safetensors",
+                 "gemma4_e2b_it_int8_convrot.safetensors"):  # fmt: skip
+        assert by_name[name].source == "built" and abs(by_name[name].error) < 0.05, name
+    # no host class here builds Qwen-Image 2.1 (newer than 0.33): the note's own figure, said so
+    assert by_name["qwen_image_2.1_turbo_int8_convrot.safetensors"].source == "stated"
+    assert "stated in the templates' notes" in lookup(
+        "qwen_image_2.1_turbo_int8_convrot.safetensors", "diffusion_model"
+    ).note
 
 
 def cat_solve() -> dict:
@@ -290,7 +311,7 @@ def test_the_solution_reproduces_the_published_totals_it_was_solved_from() -> No
     if solve["package"] != f"comfyui-workflow-templates-json {installed}":
         pytest.skip(f"the catalog was solved from {solve['package']}, {installed} is installed")
     # most files are now built or stated; the totals solve only what is left
-    assert len(solve["used"]) >= 10 and len(solve["determined"]) >= 5 and len(solve["stated"]) >= 200
+    assert len(solve["used"]) >= 10 and len(solve["determined"]) >= 4 and len(solve["stated"]) >= 150
     for name in solve["used"]:
         c = by_name[name]
         assert c.ours is not None and abs(c.ours - c.published) <= 1e-4 * c.published + 64, name
@@ -365,6 +386,9 @@ def test_committed_catalog_is_what_the_builder_writes(tmp_path: Path) -> None:
         "Wan21_CausVid_14B_T2V_lora_rank32.safetensors",
         "z_image_int8_convrot.safetensors",
         "qwen3vl_32b_minimax_h3_nvfp4_awq.safetensors",
+        "minimax_h3_fl2va_pruned_int8_convrot.safetensors",
+        "gemma4_e2b_it_int8_convrot.safetensors",
+        "acestep_v1.5_turbo.safetensors",
     ]
     out = tmp_path / "catalog.json"
     env = {**os.environ, "COMFYUI_ROOT": str(host)}
