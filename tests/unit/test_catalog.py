@@ -286,9 +286,10 @@ def test_sizes_against_the_sizes_the_templates_notes_state() -> None:
         assert by_name[name].source == "built" and abs(by_name[name].error) < 0.05, name
     # no host class here builds Qwen-Image 2.1 (newer than 0.33): the note's own figure, said so
     assert by_name["qwen_image_2.1_turbo_int8_convrot.safetensors"].source == "stated"
-    assert "stated in the templates' notes" in lookup(
-        "qwen_image_2.1_turbo_int8_convrot.safetensors", "diffusion_model"
-    ).note
+    assert (
+        "stated in the templates' notes"
+        in lookup("qwen_image_2.1_turbo_int8_convrot.safetensors", "diffusion_model").note
+    )
 
 
 def cat_solve() -> dict:
