@@ -237,7 +237,7 @@ export class TimelinePanel {
       const m = ram.get(r.node);
       table.append(el("tr", { className: `headroom-row headroom-${r.state}${m?.over ? " headroom-ram-over" : ""}`, dataset: { node: r.node } },
         el("td", {}, nodeLink(r.node, r.classType)), el("td", { textContent: r.classType }),
-        el("td", { textContent: `${formatSeconds(r.duration)}${r.plannedWall ? ` (plan ${formatSeconds(r.plannedWall)})` : ""}${r.boundKind ? ` · ${r.boundKind}-bound` : ""}`, title: r.bound }),
+        el("td", { textContent: `${formatSeconds(r.duration)}${r.plannedWall ? ` (plan ${formatSeconds(r.plannedWall)})` : ""}${r.boundKind ? ` · ${r.boundKind}-bound` : ""}`, title: r.spill ? `${r.bound}\nshared memory: ${r.spill}` : r.bound }),
         el("td", { textContent: r.state }),
         el("td", {}, bars, el("div", { textContent: `${formatBytes(r.actual)} / ${formatBytes(r.planned)}` })),
         el("td", { textContent: formatBytes(r.rss) }),

@@ -43,11 +43,21 @@ export function timelineRows(report) {
     // what bounded the node, measured (compute, disk or upload), and its line with the figures
     boundKind: r.bounded_by?.kind ?? "",
     bound: r.bounded_by?.line ?? "",
+    // spill into shared memory: in the line when the OS reported some; else why it was not read
+    spill: spillText(r.bounded_by),
   }));
 }
 
 const GIB = 2 ** 30;
 const gib = (n) => `${(n / GIB).toFixed(2)} GiB`; // as the server's messages print them
+
+/** Spill into shared memory as the OS reported it over a node, else why it could not be read. */
+function spillText(bound) {
+  if (!bound) return "";
+  if (bound.spill_note) return bound.spill_note;
+  if (bound.spilled == null) return ""; // a report from before the spill reader
+  return bound.spilled > 0 ? `${gib(bound.spilled)} spilled over this node` : "nothing spilled over this node";
+}
 
 /** The verdict on top of the table: whether the plan fitted. */
 export function planSummary(report) {

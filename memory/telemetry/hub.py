@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..names import EVENTS
@@ -41,6 +41,12 @@ class Telemetry:
         self.listeners: list[Callable[[str, dict[str, Any]], None]] = []  # (event, payload)
         # a node's measured disk read (bytes/s, bytes read): the host keeps it for the next plans
         self.on_disk_rate: Callable[[float, int], None] | None = None
+        # this machine's measured link rates (links.LinkStore.measured), which price a node's reads and
+        # uploads in its "bounded by" line; None: the assumed figures
+        self.links: Callable[[], Mapping[str, float]] | None = None
+        # the host's gauges at a node boundary: "host_pinned" (its page-locked bytes), "aimdo_vram" and
+        # "aimdo_note" (comfy-aimdo's VRAM in use, or why not read)
+        self.host_gauges: Callable[[], dict[str, Any]] | None = None
 
     def _emit(self, event: str, payload: dict[str, Any]) -> None:
         for listener in list(self.listeners):
@@ -104,6 +110,7 @@ class Telemetry:
             record = NodeRecord(node_id, class_type or run.class_types.get(node_id, ""), sample.t)
             record.before = _fields(sample)
             record.io = self._io()
+            record.gauges = self._gauges()
             run.nodes[node_id] = record
             return record
 
@@ -138,11 +145,45 @@ class Telemetry:
         except Exception:
             return {}
 
+    def _gauges(self) -> dict[str, Any]:
+        """Shared GPU memory (spill.py), every page-locked byte known, and the host's gauges; each fails
+        alone and leaves its figure out (bounds.py then says it was not read)."""
+        out: dict[str, Any] = {}
+        shared = getattr(self.probe, "shared", None)
+        if callable(shared):
+            spill = shared()
+            out["shared"], out["shared_note"] = spill.nbytes, spill.reason
+        ledger = getattr(self.probe, "pinned", None)
+        pinned = int(getattr(ledger, "total", 0) or 0)
+        if self.host_gauges is not None:
+            try:
+                extra = dict(self.host_gauges())
+            except Exception as exc:
+                extra = {"aimdo_note": f"not read ({exc})"}
+            pinned += int(extra.pop("host_pinned", 0) or 0)
+            out.update(extra)
+        out["pinned"] = pinned
+        return out
+
+    def _measured_links(self) -> Mapping[str, float]:
+        try:
+            return self.links() if self.links is not None else {}
+        except Exception:  # an unreadable store: the line says the rates were assumed
+            return {}
+
     def _bound(self, run: RunRecord, record: NodeRecord) -> None:
         """What bounded the node, measured (bounds.py), on the record and in the log."""
         end = self._io()
         record.io = {k: v - record.io[k] for k, v in end.items() if k in record.io}
-        bound = bounded_by(record.duration_s or 0.0, record.io, record.events, run.loaded)
+        gauges = (record.gauges, self._gauges())
+        bound = bounded_by(
+            record.duration_s or 0.0,
+            record.io,
+            record.events,
+            run.loaded,
+            measured=self._measured_links(),
+            gauges=gauges,
+        )
         record.bound = bound.as_dict()
         if self.on_disk_rate is not None and bound.disk_rate:
             self.on_disk_rate(bound.disk_rate, bound.disk_bytes)

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..optional import optional_module
+from .spill import Spill, SpillReader
 
 log = logging.getLogger("headroom")
 
@@ -89,9 +90,11 @@ class MemoryProbe:
         device: int = 0,
         pinned: PinnedLedger = PINNED,
         clock: Callable[[], float] = time.time,
+        spill: SpillReader | None = None,
     ) -> None:
         self.cuda, self.nvml, self.psutil, self.device = cuda, nvml, psutil, device
         self.pinned, self.clock = pinned, clock
+        self.spill = spill if spill is not None else SpillReader(cuda, device)
         self._process = psutil.Process() if psutil is not None else None
         self._nvml_handle = self._find_nvml_handle() if nvml is not None else None
 
@@ -189,6 +192,13 @@ class MemoryProbe:
         except Exception:
             pass
         return out
+
+    def shared(self) -> Spill:
+        """This process's GPU memory in shared system memory, or None with the reason (spill.py)."""
+        try:
+            return self.spill.read()
+        except Exception as exc:  # the reader fails open itself; a stand-in may not
+            return Spill(None, f"not read ({exc})")
 
     def reset_peak(self) -> None:
         """Start a new device-peak window (torch's max_memory_allocated), if there is a device."""

@@ -181,4 +181,7 @@ def text_report(
         )
         if r.get("bounded_by"):
             lines.append(f"{'':>9}{r['bounded_by']['line']}")
+    notes = {r["bounded_by"].get("spill_note") for r in rows if r.get("bounded_by")} - {None, ""}
+    for note in sorted(notes):  # the nodes' lines name a spill where the OS reports one; else say why not
+        lines.append(f"  spill into shared memory: {note}")
     return "\n".join(lines)

@@ -51,6 +51,7 @@ class NodeRecord:
     computed: NodeRecord | None = None
     cached_from: str | None = None
     io: dict[str, int] = field(default_factory=dict)  # disk-read counters at the start, deltas once done
+    gauges: dict[str, Any] = field(default_factory=dict)  # shared memory, pins, aimdo VRAM at the start
     bound: dict[str, Any] | None = None  # what bounded it (bounds.Bound.as_dict), once done
 
     @property

@@ -30,6 +30,11 @@ def hardware_for(card: str | None, device: str | None = None) -> Hardware:
     return measured_hardware(hardware, STORE.measured(machine_identity(device or device_name())))
 
 
+def measured_links() -> dict[str, float]:
+    """This machine's measured link rates (the medians the store keeps), for a node's "bounded by" line."""
+    return STORE.measured(machine_identity(device_name()))
+
+
 def record_stream(summary: dict[str, Any]) -> None:
     """A streamed sampling's or encode's measured host-to-device rate (on CUDA only: a CPU's copies
     are not a PCIe link)."""

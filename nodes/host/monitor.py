@@ -32,7 +32,8 @@ from ...memory.telemetry.sampler import Sampler
 from ...memory.units import parse_size_setting
 from .events import Subscriber
 from .host_flags import running_host_settings
-from .links import hardware_for, record_disk
+from .host_gauges import gauges
+from .links import hardware_for, measured_links, record_disk
 from .lookups import host_module, models_dir, output_nodes
 
 _log = logging.getLogger("headroom")
@@ -109,6 +110,8 @@ class Monitor(Subscriber):
         )
         self.telemetry = Telemetry(self.probe, self.sampler)
         self.telemetry.on_disk_rate = record_disk  # the next plans of this machine read at this rate
+        self.telemetry.links = measured_links  # a node's reads and uploads priced at this machine's rates
+        self.telemetry.host_gauges = gauges  # the host's pins and comfy-aimdo's VRAM, for "bounded by"
         self.telemetry.listeners.append(self.push)
         self.plans = PlanCache(self._plan)
         self.queued: OrderedDict[str, str] = OrderedDict()  # prompt id -> plan key, queued but not run yet

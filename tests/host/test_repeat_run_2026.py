@@ -333,3 +333,22 @@ def test_the_controller_gives_back_the_pins_of_a_model_the_graph_is_done_with(
     assert [e.component for e in moves] == [ids["te"]]
     assert "not needed again in this prompt" in moves[0].detail and "most recently loaded" in moves[0].detail
     assert patchers["te"].loaded_ram_size() == 0
+
+
+def test_the_bound_gauges_read_the_hosts_pins_and_comfy_aimdos_vram_by_their_names(
+    comfy: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a node's "bounded by" line reads from this host (nodes/host/host_gauges.py): its pinned total,
+    and comfy-aimdo's own VRAM figure through its Python function (the native call stands in: no device)."""
+    from comfyui_headroom.nodes.host import host_gauges
+
+    monkeypatch.setattr(comfy.mm, "TOTAL_PINNED_MEMORY", 3 * GiB)
+    assert host_gauges.host_pinned() == 3 * GiB
+    vram, note = host_gauges.aimdo_vram()
+    assert vram is None and note.startswith("DynamicVRAM is off")  # a CPU host pages nothing
+    control = sys.modules["comfy_aimdo.control"]
+    monkeypatch.setattr(comfy.cmm, "aimdo_enabled", True)
+    monkeypatch.setattr(control, "devctxs", [1, 2])
+    monkeypatch.setattr(control.lib, "get_total_vram_usage", lambda devctx: devctx * GiB)
+    assert host_gauges.aimdo_vram() == (3 * GiB, "")
+    assert host_gauges.gauges() == {"host_pinned": 3 * GiB, "aimdo_vram": 3 * GiB, "aimdo_note": ""}

@@ -63,6 +63,13 @@ test("timeline rows compare plan and reality", () => {
   const bound = timelineRows({ nodes: [{ node: "3", status: "done", bounded_by: { kind: "disk", line: "disk-bound: 13.40 GiB read at 2.2 GB/s, 6.4 s of its 9.0 s" } }] });
   assert.equal(bound[0].boundKind, "disk");
   assert.equal(bound[0].bound, "disk-bound: 13.40 GiB read at 2.2 GB/s, 6.4 s of its 9.0 s");
+  assert.equal(bound[0].spill, ""); // a report from before the spill reader
+  const notes = timelineRows({ nodes: [
+    { node: "4", status: "done", bounded_by: { kind: "compute", line: "compute-bound", spilled: null, spill_note: "not reported by this OS: no fallback" } },
+    { node: "5", status: "done", bounded_by: { kind: "upload", line: "upload-bound", spilled: 1.5 * 2 ** 30, spill_note: "" } },
+    { node: "6", status: "done", bounded_by: { kind: "compute", line: "compute-bound", spilled: 0, spill_note: "" } },
+  ] });
+  assert.deepEqual(notes.map((r) => r.spill), ["not reported by this OS: no fallback", "1.50 GiB spilled over this node", "nothing spilled over this node"]);
   assert.deepEqual(timelineRows(null), []);
   assert.equal(rowState({ status: "done", planned_order: 1, vram_peak: 205 * MiB, planned_vram_peak: 200 * MiB }), "ok");
 });
