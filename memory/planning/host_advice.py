@@ -192,7 +192,7 @@ def host_advice(
     else:
         line = (
             f"{what}: the repeat run reloads {_reloaded(kept)} instead of {_reloaded(base)}: "
-            f"{saves:+.1f} s per run"
+            f"{_seconds(saves, 'per run')}"
         )
     out.append(HostAdvice("Headroom retention", "use" if saves > 0.05 else "info", line, saves))
     return out

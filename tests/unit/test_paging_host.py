@@ -125,6 +125,7 @@ def test_settings_lines_carry_their_figures() -> None:
         assert any(ch.isdigit() for ch in a.line), a.line
     retention = next(a for a in lines if a.setting == "Headroom retention")
     assert retention.seconds > 0 and "reloads nothing" in retention.line
+    assert retention.line.endswith(f"saves {retention.seconds:.1f} s per run")  # in words, as the others
     off = host_advice(two_experts(), budget(), HW, HostSettings(host="0.3"))
     assert [a.verdict for a in off] == ["info"]
 
