@@ -80,3 +80,18 @@ def test_the_hooks_are_on_for_this_host(host: Host) -> None:
     hooks = host.pack_module("nodes.host").install_monitor()
     assert hooks["nodes"] == "on" and hooks["oom_retry"] == "on" and hooks["validation"] == "on", hooks
     assert hooks["server"].startswith("off: no PromptServer") or hooks["server"] == "on"
+
+
+def test_a_cpu_run_says_what_bounded_each_node_in_the_timeline_and_the_vram_stats_text(host: Host) -> None:
+    result = host.run(copy.deepcopy(PROMPT))
+    monitor = host.pack_module("nodes.host.state").monitor()
+    report = monitor.telemetry.report(result.prompt_id)  # the timeline's data (/headroom/report)
+    done = [row for row in report["nodes"] if row["status"] == "done"]
+    assert done and all(row["bounded_by"]["kind"] in ("compute", "disk", "upload") for row in done)
+    assert all(row["bounded_by"]["line"].startswith(row["bounded_by"]["kind"] + "-bound: ") for row in done)
+    bound = done[0]["bounded_by"]
+    assert bound["spill_note"].startswith("not reported by this OS")  # Linux: no sysmem fallback
+    assert bound["aimdo_vram"] is None and bound["aimdo_note"]  # a CPU host pages nothing with aimdo
+    text = result.outputs["4"][1][0]  # VRAM Stats, after the nodes before it finished
+    assert any(row["bounded_by"]["line"] in text for row in done if row["node"] != "4")
+    assert text.count("spill into shared memory: not reported by this OS") == 1
