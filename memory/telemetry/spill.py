@@ -30,6 +30,7 @@ _log = logging.getLogger("headroom")
 COUNTER = r"\GPU Process Memory(pid_{pid}_*)\Shared Usage"
 PDH_FMT_LARGE = 0x00000400
 PDH_MORE_DATA = 0x800007D2
+PDH_NO_DATA = 0x800007D5  # a warning: the wildcard matches no instance (yet)
 NOT_REPORTED = "not reported by this OS"
 NO_FALLBACK = (
     f"{NOT_REPORTED}: the driver's sysmem fallback into shared memory is a Windows feature; "
@@ -92,8 +93,10 @@ class PdhCounter:
         _check(pdh.PdhAddEnglishCounterW(self.query, path, 0, ctypes.byref(self.counter)), "PdhAddCounter")
 
     def read(self) -> list[tuple[str, float]]:
-        """Each instance's value: (instance name, bytes)."""
-        _check(self.pdh.PdhCollectQueryData(self.query), "PdhCollectQueryData")
+        """Each instance's value: (instance name, bytes); none while the process has no GPU instance
+        (PDH answers with a warning status then: no data, no instance)."""
+        if _check(self.pdh.PdhCollectQueryData(self.query), "PdhCollectQueryData"):
+            return []
         size, count = ctypes.c_uint32(0), ctypes.c_uint32(0)
         status = self.pdh.PdhGetFormattedCounterArrayW(
             self.counter, PDH_FMT_LARGE, ctypes.byref(size), ctypes.byref(count), None
@@ -116,9 +119,12 @@ class PdhCounter:
         ]
 
 
-def _check(status: int, call: str) -> None:
-    if status & 0xFFFFFFFF:
-        raise OSError(f"{call} returned 0x{status & 0xFFFFFFFF:08X}")
+def _check(status: int, call: str) -> bool:
+    """Raises on a PDH error (severity 0xC...); True on a warning (0x8...: no data, no instance yet)."""
+    code = status & 0xFFFFFFFF
+    if code & 0xC0000000 == 0xC0000000 or (code and not code & 0x80000000):
+        raise OSError(f"{call} returned 0x{code:08X}")
+    return bool(code)
 
 
 class SpillReader:

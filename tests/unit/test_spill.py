@@ -11,6 +11,7 @@ from comfyui_headroom.memory.telemetry.probe import MemoryProbe, PinnedLedger
 from comfyui_headroom.memory.telemetry.spill import (
     NO_FALLBACK,
     PDH_MORE_DATA,
+    PDH_NO_DATA,
     SpillReader,
     _FmtItem,
     process_shared_usage,
@@ -76,7 +77,7 @@ class FakePdh:
 
     def PdhCollectQueryData(self, query: Any) -> int:  # noqa: N802
         self.collects += 1
-        return 0
+        return PDH_NO_DATA - 2**32 if not self.instances else 0  # a warning, as PDH gives it
 
     def PdhGetFormattedCounterArrayW(self, counter: Any, fmt: int, size: Any, count: Any, buf: Any) -> int:  # noqa: N802
         n = len(self.instances)
@@ -114,8 +115,12 @@ def test_windows_without_the_counter_falls_back_to_torch_then_says_why() -> None
     assert "0xC0000BB8" in spill.reason
     reader.cuda = cuda(9 * GiB, 8 * GiB)
     assert reader.read().source == "torch" and loads == [1]  # the failed counter is not opened again
-    none_yet = SpillReader(platform="win32", pdh=lambda: FakePdh([]), pid=42).read()
+    empty = FakePdh([])
+    later = SpillReader(platform="win32", pdh=lambda: empty, pid=42)
+    none_yet = later.read()
     assert none_yet.nbytes is None and "no GPU Process Memory instance" in none_yet.reason
+    empty.instances.append(("pid_42_luid_0x0_0x1_phys_0", GiB))  # the process made its CUDA context
+    assert later.read().nbytes == GiB and empty.collects == 2  # a warning does not turn the counter off
 
 
 def test_the_probe_reads_it_and_a_failing_reader_fails_open() -> None:
