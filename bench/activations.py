@@ -123,7 +123,9 @@ def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, *
 def cases_2026_or_none() -> list[Case]:
     """The 2026 families where the host has them (ComfyUI 0.33: Flux.2, HunyuanVideo 1.5, Z-Image)."""
     try:
-        return cases_2026()
+        from activation_models_av import cases_av
+
+        return cases_2026() + cases_av()
     except Exception:  # an older host: its model detection knows none of them
         return []
 

@@ -125,15 +125,19 @@ MEASURED: dict[str, dict[str, tuple[float, float]]] = {
     # Kandinsky 5 Lite: video 32 x 1792 (HunyuanVideo latent), image 50 x 2560; 256 Qwen2.5-VL tokens
     "kandinsky5_1792": {"fp32": (12369.64, 187497038), "bf16": (9184.47, 25144064)},
     "kandinsky5_2560": {"fp32": (28544.0, 6650884), "bf16": (14400.0, 3456514)},
+    # 0.33's classes, #26 (bench/activation_models_av.py): MiniMax H3 curve form (50 x 5376), the video
+    # latent at the host's frame rule, audio of the same duration, 256 Qwen3-VL-32B tokens; cells as the
+    # planner counts them (16x, one per 4 frames): -14% at 512x320x49 (audio and text weigh more there),
+    # within 4% at 832x480x97 and 1344x768x121
+    "minimax_h3": {"fp32": (67658.19, 137726966), "bf16": (33883.37, 69294301)},
+    # HiDream-O1 8B, pixel space (cells are pixels, 32-pixel patches), a 128-token prompt
+    "hidream_o1": {"fp32": (249.31, 63867276), "bf16": (124.56, 31922572)},
+    # SVD-XT UNet, one latent per frame (the frames are the batch), CLIP-H image token
+    "svd": {"fp32": (34592.93, 163336), "bf16": (17296.46, 81729)},
 }
 # Families not measured here whose blocks are of a measured kind: (measured key, scale per latent cell,
-# why). MiniMax H3 (comfy/ldm/minimax, 0.33: 50 joint blocks x 5376, SwiGLU) is Flux.2-dev-like per token
-# (6144 wide, per-token peak ~34 x hidden bytes, as every measured DiT's 20-35 x); its tokens are 1x2x2
-# patches of its 16x latent, 4 cells each. An estimate: its inputs (a packed audio-video sequence) are
-# not built by bench/activations.py yet.
-SCALED: dict[str, tuple[str, float, str]] = {
-    "minimax_h3": ("flux2_6144", 5376 / 6144 / 4, "scaled from Flux.2 dev by width, per 2x2 patch"),
-}
+# why). Empty since #26 measured MiniMax H3 (it was scaled from Flux.2 dev by width: 36% over).
+SCALED: dict[str, tuple[str, float, str]] = {}
 # Families measured per width, like Wan: the widest when the size is not known
 BY_WIDTH: dict[str, dict[int, str]] = {
     "flux2": {3072: "flux2_3072", 4096: "flux2_4096", 6144: "flux2_6144"},

@@ -26,6 +26,7 @@ from comfyui_headroom.memory.planning.activations import (
     activation_bytes,
     host_reservation,
     latent_frames,
+    measured_coefficients,
 )
 from comfyui_headroom.memory.planning.costmodel import Budget, Hardware
 from comfyui_headroom.memory.planning.planner import minimum_vram, plan
@@ -289,3 +290,22 @@ def test_flux2_is_measured_per_width() -> None:
     per_cell = [measured_coefficients("flux2", "bf16", h)[0] for h in sorted(FLUX2_BY_HIDDEN)]
     assert per_cell == sorted(per_cell) and len(set(per_cell)) == 3
     assert measured_coefficients("flux2", "bf16") == measured_coefficients("flux2", "bf16", 6144)
+
+
+def test_minimax_h3_hidream_o1_and_svd_use_their_measurement() -> None:
+    """#26 measured these three on 0.33's classes: the planner uses the measurement, not a width scaling
+    of Flux.2 (MiniMax H3) or the host's formula (HiDream-O1, SVD), and no family is scaled any more."""
+    assert not SCALED
+    for family, size in (
+        ("minimax_h3", (1344, 768, 121)),
+        ("hidream_o1", (1024, 1024, 1)),
+        ("svd", (1024, 576, 25)),
+    ):
+        a, b = MEASURED[family]["bf16"]
+        assert measured_coefficients(family, "bf16") == (a, b)
+        w, h, f = size
+        got = activation_bytes(family, "diffusion_model", width=w, height=h, frames=f, cfg=False)
+        assert got != host_reservation(family, width=w, height=h, frames=f), family
+    # H3 at 1344x768x121: 124,992 cells as the planner counts them (16x, one per 4 frames), ~4.1 GB + 10%
+    got = activation_bytes("minimax_h3", "diffusion_model", width=1344, height=768, frames=121, cfg=False)
+    assert got == pytest.approx((33883.37 * 124992 + 69294301) * 1.1, rel=1e-3)

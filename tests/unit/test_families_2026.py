@@ -200,8 +200,9 @@ def test_a_vae_decodes_in_the_hosts_fallback_tile_at_the_least() -> None:
 
 
 def test_minimax_h3_plans_as_its_family() -> None:
-    """The pruned H3 files (no class size): the family their catalog entry states, activations scaled
-    from a measured DiT by width (said in activations.SCALED), so H3 plans on 12 GB as ComfyUI runs it."""
+    """The pruned (curve-form) H3 files: built from 0.33's class, the family their catalog entry
+    states, activations measured on the host's class (activations.MEASURED), so H3 plans on 12 GB as
+    ComfyUI runs it."""
     info = lookup("minimax_h3_fl2va_pruned_int8_convrot.safetensors", "diffusion_model")
     assert info.family == "minimax_h3" and "MiniMax H3" in info.note
     planned = plan_workflow(_template("video_minimax_h3_t2v"), Budget.from_card(12 * GiB, 64 * GiB))
