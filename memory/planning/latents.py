@@ -76,6 +76,23 @@ DEFAULT_SHAPE = Shape(1024, 1024, 1, 1)
 # one pixel, so an audio decode costs nothing of a video decode's memory.
 AUDIO_OUTPUTS = frozenset({("LTXVSeparateAVLatent", 1)})
 AUDIO_SHAPE = Shape(1, 1)
+# Latents that are a sequence, not an image (audio, 3-D): node -> (what sizes it, positions per unit of
+# that input, positions per model token, what it is), from ComfyUI 0.33's latent nodes:
+# EmptyAceStep1.5LatentAudio [B, 64, round(s x 48000 / 1920)], DiT patch 2 (comfy_extras/nodes_ace.py);
+# EmptyAceStepLatentAudio [B, 8, 16, s x 44100 / 512 / 8], one token per frame (16 bins x 8 in the patch);
+# EmptyLatentAudio (Stable Audio) [B, 64, s x 44100 / 2048], patch 1 (nodes_audio.py);
+# EmptyLatentHunyuan3Dv2 [B, 64, resolution] (nodes_hunyuan3d.py); EmptyTrellis2LatentStructure
+# [B, C, 16, 16, 16], one token per voxel (nodes_trellis2.py).
+SEQUENCE_LATENTS: dict[str, tuple[str, float, int, str]] = {
+    "EmptyAceStep1.5LatentAudio": ("seconds", 48000 / 1920, 2, "ACE-Step 1.5 audio latent"),
+    "EmptyAceStepLatentAudio": ("seconds", 44100 / 512 / 8, 1, "ACE-Step audio latent"),
+    "EmptyLatentAudio": ("seconds", 44100 / 2048, 1, "Stable Audio latent"),
+    "EmptyLatentHunyuan3Dv2": ("resolution", 1.0, 1, "Hunyuan3D shape latent"),
+    "EmptyTrellis2LatentStructure": ("", 16**3, 1, "Trellis 2 structure latent (16^3 voxels)"),
+}
+# A sequence of N tokens is planned as a Shape whose cells make N tokens for a family the planner has no
+# spec for (all of these: 8x latent, 2x2 patch): N tiles of 16 x 16 px, in one row.
+SEQUENCE_TILE = 16
 # ComfyUI's nodes.MAX_RESOLUTION: no size input takes more, and a chain of resizes is held to it too.
 MAX_SIDE = 16384
 
@@ -157,6 +174,10 @@ class LatentReader:
                 found = Read(AUDIO_SHAPE, f"{self.describe(current.node)} output {current.output} is audio")
                 self._memo[key] = found
                 break
+            if self.g.nodes[current.node].class_type in SEQUENCE_LATENTS:
+                found = self._sequence(current.node)
+                self._memo[key] = found
+                break
             if self._unknown_switch(current.node):
                 found = self._largest_branch(current.node)
                 self._memo[key] = found
@@ -178,6 +199,22 @@ class LatentReader:
             result = self._apply(node_id, result)
             self._memo[(through.node, through.output)] = result
         return result
+
+    def _sequence(self, node_id: str) -> Read[Shape]:
+        """An audio or 3-D latent (SEQUENCE_LATENTS): its real token count, as a one-row Shape."""
+        name, per_unit, patch, what = SEQUENCE_LATENTS[self.g.nodes[node_id].class_type]
+        amount = self.number(node_id, name) if name else 1.0
+        if amount is None:
+            return Read(None, f"{self.describe(node_id)} input {name!r} is not known before the run")
+        tokens = max(1, math.ceil(amount * per_unit / patch))
+        batch = self._int(node_id, BATCH_INPUTS) or 1
+        unit = f"{amount:g} s" if name == "seconds" else f"{name} {amount:g}" if name else "fixed size"
+        why = (
+            f"{self.describe(node_id)} makes the {what} ({unit}): {tokens} tokens, planned as one row of"
+            f" {tokens} {SEQUENCE_TILE}x{SEQUENCE_TILE} px tiles (no latent spec for the model's family)"
+        )
+        # one row, past MAX_SIDE if it must: a row is the only layout whose cells make exactly N tokens
+        return Read(Shape(tokens * SEQUENCE_TILE, SEQUENCE_TILE, 1, max(batch, 1)), why)
 
     def _unknown_switch(self, node_id: str) -> bool:
         return self.g.nodes[node_id].class_type == SWITCH and self.values.switch_taken(node_id) is None

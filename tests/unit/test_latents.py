@@ -363,3 +363,40 @@ def test_a_deep_nest_of_run_time_switches_is_bounded_not_recursed() -> None:
     ex = _extractor(data)
     read = ex.latents.step_shape("k")  # no RecursionError: the nesting stops at its bound
     assert read.value is None or read.value == Shape(512, 512)
+
+
+@pytest.mark.parametrize(
+    ("kind", "inputs", "tokens"),
+    [
+        ("EmptyAceStep1.5LatentAudio", {"seconds": 120.0, "batch_size": 1}, 1500),  # 25/s, patch 2
+        ("EmptyAceStepLatentAudio", {"seconds": 60.0, "batch_size": 1}, 646),  # 44100 / 512 / 8 per s
+        ("EmptyLatentAudio", {"seconds": 47.6, "batch_size": 2}, 1025),  # 44100 / 2048 per s
+        ("EmptyLatentHunyuan3Dv2", {"resolution": 3072, "batch_size": 1}, 3072),
+        ("EmptyTrellis2LatentStructure", {"batch_size": 1}, 4096),  # 16^3 voxels
+    ],
+)
+def test_audio_and_3d_latents_plan_on_their_real_token_counts(kind: str, inputs: dict, tokens: int) -> None:
+    """0.33's audio and 3-D latent nodes: the sequence they make, one row of 16 px tiles (so an unspecced
+    family's 8x latent and 2x2 patch count exactly ``tokens``), said in a note."""
+    ex = _extractor(_prompt(n1=(kind, inputs), n2=("PreviewAny", {"source": ["1", 0]})))
+    read = ex.latents.shape(Link("1", 0))
+    assert read.value == Shape(tokens * 16, 16, 1, inputs["batch_size"])
+    assert f"{tokens} tokens" in read.why
+
+
+def test_an_audio_template_s_compute_follows_its_seconds() -> None:
+    """audio_ace_step_1_5_split: 120 s of music; half the seconds, about half the matmuls and a quarter of
+    the attention (it was one 1024^2 image whatever the length)."""
+    data = _template("audio_ace_step_1_5_split")
+    graph = parse_workflow(data)
+    order = predict_order(graph)
+    (node,) = [n for n in graph.nodes.values() if n.class_type == "EmptyAceStep1.5LatentAudio"]
+    target, name = node, "seconds"
+    if isinstance(node.inputs["seconds"], Link):
+        target, name = graph.nodes[node.inputs["seconds"].node], "value"
+    seconds = float(target.inputs[name])
+    long = [s for s in workload_from_graph(graph, order).steps if s.compute_s and s.activation]
+    graph.nodes[target.id] = replace(target, inputs={**target.inputs, name: seconds / 2})
+    short = [s for s in workload_from_graph(graph, order).steps if s.compute_s and s.activation]
+    (a,), (b,) = [[s for s in steps if s.node_id == "3"] for steps in (long, short)]
+    assert 0.25 * a.compute_s < b.compute_s < 0.6 * a.compute_s
