@@ -242,11 +242,11 @@ def build(host: Path, only: set[str] | None = None) -> dict:
             split = describe_tensors(whole, kind="checkpoint", file=name)
             assert sorted(i.bytes for i in split) == sorted(c["bytes"] for c in components), name
         files.setdefault(name, []).append({"directory": folder, "components": components})
-    for name, arch, rank, recipe in LORAS:
+    for name, arch, rank, recipe, *blocks in LORAS:
         if only is not None and name not in only:
             continue
         info = describe_tensors(
-            lora_specs(arch, rank, recipe, host), kind="lora", file=name, source="catalog"
+            lora_specs(arch, rank, recipe, host, *blocks), kind="lora", file=name, source="catalog"
         )
         record = component_record(info, arch, recipe, shapes(arch, host)[1]) | {"prefix": "diffusion_model."}
         record["note"] = f"rank {rank} on every Linear of the blocks; " + info.note

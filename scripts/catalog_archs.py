@@ -651,3 +651,60 @@ ARCHS |= {
     "vae_minimax_h3_audio": audio_vae("minimax_h3_audio"),
     "vae_minimax_h3_video": audio_vae("minimax_h3_video"),
 }
+
+
+def qwen35(model_type: str) -> Callable[[Path], torch.nn.Module]:
+    """Qwen3.5 (comfy/text_encoders/qwen35.py): the class reads its sizes from ``model_type``."""
+
+    def build(host: Path) -> torch.nn.Module:
+        from comfy.text_encoders import qwen35 as q
+
+        cls = type(f"Qwen35_{model_type}", (q.Qwen35,), {"model_type": model_type})
+        return cls({}, torch.bfloat16, "meta", _ops())
+
+    build.native = True  # type: ignore[attr-defined]
+    return build
+
+
+def te_module(module: str, name: str) -> Callable[[Path], torch.nn.Module]:
+    """A text model class taking (config, dtype, device, operations) with its released defaults."""
+
+    def build(host: Path) -> torch.nn.Module:
+        import importlib
+
+        cls = getattr(importlib.import_module(f"comfy.text_encoders.{module}"), name)
+        return cls({}, torch.bfloat16, "meta", _ops())
+
+    build.native = True  # type: ignore[attr-defined]
+    return build
+
+
+def vae_flux2(host: Path) -> torch.nn.Module:
+    """Flux.2's VAE as comfy/sd.py builds it: the SD/Flux KL layout with 32 latent channels and a batch
+    norm over the patchified latent (``bn.running_mean``), quant convs in AutoencoderKL."""
+    from comfy.ldm.models.autoencoder import AutoencoderKL
+
+    cfg = {
+        "double_z": True, "z_channels": 32, "resolution": 256, "in_channels": 3, "out_ch": 3, "ch": 128,
+        "ch_mult": [1, 2, 4, 4], "num_res_blocks": 2, "attn_resolutions": [], "dropout": 0.0,
+        "batch_norm_latent": True,
+    }  # fmt: skip
+    with torch.device("meta"):
+        return AutoencoderKL(ddconfig=cfg, embed_dim=32)
+
+
+ARCHS |= {
+    # Wan 14B variants: the model types comfy/model_detection.py tells apart by their keys (in_dim only
+    # sizes the patch embedding, < 0.1% of the bytes)
+    "wan22_camera_14b": dit(wan(*WAN_14B, in_dim=36, model_type="camera_2.2")),
+    "wan22_fun_control_14b": dit(wan(*WAN_14B, in_dim=52)),
+    "wan22_s2v_14b": dit(wan(*WAN_14B, model_type="s2v")),
+    "wan21_scail2_14b": dit(wan(*WAN_14B, in_dim=36, model_type="scail2")),
+    "wan22_dancer_14b": dit(wan(*WAN_14B, in_dim=36, model_type="wandancer")),
+    "qwen35_2b": qwen35("qwen35_2b"),
+    "qwen35_4b": qwen35("qwen35_4b"),
+    "qwen35_9b": qwen35("qwen35_9b"),
+    "jina_clip_v2": te_module("jina_clip_2", "XLMRobertaModel"),
+    "t5gemma_b": te_module("sa3", "T5GemmaModel"),
+    "vae_flux2": vae_flux2,
+}

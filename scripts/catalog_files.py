@@ -377,13 +377,55 @@ FILES: list[tuple[str, str, list[Part]]] = [
     ("gemma_2_2b_it_elm_bf16.safetensors", TE, single("gemma2_2b", BF16)),
     ("gemma_2_2b_it_elm_fp8_scaled.safetensors", TE, single("gemma2_2b", FP8_SCALED_EMBED)),
     ("ministral-3-3b.safetensors", TE, single("ministral3_3b", BF16)),
+    # Wan 14B variants (the model type is what the file's keys tell the host; named here by the file)
+    *[
+        (
+            f"wan2.2_fun_camera_{n}_noise_14B_fp8_scaled.safetensors",
+            DM,
+            single("wan22_camera_14b", FP8_SCALED),
+        )
+        for n in ("high", "low")
+    ],
+    *[
+        (
+            f"wan2.2_fun_control_{n}_noise_14B_fp8_scaled.safetensors",
+            DM,
+            single("wan22_fun_control_14b", FP8_SCALED),
+        )
+        for n in ("high", "low")
+    ],
+    ("wan2.2_s2v_14B_fp8_scaled.safetensors", DM, single("wan22_s2v_14b", FP8_SCALED)),
+    ("wan2.1_14B_SCAIL_2_fp16.safetensors", DM, single("wan21_scail2_14b", FP16)),
+    ("wan2.1_14B_SCAIL_2_int8_convrot.safetensors", DM, single("wan21_scail2_14b", INT8)),
+    *[
+        (f"wan2.2_dancer_14b_{v}_fp8_scaled.safetensors", DM, single("wan22_dancer_14b", FP8_SCALED))
+        for v in ("global", "local")
+    ],
+    # Wan 2.1 I2V 14B fine-tunes and Kijai's fp8 repackages (same layers as the I2V 14B)
+    ("Wan21-WanMove_fp8_scaled_e4m3fn_KJ.safetensors", DM, single("wan21_i2v_14b", FP8_SCALED)),
+    ("Wan2_1-I2V-14B-480p_fp8_e4m3fn_scaled_KJ.safetensors", DM, single("wan21_i2v_14b", FP8_SCALED)),
+    ("Wan2_1-I2V-ATI-14B_fp8_e4m3fn.safetensors", DM, single("wan21_i2v_14b", FP8)),
+    # Qwen3.5 (the int8 ConvRot prompt enhancers of Qwen-Image 2.1 quantise their embedding tables too)
+    ("qwen3.5_2b_bf16.safetensors", TE, single("qwen35_2b", BF16)),
+    ("qwen3.5_4b_bf16.safetensors", TE, single("qwen35_4b", BF16)),
+    *[
+        (f"qwen3.5_9b_qwen_image_2.1_pe_{v}.int8_convrot.safetensors", TE, single("qwen35_9b", INT8_EMBED))
+        for v in ("t2i", "i2i")
+    ],
+    ("jina_clip_v2_bf16.safetensors", TE, single("jina_clip_v2", BF16)),
+    ("t5gemma_b_b_ul2.safetensors", TE, single("t5gemma_b", BF16)),
+    ("flux2-vae.safetensors", "vae", single("vae_flux2", FP32)),
+    # Qwen-Image Layered's VAE: the Wan 2.1 VAE layout (RGBA in and out: the first and last convs only)
+    ("qwen_image_layered_vae.safetensors", "vae", single("vae_wan21", BF16)),
     ("RealESRGAN_x4plus.safetensors", "upscale_models", single("esrgan_x4", FP32)),
     ("RealESRGAN_x4plus.pth", "upscale_models", single("esrgan_x4", FP32)),
     ("4x-UltraSharp.pth", "upscale_models", single("esrgan_x4", FP32)),
 ]
 
-# LoRAs whose rank is in their name: (file, base architecture, rank, recipe)
-LORAS: list[tuple[str, str, int, Recipe]] = [
+# LoRAs whose rank is in their name: (file, base architecture, rank, recipe[, the block list's prefix])
+LORAS: list[tuple] = [
+    # LTX-2's distilled LoRA, rank 384 (its name) on the 19B audio-video DiT's transformer blocks
+    ("ltx-2-19b-distilled-lora-384.safetensors", "ltxav_19b", 384, BF16, "transformer_blocks."),
     ("lightx2v_I2V_14B_480p_cfg_step_distill_rank64_bf16.safetensors", "wan21_i2v_14b", 64, BF16),
     ("lightx2v_T2V_14B_cfg_step_distill_v2_lora_rank64_bf16.safetensors", "wan21_t2v_14b", 64, BF16),
     ("Wan21_CausVid_14B_T2V_lora_rank32.safetensors", "wan21_t2v_14b", 32, BF16),
@@ -440,6 +482,10 @@ SIZE_REMARKS: dict[str, str] = {
     "qwen3vl_8b_fp8_scaled.safetensors": (
         "the host's Qwen3-VL 8B in fp8 with the vision tower; the note's 9.86 GiB matches a file that"
         " keeps more layers in bf16 than ComfyUI's scaled-fp8 recipe (which ones is not published)"
+    ),
+    "t5gemma_b_b_ul2.safetensors": (
+        "T5Gemma b-b is an encoder-decoder (about 0.6B parameters, 1.1 GiB in bf16, the note's size);"
+        " the host's T5GemmaModel (Stable Audio 3's text encoder) builds and loads the encoder only"
     ),
     "ministral-3-3b.safetensors": (
         "the released file carries Ministral 3's vision encoder (about 0.4B parameters, 0.8 GiB in bf16),"
