@@ -708,3 +708,35 @@ ARCHS |= {
     "t5gemma_b": te_module("sa3", "T5GemmaModel"),
     "vae_flux2": vae_flux2,
 }
+
+
+def chroma_radiance(host: Path) -> torch.nn.Module:
+    """Chroma Radiance (pixel space): Chroma's blocks with the NeRF head comfy/model_detection.py
+    configures (16-pixel patches, conv final head, x0 prediction as the released x0 file)."""
+    config = {
+        **CHROMA, "image_model": "chroma_radiance", "in_channels": 3, "out_channels": 3, "patch_size": 16,
+        "nerf_hidden_size": 64, "nerf_mlp_ratio": 4, "nerf_depth": 4, "nerf_max_freqs": 8,
+        "nerf_tile_size": 512, "nerf_final_head_type": "conv", "nerf_embedder_dtype": torch.float32,
+        "use_x0": True, "use_sequential_txt_ids": False,
+    }  # fmt: skip
+    return diffusion(config)
+
+
+# SeedVR2 as comfy/model_detection.py:686-725 configures it: the 3B, and the 7B whose blocks keep separate
+# video/text modules in all 36 blocks (the layout of the released 7B; the shared "all.*" layout would be
+# 5.3B parameters)
+SEEDVR2_3B = {
+    "image_model": "seedvr2", "vid_dim": 2560, "heads": 20, "num_layers": 32, "norm_eps": 1e-05,
+    "mlp_type": "swiglu", "vid_out_norm": True,
+}  # fmt: skip
+SEEDVR2_7B = {
+    "image_model": "seedvr2", "vid_dim": 3072, "heads": 24, "num_layers": 36, "mm_layers": 36,
+    "norm_eps": 1e-5, "rope_type": "rope3d", "rope_dim": 64, "mlp_type": "normal",
+}  # fmt: skip
+
+ARCHS |= {
+    "chroma_radiance": chroma_radiance,
+    "seedvr2_3b": native(SEEDVR2_3B),
+    "seedvr2_7b": native(SEEDVR2_7B),
+    "kandinsky5_video_lite": dit(KANDINSKY5_VIDEO),
+}

@@ -417,6 +417,15 @@ FILES: list[tuple[str, str, list[Part]]] = [
     ("flux2-vae.safetensors", "vae", single("vae_flux2", FP32)),
     # Qwen-Image Layered's VAE: the Wan 2.1 VAE layout (RGBA in and out: the first and last convs only)
     ("qwen_image_layered_vae.safetensors", "vae", single("vae_wan21", BF16)),
+    ("chroma-radiance-x0.safetensors", DM, single("chroma_radiance", BF16)),
+    ("seedvr2_3b_int8_convrot.safetensors", DM, single("seedvr2_3b", INT8)),
+    ("seedvr2_7b_int8_convrot.safetensors", DM, single("seedvr2_7b", INT8)),
+    ("flux.1-fill-dev-OneReward-transformer_fp8.safetensors", DM, single("flux_fill", FP8)),
+    ("qwen3vl_8b_joyimage_edit_int8_convrot.safetensors", TE, single("qwen3vl_8b", INT8)),
+    *[
+        (f"kandinsky5lite_{v}.safetensors", DM, single("kandinsky5_video_lite", BF16))
+        for v in ("t2v_sft_5s", "i2v_5s", "t2v_5s", "t2v_10s")
+    ],
     ("RealESRGAN_x4plus.safetensors", "upscale_models", single("esrgan_x4", FP32)),
     ("RealESRGAN_x4plus.pth", "upscale_models", single("esrgan_x4", FP32)),
     ("4x-UltraSharp.pth", "upscale_models", single("esrgan_x4", FP32)),
@@ -487,6 +496,14 @@ SIZE_REMARKS: dict[str, str] = {
         "T5Gemma b-b is an encoder-decoder (about 0.6B parameters, 1.1 GiB in bf16, the note's size);"
         " the host's T5GemmaModel (Stable Audio 3's text encoder) builds and loads the encoder only"
     ),
+    **{
+        f"kandinsky5lite_{v}.safetensors": (
+            "the released Kandinsky 5 Video Lite files hold 12% more than the host's class at the dims"
+            " comfy/model_detection.py reads for them (2.0B parameters, 32 x 1792); what the rest is"
+            " (EMA copies, an extra head) cannot be told without the file's header"
+        )
+        for v in ("t2v_sft_5s", "i2v_5s")
+    },
     "ministral-3-3b.safetensors": (
         "the released file carries Ministral 3's vision encoder (about 0.4B parameters, 0.8 GiB in bf16),"
         " which the host's text encoder class does not build or load"

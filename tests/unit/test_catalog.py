@@ -265,7 +265,7 @@ def test_sizes_against_the_sizes_the_templates_notes_state() -> None:
     files = check.stated_check(folder)
     assert len(files) >= 300
     built = [f for f in files if f.source == "built"]
-    assert len(built) >= 160 and sum(abs(f.error) <= 0.10 for f in built) >= 0.95 * len(built)
+    assert len(built) >= 170 and sum(abs(f.error) <= 0.10 for f in built) >= 0.95 * len(built)
     remarks = check._remarks()
     assert all(f.name in remarks for f in built if abs(f.error) > 0.10)
     summary = check.stated_summary(files)
@@ -314,7 +314,7 @@ def test_the_solution_reproduces_the_published_totals_it_was_solved_from() -> No
     if solve["package"] != f"comfyui-workflow-templates-json {installed}":
         pytest.skip(f"the catalog was solved from {solve['package']}, {installed} is installed")
     # most files are now built or stated; the totals solve only what is left
-    assert len(solve["used"]) >= 10 and len(solve["determined"]) >= 4 and len(solve["stated"]) >= 150
+    assert len(solve["used"]) >= 10 and len(solve["determined"]) >= 4 and len(solve["stated"]) >= 120
     for name in solve["used"]:
         c = by_name[name]
         assert c.ours is not None and abs(c.ours - c.published) <= 1e-4 * c.published + 64, name
