@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from comfyui_headroom.memory.tiled_vae import DecodeOptions, Unsupported
+from comfyui_headroom.memory.tiled_vae import DecodeOptions, Unsupported, groupnorm
 from comfyui_headroom.memory.tiled_vae.budget import activation_budget
 from comfyui_headroom.memory.tiled_vae.groupnorm import (
     StatsMerger,
@@ -251,6 +251,38 @@ def test_kernel_statistics_and_exact_apply_reproduce_group_norm_on_a_crop() -> N
     assert_exact(apply_group_norm(crop, stats, weight, bias, exact=True), want[..., 5:30, 7:20], split=False)
     approx = apply_group_norm(crop, stats, weight, bias, exact=False)
     assert (approx - want[..., 5:30, 7:20]).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("per_frame", [False, True])
+def test_the_fused_exact_apply_is_the_float64_emulation_bitwise(per_frame: bool) -> None:
+    """Where the probe finds addcmul fused, the one-pass apply is the emulated fma to the bit, on a
+    strided crop, per channel and per frame; where it is not, the emulation runs."""
+    x = rand(1, 32, 4, 13, 41) * 2 - 0.5
+    weight, bias = rand(32, seed=1), rand(32, seed=2)
+    stats = segment_stats(x, 8, 1e-6, [(0, 1), (1, 4)] if per_frame else None)
+    crop = x[..., 3:11, 5:38]
+    got = apply_group_norm(crop, stats, weight, bias, exact=True)
+    groupnorm.addcmul_is_fma.cache_clear()
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(groupnorm, "addcmul_is_fma", lambda device_type: False)
+            emulated = apply_group_norm(crop, stats, weight, bias, exact=True)
+    finally:
+        groupnorm.addcmul_is_fma.cache_clear()
+    assert torch.equal(got, emulated)
+
+
+def test_the_fma_probe_refuses_an_addcmul_that_rounds_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    def twice(base: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a * b + base
+
+    groupnorm.addcmul_is_fma.cache_clear()
+    monkeypatch.setattr(groupnorm.torch, "addcmul", twice)
+    try:
+        assert groupnorm.addcmul_is_fma("cpu") is False
+    finally:
+        monkeypatch.undo()
+        groupnorm.addcmul_is_fma.cache_clear()
 
 
 def test_exact_apply_handles_video_activations() -> None:
