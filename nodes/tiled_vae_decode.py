@@ -121,6 +121,14 @@ class HeadroomTiledVAEDecode:
             host_vae.vae_load(vae, minimum)  # reserve the least, then give tiles what is really free
             free = host_vae.device_free_bytes(device)
             options.budget_bytes = max(minimum, activation_budget(None, weights, free, on_gpu=True))
+            # The plan of the running prompt knows what it keeps loaded at this node: within that too.
+            room = host_vae.planned_activation_room(unique_id)
+            if room is not None and room < options.budget_bytes:
+                options.budget_bytes = max(minimum, room)
+                log.info(
+                    "Headroom Tiled VAE Decode: tiles sized to the %s the plan leaves this node",
+                    format_bytes(room, "GiB"),
+                )
         if device.type == "cpu":
             options.budget_bytes = max(minimum, min(options.budget_bytes, limit))
         host_vae.vae_load(vae, engine.predicted_peak(shape, dtype_bytes))

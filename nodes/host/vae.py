@@ -78,3 +78,19 @@ def progress_callback(total: int, node_id: str | None = None) -> Callable[[int, 
     else:
         bar = progress_bar(total)
     return lambda done, new_total: bar.update_absolute(done, new_total)
+
+
+def planned_activation_room(node_id: Any) -> int | None:
+    """VRAM the running prompt's plan leaves node ``node_id`` for its activations (its budget less the
+    weights it keeps on the device there); None without a plan for that node. Fails open: None."""
+    if node_id is None:
+        return None
+    try:
+        from ...memory.residency.plan_room import activation_room
+        from .state import residency
+
+        controller = residency().controller
+        with controller.lock:
+            return activation_room(list(controller.runs.values()), str(node_id))
+    except Exception:  # no residency controller in this process: the free memory alone sizes the tiles
+        return None
