@@ -1,19 +1,27 @@
 """Offload Loader soak (issue #31): prompts cycling every residency on one checkpoint, each loader at a new
 node id, in a real ComfyUI on CPU; then a loader-less prompt and /free. Says after each prompt the
 process's anonymous RSS, its address space (VmSize) and the files Headroom has mapped; the stock
-CheckpointLoaderSimple at new ids is the control.
+CheckpointLoaderSimple at new ids is the control. Each run has a fresh process of its own (the control's
+freed heap would otherwise be the second run's start).
 
     COMFYUI_ROOT=/path/to/ComfyUI python bench/loader_soak.py [--prompts 20] [--out FILE.md]
 
-The tiny fp32 SD checkpoint is built first (tests/headroom_testing), so "disk" really maps it.
+The tiny fp32 SD checkpoint is built first (tests/headroom_testing), so "disk" really maps it. The rows
+are read as the host leaves the process (a gc.collect, as main.py's /free does; nothing reaped or trimmed
+by the bench) except the last, "bench's malloc_trim": the floor once the bench itself hands every freed
+heap page back, which separates what is still held from what the allocator kept.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import datetime
 import gc
+import json
+import os
 import platform
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -22,11 +30,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from headroom_testing.harness import Host, find_host_root  # noqa: E402
-from headroom_testing.prompts import offload_loader  # noqa: E402
-
 RESIDENCIES = ("auto", "gpu", "pinned_ram", "ram", "disk")
 CKPT = "soak_sd15.safetensors"
+
+
+def offload_loader(**inputs: Any) -> dict[str, Any]:
+    from headroom_testing.prompts import offload_loader as make
+
+    return make(**inputs)
 
 
 def workflow(model: list, clip: list, vae: list, seed: int) -> dict[str, Any]:
@@ -52,10 +63,9 @@ def status() -> dict[str, int]:
     return fields
 
 
-def measure(host: Host, label: str) -> dict[str, Any]:
+def measure(host: Any, label: str) -> dict[str, Any]:
     gc.collect()
     controller = host.pack_module("nodes.host.state").residency().controller
-    controller.reap()
     files, nbytes = host.pack_module("memory.residency").live_mappings()
     return {
         "step": label,
@@ -66,7 +76,7 @@ def measure(host: Host, label: str) -> dict[str, Any]:
     }
 
 
-def soak(host: Host, prompts: int, stock: bool) -> list[dict[str, Any]]:
+def soak(host: Any, prompts: int, stock: bool) -> list[dict[str, Any]]:
     rows = [measure(host, "start")]
     for i in range(prompts):
         node = str(100 + i)  # a new node id each time: the host drops the previous loader's outputs
@@ -88,16 +98,15 @@ def soak(host: Host, prompts: int, stock: bool) -> list[dict[str, Any]]:
     )  # a prompt without a loader
     host.free()
     rows.append(measure(host, "no loader + /free"))
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    rows.append(measure(host, "bench's malloc_trim"))
     return rows
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", type=int, default=20)
-    parser.add_argument("--out", type=Path, default=None, help="append a markdown table here")
-    args = parser.parse_args()
+def one_run(prompts: int, stock: bool) -> list[dict[str, Any]]:
     import torch
 
+    from headroom_testing.harness import Host, find_host_root
     from headroom_testing.tiny_models import build_tiny_sd_checkpoint
 
     with tempfile.TemporaryDirectory() as work:
@@ -105,12 +114,37 @@ def main() -> int:
         build_tiny_sd_checkpoint(host.models_dir, name=CKPT, seed=31, dtype=torch.float32)
         host.register_models_dir(host.models_dir)
         with torch.no_grad():
-            control = soak(host, args.prompts, stock=True)
-            ours = soak(host, args.prompts, stock=False)
+            return soak(host, prompts, stock=stock)
+
+
+def in_process(prompts: int, stock: bool) -> list[dict[str, Any]]:
+    """One run in a fresh Python: its rows, as JSON on the last line of its output."""
+    argv = [sys.executable, __file__, "--prompts", str(prompts), "--one", "stock" if stock else "ours"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=os.environ.copy(), check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=None, help="append a markdown table here")
+    parser.add_argument("--one", choices=("stock", "ours"), default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one is not None:  # a child: one run, its rows as JSON
+        print(json.dumps(one_run(args.prompts, stock=args.one == "stock")))
+        return 0
+    from headroom_testing.harness import find_host_root
+
+    control = in_process(args.prompts, stock=True)
+    ours = in_process(args.prompts, stock=False)
     mib = 2**20
     lines = [
-        f"## {datetime.date.today()} {platform.node()} (a shared 2-core machine), on CPU",
-        f"`python bench/loader_soak.py --prompts {args.prompts}` (ComfyUI at {find_host_root()})",
+        f"## {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()} "
+        f"({os.cpu_count()} CPUs, shared with other engineers), on CPU",
+        f"`python bench/loader_soak.py --prompts {args.prompts}` (ComfyUI at {find_host_root()}, "
+        f"Python {platform.python_version()})",
         "",
         "| run | after | RssAnon MiB | VmSize MiB | mappings | mapped MiB | registered |",
         "|---|---|---:|---:|---:|---:|---:|",
@@ -121,8 +155,18 @@ def main() -> int:
                 f"| {name} | {r['step']} | {r['RssAnon'] / mib:.0f} | {r['VmSize'] / mib:.0f} "
                 f"| {r['mappings']} | {r['mapped'] / mib:.1f} | {r['registered']} |"
             )
-    growth = (ours[-1]["RssAnon"] - control[-1]["RssAnon"]) / control[-1]["RssAnon"]
-    lines += ["", f"RssAnon after the last /free, Offload Loader vs stock: {100 * growth:+.1f}%"]
+    growth = (ours[-2]["RssAnon"] - control[-2]["RssAnon"]) / control[-2]["RssAnon"]
+    floor = (ours[-1]["RssAnon"] - control[-1]["RssAnon"]) / control[-1]["RssAnon"]
+    steady = [r["VmSize"] for r in ours[1 + len(RESIDENCIES) : -2]]  # after one cycle of residencies
+    lines += [
+        "",
+        f"RssAnon after the loader-less prompt and /free, Offload Loader vs stock: {100 * growth:+.1f}%; "
+        f"after the bench's own malloc_trim: {100 * floor:+.1f}%",
+        f"most mappings at once: {max(r['mappings'] for r in ours)}",
+    ]
+    if steady:
+        low, high = min(steady) / mib, max(steady) / mib
+        lines.append(f"VmSize over the prompts after the first cycle: {low:.0f}-{high:.0f} MiB")
     print("\n".join(lines))
     if args.out:
         with args.out.open("a", encoding="utf-8") as out:

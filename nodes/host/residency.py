@@ -274,6 +274,7 @@ class Residency(Subscriber):
         self.hardware = Hardware.pcie(4)
         self.dynamic = self.controller.ops.dynamic  # the plan's eviction order on DynamicVRAM hosts
         self.warned_reserve = False
+        self.reaped_for: str | None = None  # the prompt whose start reaped dropped loaders
 
     def budget(self) -> Budget | None:
         """The override, else the card's budget less what the host keeps for inference (its
@@ -339,6 +340,14 @@ class Residency(Subscriber):
         self.controller.prompt_finished(prompt_id)
 
     def node_started(self, prompt_id: str | None, node_id: str) -> None:
+        if prompt_id is not None and prompt_id != self.reaped_for:
+            # A prompt's first node: the host's cache has let go of the outputs this prompt dropped (a
+            # loader at a new node id, a changed input, a loader-less prompt). Their registrations go, and
+            # the heap they freed goes back to the OS: glibc keeps freed blocks in its arenas, so RssAnon
+            # would stay where the loader left it (+52 MiB over the stock loader's, issue #31).
+            self.reaped_for = prompt_id
+            if self.controller.reap():
+                self.ram_guard.ops.trim()
         if prompt_id is not None:
             self.dynamic.node_started(self.controller, prompt_id, node_id)  # orders the host before the step
             self.controller.node_started(prompt_id, node_id)
