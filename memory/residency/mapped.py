@@ -31,6 +31,7 @@ from typing import cast
 import torch
 
 from ..models.header import ComponentError, read_header
+from ..streaming import file_reads
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
@@ -72,7 +73,13 @@ class MappedFile:
             torch.UntypedStorage, torch.UntypedStorage.from_file(str(self.path), shared=False, nbytes=size)
         )
         self.size = size
+        # the mapped file itself (this inode), for the copies that read through it: a short read where a
+        # page of the mapping would raise SIGBUS (streaming.file_reads)
+        self._file = self.path.open("rb", buffering=0)
+        self._read_lock = threading.Lock()  # seek + read where the OS has no pread (Windows)
+        weakref.finalize(self, self._file.close)
         self.check()  # changed while it was being read: refused now rather than read half old, half new
+        file_reads.register(self)
 
     def changed(self) -> str:
         """How the file differs from the one mapped ("" when it is the same file, unchanged)."""
@@ -114,6 +121,29 @@ class MappedFile:
             return None
         stride = _contiguous_strides(spec.shape)
         return torch.empty(0, dtype=dtype).set_(self.storage, offset // item, spec.shape, stride)
+
+    def offset_of(self, t: torch.Tensor) -> int:
+        """Where ``t``'s first byte lies in the file (``t`` is in this mapping: ``owns``)."""
+        return t.data_ptr() - self.storage.data_ptr()
+
+    def read_into(self, out: memoryview, offset: int) -> None:
+        """Fill ``out`` with the file's bytes from ``offset``, through the file, never its pages: a file
+        shortened since it was mapped raises FileChanged where the mapping would raise SIGBUS."""
+        done, want = 0, len(out)
+        while done < want:
+            if hasattr(os, "preadv"):
+                n = os.preadv(self._file.fileno(), [out[done:]], offset + done)
+            else:
+                with self._read_lock:
+                    self._file.seek(offset + done)
+                    n = self._file.readinto(out[done:]) or 0
+            if n <= 0:
+                raise FileChanged(
+                    f"{self.path.name} ends at byte {offset + done:,}, before the {want:,} bytes read from "
+                    f"byte {offset:,} (it was {self.size:,} bytes when Headroom mapped it: truncated on "
+                    "disk?). Nothing was read past its end. Restore the file and queue the prompt again"
+                )
+            done += n
 
     def owns(self, t: torch.Tensor) -> bool:
         """True when ``t``'s memory lies inside this mapping."""

@@ -27,6 +27,8 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from .file_reads import check, file_read
+from .file_reads import copy as read_file
 from .storage import Packed, as_parameter, packed
 
 log = logging.getLogger(__name__)
@@ -191,14 +193,14 @@ def fill(entries: dict[int, list[Entry]], span: Spans, nbytes: int, pin: bool) -
                 v = view(host, start + e.offset, e)
                 t = getattr(e.module, e.name).detach()
                 if v.data_ptr() != t.data_ptr():
-                    v.copy_(t.reshape(e.shape))
+                    _fill_one(v, t.reshape(e.shape))
                 set_weight(e.module, e.name, e.is_param, v)
                 continue
             views = part_views(host, start, e)
             assert e.source is not None
             for v, t in zip(views, e.source.inner, strict=True):
                 if v.data_ptr() != t.data_ptr():
-                    v.copy_(t.detach().reshape(v.shape))
+                    _fill_one(v, t.detach().reshape(v.shape))
             e.source = None  # the inner tensors are not held: a private original's RAM goes
             e.host = e.rebuild(views)
             swap(e.module, e.name, e.is_param, e.host)
@@ -262,6 +264,18 @@ def allocate(nbytes: int, pin: bool) -> tuple[torch.Tensor, bool]:
                 "Headroom: pinning %.2f GB failed (%s); streaming from pageable RAM", nbytes / 1e9, exc
             )
     return torch.empty(nbytes, dtype=torch.uint8), False
+
+
+def _fill_one(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """``dst.copy_(src)``; a mapped file's tensor is read through the file (``file_reads``): a file
+    truncated since it was mapped is an error, never SIGBUS."""
+    read = file_read(src)
+    if read is None:
+        dst.copy_(src)
+        return
+    check([read])
+    read_file(dst, read)
+    check([read])
 
 
 def view(buffer: torch.Tensor, offset: int, e: Entry | Part) -> torch.Tensor:

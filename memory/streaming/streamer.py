@@ -43,6 +43,8 @@ from torch.utils.hooks import RemovableHandle
 
 from ..units import format_bytes
 from .discovery import BlockLayout
+from .file_reads import FileRead, check, file_read
+from .file_reads import copy as read_file
 from .host_buffer import (
     Entry,
     FilePages,
@@ -118,6 +120,7 @@ class BlockStreamer:
         self.upload_thread = upload_thread  # None: a thread where the copies come from pageable memory
         self._pool: ThreadPoolExecutor | None = None
         self._copies: dict[int, list[tuple[Part, torch.Tensor]]] = {}  # in place: block -> (where, from)
+        self._reads: dict[int, list[FileRead | None]] = {}  # the same, read through their file where mapped
         self.ledger = ledger or DeviceLedger()
         self.calibrate_steps = calibrate_steps
         self.stats = StreamStats(cuda=self.cuda)
@@ -178,11 +181,23 @@ class BlockStreamer:
                 inner = packed(tensor)
                 if inner is None:
                     self._host_tensors[(id(sub), name)] = tensor.data if is_param else tensor
-                    set_weight(sub, name, is_param, tensor.data.to(self.device))
+                    set_weight(sub, name, is_param, self._to_device(tensor.data))
                 else:  # the storage moves as it is, in a wrapper rebuilt around it
                     self._host_objects[(id(sub), name)] = tensor
                     swap(sub, name, is_param, inner.rebuild([t.to(self.device) for t in inner.inner]))
             stack += [(child, owner) for child in module.children()]
+
+    def _to_device(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` on the device; from a mapped file, read through the file (on a CPU device ``t`` stays
+        itself: computing from the mapping is what the disk tier is there)."""
+        read = file_read(t) if self.device.type != "cpu" else None
+        if read is None:
+            return t.to(self.device)
+        out = torch.empty(t.shape, dtype=t.dtype, device=self.device)
+        check([read])
+        read_file(out, read)
+        check([read])
+        return out
 
     def _build_host_buffer(self) -> None:
         """The streamed blocks' tensors move into one host buffer (see ``host_buffer``), as many blocks
@@ -204,6 +219,7 @@ class BlockStreamer:
         self.stats.streamed_bytes = sum(e.nbytes for v in self._entries.values() for e in v)
         for i, _ in blocks[len(buffered) :]:
             self._copies[i] = in_place_copies(self._entries[i])
+            self._reads[i] = [file_read(t) for _, t in self._copies[i]]
             for e in self._entries[i]:
                 self._bind_host(e, i)  # a CPU copy where the tensor was not in host memory
         if buffered:
@@ -295,8 +311,14 @@ class BlockStreamer:
         upload thread where there is one."""
         slot = self._free.popleft()
         start, nbytes = self._span[block]
+        pairs: list[tuple[torch.Tensor, torch.Tensor | FileRead]]
         if block in self._copies:
-            pairs = [(view(slot.buffer, part.offset, part), t) for part, t in self._copies[block]]
+            pairs = []
+            for (part, t), read in zip(self._copies[block], self._reads[block], strict=True):
+                if read is None:
+                    pairs.append((view(slot.buffer, part.offset, part), t))
+                else:  # the slot's raw bytes: the file's bytes go in as they are
+                    pairs.append((slot.buffer[part.offset : part.offset + part.nbytes], read))
         else:
             assert self._host is not None
             pairs = [(slot.buffer[:nbytes], self._host[start : start + nbytes])]
@@ -310,13 +332,17 @@ class BlockStreamer:
 
     def _copy(
         self,
-        pairs: list[tuple[torch.Tensor, torch.Tensor]],
+        pairs: list[tuple[torch.Tensor, torch.Tensor | FileRead]],
         nbytes: int,
         after: torch.cuda.Event | None,
         timing: bool,
     ) -> Mark | None:
-        """The copies of one upload; returns its ``ready`` (a CUDA event, a time on a CPU, or None)."""
+        """The copies of one upload; returns its ``ready`` (a CUDA event, a time on a CPU, or None). A
+        tensor of a mapped file is read through the file (``file_reads``), which is checked before and
+        after: a file truncated or rewritten meanwhile is an error, never SIGBUS or a mix of versions."""
         ready: Mark | None
+        reads = [src for _, src in pairs if isinstance(src, FileRead)]
+        check(reads)
         if self.cuda:
             side = self._side
             assert side is not None  # made with the ring
@@ -325,14 +351,21 @@ class BlockStreamer:
                     side.wait_event(after)
                 began = self._mark(side) if timing else None
                 for dst, src in pairs:
-                    dst.copy_(src, non_blocking=True)
+                    if isinstance(src, FileRead):
+                        read_file(dst, src)
+                    else:
+                        dst.copy_(src, non_blocking=True)
                 ready = torch.cuda.Event(enable_timing=timing)
                 ready.record(side)
         else:
             began = self._mark() if timing else None
             for dst, src in pairs:
-                dst.copy_(src)
+                if isinstance(src, FileRead):
+                    read_file(dst, src)
+                else:
+                    dst.copy_(src)
             ready = self._mark() if timing else None
+        check(reads)
         if began is not None and ready is not None:  # both set where timing
             self.stats._upload_marks.append((nbytes, began, ready))
         return ready

@@ -5,7 +5,11 @@ tensor is its very own object again after detach."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -211,3 +215,59 @@ def test_a_pinned_cap_buffers_the_blocks_it_holds_and_streams_the_rest_in_place(
     assert summary["uploads_from"].startswith("RAM (") and "and file pages (" in summary["uploads_from"]
     after = _tensors(model)
     assert all(after[n] is t for n, t in before.items() if not n.startswith("blocks.5."))
+
+
+# A sampling that streams a disk component's blocks from their file, whose file is truncated after block 1
+# has computed (a copy or a re-download over it). Run in a child: a SIGBUS shows as its exit signal.
+TRUNCATED_MID_RUN = r"""
+import os, sys
+import torch
+sys.path.insert(0, sys.argv[1])
+from safetensors.torch import save_file
+from unit.test_streaming import _model
+from unit.test_streaming_in_place import _streamer
+from comfyui_headroom.memory.residency.mapped import FileChanged, MappedFile, bind
+from comfyui_headroom.memory.streaming import streamer as streamer_module
+
+path, through = sys.argv[2], sys.argv[3]
+if through == "mapping":  # the copies as they were: straight from the mapping's pages
+    streamer_module.file_read = lambda t: None
+model = _model(width=128)
+save_file({k: v.contiguous() for k, v in model.state_dict().items()}, path)
+mapped = MappedFile(path)  # held, as the loader's handle holds its files
+assert bind(model, [mapped]).kept == {}
+streamer = _streamer(model, 0.0)
+streamer.attach()
+model.blocks[1].register_forward_hook(lambda *a: os.truncate(path, os.path.getsize(path) // 2))
+try:
+    with torch.no_grad():
+        for step in range(3):
+            model(torch.randn(2, 8))
+except FileChanged as exc:
+    print("FileChanged:", exc)
+    sys.exit(0)
+print("no error")
+sys.exit(3)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "preadv") or sys.platform != "linux", reason="SIGBUS semantics: Linux")
+@pytest.mark.parametrize("through", ["file", "mapping"])
+def test_a_file_truncated_between_blocks_is_an_error_not_sigbus(tmp_path: Path, through: str) -> None:
+    """Uploads of a mapped file's blocks read through the file: a file truncated mid-sampling is a
+    FileChanged naming it at the next upload. The same run copying from the mapping's pages, as before,
+    is killed by SIGBUS (which is what the child's exit shows)."""
+    tests = str(Path(__file__).resolve().parents[1])
+    child = subprocess.run(
+        [sys.executable, "-c", TRUNCATED_MID_RUN, tests, str(tmp_path / "dit.safetensors"), through],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if through == "mapping":
+        assert child.returncode == -signal.SIGBUS, (child.returncode, child.stdout, child.stderr[-2000:])
+        return
+    assert child.returncode == 0, (child.returncode, child.stdout, child.stderr[-2000:])
+    assert "FileChanged: dit.safetensors changed on disk after Headroom mapped it" in child.stdout
+    assert "its size went from" in child.stdout
