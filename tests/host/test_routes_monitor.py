@@ -378,3 +378,75 @@ def test_a_run_the_ram_guard_did_not_measure_is_an_answer_not_a_404(served: Serv
     ledger = served.get_json(f"/headroom/ram/{result.prompt_id}")
     assert ledger["measured"] is False and ledger["nodes"] == [] and "did not measure" in ledger["note"]
     assert "error" in served.get_json("/headroom/ram/never-queued", status=404)
+
+
+def hostile_prompt(host: Host, chain: int) -> dict[str, Any]:
+    """Issue #31's 1 KB prompt (an expression whose value is a 24-million-digit integer, wired into a
+    latent's width; on hosts that have ComfyMathExpression) beside a chain of ``chain`` image nodes."""
+    prompt: dict[str, Any] = {
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 0}}
+    }
+    for i in range(chain):
+        prompt[str(10 + i)] = {"class_type": "ImageInvert", "inputs": {"image": [str(9 + i if i else 1), 0]}}
+    prompt["2"] = {"class_type": "PreviewImage", "inputs": {"images": [str(9 + chain), 0]}}
+    if "ComfyMathExpression" in host.nodes.NODE_CLASS_MAPPINGS:
+        expression = {"expression": "4000000**4000000", "values.a": 512}
+        prompt["3"] = {"class_type": "ComfyMathExpression", "inputs": expression}
+        latent = {"width": ["3", 1], "height": 64, "batch_size": 1}
+        prompt["4"] = {"class_type": "EmptyLatentImage", "inputs": latent}
+        prompt["5"] = {"class_type": "PreviewAny", "inputs": {"source": ["4", 0]}}
+    return prompt
+
+
+def test_status_answers_while_a_hostile_prompt_is_planned(served: Served) -> None:
+    """The preflight plans a POSTed prompt on its own thread, never on the server's event loop: while a
+    plan is in progress (held open here until the status requests are answered), /headroom/status
+    answers every time. Were planning on the loop, the held plan would block every route and this test
+    would run out of its deadline. The latencies are measured (bench/results/hostile_status.md), not
+    asserted."""
+    import threading
+    import time
+
+    monitor = served.state.monitor()
+    started, release, done = threading.Event(), threading.Event(), threading.Event()
+    planned: list[Any] = []
+
+    def held(prompt: dict[str, Any]) -> Any:
+        started.set()
+        try:
+            planned.append(type(monitor).plan_for(monitor, prompt))  # the real planning, on the pool thread
+            return planned[-1]
+        finally:
+            release.wait(WAIT_S)
+            done.set()
+
+    async def scenario() -> list[float]:
+        body = {"prompt": hostile_prompt(served.host, chain=300), "client_id": "hostile"}
+        post = asyncio.ensure_future(served.client.post("/prompt", json=body))
+        async with asyncio.timeout(WAIT_S):
+            while not started.is_set():
+                await asyncio.sleep(0.005)
+        latencies = []
+        for _ in range(20):
+            began = time.perf_counter()
+            response = await served.client.get("/headroom/status")
+            assert response.status == 200 and "latest" in await response.json()
+            latencies.append(time.perf_counter() - began)
+            assert not done.is_set(), "answered while the plan was in progress"
+        release.set()
+        await (await post).read()
+        return latencies
+
+    served.state.configure_monitor(assume_vram=8 * 2**30)
+    monitor.plan_for = held  # type: ignore[method-assign]
+    try:
+        latencies = served.run(scenario())
+        assert done.wait(WAIT_S)
+    finally:
+        release.set()
+        del monitor.plan_for
+        served.state.configure_monitor(assume_vram=None)
+    assert len(latencies) == 20 and planned and planned[0][1].message
+    most = max(latencies) * 1e3
+    print(f"hostile prompt: /headroom/status answered 20 times while planned, max {most:.1f} ms")
+    print(f"hostile prompt: the preflight said: {planned[0][1].message}")
