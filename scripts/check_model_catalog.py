@@ -274,6 +274,12 @@ def _remarks() -> dict[str, str]:
     return SIZE_REMARKS
 
 
+def _not_built() -> dict[str, str]:
+    from catalog_files import NOT_BUILT
+
+    return NOT_BUILT
+
+
 def stated_summary(checks: list[FileCheck], tolerance: float = 0.10) -> str:
     """Within ``tolerance`` of the notes' sizes: the headline over the sizes built from the host's classes
     only (a size taken from the note matches it by construction), then per source; every built file
@@ -354,6 +360,10 @@ def markdown(report: Report, command: str, worst: int) -> str:
         "```",
         stated_summary(files),
         "```",
+        "",
+        "Still sized from the notes (not a check), by family, and why no class build sizes them:",
+        "",
+        *[f"- **{family}**: {why}" for family, why in _not_built().items()],
         "",
         "Every file a note sizes, built ones first:",
         "",

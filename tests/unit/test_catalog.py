@@ -286,6 +286,10 @@ def test_sizes_against_the_sizes_the_templates_notes_state() -> None:
                  "qwen3.5_9b_qwen_image_2.1_pe_t2i.int8_convrot.safetensors", "flux2-vae.safetensors",
                  "ltx-2-19b-distilled-lora-384.safetensors"):  # fmt: skip
         assert by_name[name].source == "built" and abs(by_name[name].error) < 0.05, name
+    # bench/results/catalog.md: one row per file, where its size comes from; the families not built, why
+    text = check.markdown(templates_report(check), "check", 5)
+    assert sum(line.startswith("| ") for line in text.splitlines()) == len(files) + 1
+    assert "note (not a check)" in text and "Qwen-Image 2.1" in text
     # no host class here builds Qwen-Image 2.1 (newer than 0.33): the note's own figure, said so
     assert by_name["qwen_image_2.1_turbo_int8_convrot.safetensors"].source == "stated"
     assert (
