@@ -331,6 +331,18 @@ FILES: list[tuple[str, str, list[Part]]] = [
     # DiT + T5-base + Oobleck VAE, all fp32; listed under ComfyUI's canonical section prefixes)
     ("acestep_v1.5_turbo.safetensors", DM, single("ace_step15", BF16)),
     ("ace_1.5_vae.safetensors", "vae", single("vae_oobleck_48k", FP16)),
+    # the all-in-one checkpoint: the 2B DiT, both Qwen3 encoders of ACE15's text encoder (0.6B embedder,
+    # 1.7B lyrics LM: supported_models.ACEStep15.clip_target) and the 48 kHz VAE
+    (
+        "ace_step_1.5_turbo_aio.safetensors",
+        CK,
+        [
+            ("model.diffusion_model.", "ace_step15", BF16),
+            ("text_encoders.qwen3_06b.transformer.", "qwen3_06b_ace15", BF16),
+            ("text_encoders.qwen3_2b.transformer.", "qwen3_2b_ace15_lm", BF16),
+            ("vae.", "vae_oobleck_48k", FP16),
+        ],
+    ),
     (
         "stable-audio-open-1.0.safetensors",
         CK,
@@ -527,9 +539,9 @@ NOT_BUILT: dict[str, str] = {
         "0.33 reads their widths and block counts from the file's keys; the class defaults are another"
         " size (ACE-Step 1.5's are the 2B turbo) and no config for these releases is in the host"
     ),
-    "Hunyuan3D 2.x and ACE-Step 1.5 all-in-one checkpoints": (
-        "a checkpoint also holds its shape/audio VAE and conditioner, whose configs 0.33 reads from the"
-        " file; not built this round"
+    "Hunyuan3D 2.x checkpoints": (
+        "the checkpoint also holds its shape VAE and image conditioner, whose configs 0.33 reads from"
+        " the file; not built this round"
     ),
     "LoRAs, ControlNets and model patches without the rank or base in the name": (
         "a LoRA's size is rank x the base's Linear shapes: the rank is in the header, not the name"

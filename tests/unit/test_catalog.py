@@ -265,7 +265,7 @@ def test_sizes_against_the_sizes_the_templates_notes_state() -> None:
     files = check.stated_check(folder)
     assert len(files) >= 300
     built = [f for f in files if f.source == "built"]
-    assert len(built) >= 170 and sum(abs(f.error) <= 0.10 for f in built) >= 0.95 * len(built)
+    assert len(built) >= 174 and sum(abs(f.error) <= 0.10 for f in built) >= 0.95 * len(built)
     remarks = check._remarks()
     assert all(f.name in remarks for f in built if abs(f.error) > 0.10)
     summary = check.stated_summary(files)
@@ -284,7 +284,8 @@ def test_sizes_against_the_sizes_the_templates_notes_state() -> None:
                  "acestep_v1.5_turbo.safetensors", "ace_1.5_vae.safetensors",
                  "gemma4_e2b_it_int8_convrot.safetensors", "wan2.2_s2v_14B_fp8_scaled.safetensors",
                  "qwen3.5_9b_qwen_image_2.1_pe_t2i.int8_convrot.safetensors", "flux2-vae.safetensors",
-                 "ltx-2-19b-distilled-lora-384.safetensors"):  # fmt: skip
+                 "ltx-2-19b-distilled-lora-384.safetensors",
+                 "ace_step_1.5_turbo_aio.safetensors"):  # fmt: skip
         assert by_name[name].source == "built" and abs(by_name[name].error) < 0.05, name
     # bench/results/catalog.md: one row per file, where its size comes from; the families not built, why
     text = check.markdown(templates_report(check), "check", 5)
