@@ -36,7 +36,16 @@ SDXL = f"{HF}/stabilityai/stable-diffusion-xl-base-1.0/resolve/main"
 HY15 = (
     f"{HF}/Comfy-Org/HunyuanVideo_1.5_repackaged/resolve/main/split_files"  # video_hunyuan_video_1.5_720p_t2v
 )
+# image_flux2_klein_image_edit_4b_distilled
+KLEIN = f"{HF}/black-forest-labs/FLUX.2-klein-4b-fp8/resolve/main"
+FLUX2 = f"{HF}/Comfy-Org/flux2-dev/resolve/main/split_files"  # image_flux2_klein_text_to_image
+ZIMAGE = f"{HF}/Comfy-Org/z_image_turbo/resolve/main/split_files"  # image_z_image_turbo_int8
 MODEL_LINKS = {  # file name -> (models/ folder, url)
+    "flux-2-klein-4b-fp8.safetensors": ("diffusion_models", f"{KLEIN}/flux-2-klein-4b-fp8.safetensors"),
+    "qwen_3_4b_fp8_mixed.safetensors": (
+        "text_encoders", f"{ZIMAGE}/text_encoders/qwen_3_4b_fp8_mixed.safetensors",
+    ),
+    "flux2-vae.safetensors": ("vae", f"{FLUX2}/vae/flux2-vae.safetensors"),
     "hunyuanvideo1.5_720p_t2v_fp16.safetensors": (
         "diffusion_models", f"{HY15}/diffusion_models/hunyuanvideo1.5_720p_t2v_fp16.safetensors",
     ),

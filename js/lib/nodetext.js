@@ -31,15 +31,21 @@ export function addTextWidget(node, doc = globalThis.document) {
   box.placeholder = TEXT_WIDGET;
   box.readOnly = true;
   box.spellcheck = false;
-  // readonly and placeholder: the Vue renderer passes options to its textarea; minNodeSize: a status line
-  // needs less room than the host's 400x200 for a text box (the box can still be resized)
-  const widget = node.addDOMWidget(TEXT_WIDGET, "customtext", box, {
+  // readonly (1.27) / read_only (1.49+) and placeholder: the Vue renderer passes options to its textarea;
+  // minNodeSize: a status line needs less room than the host's 400x200 for a text box (still resizable)
+  let widget = null;
+  widget = node.addDOMWidget(TEXT_WIDGET, "customtext", box, {
     getValue: () => box.value,
     setValue: (value) => {
       box.value = value ?? "";
+      // The Vue renderer of 1.49+ draws a widget's state, which the frontend's own text widgets update
+      // with their value and a DOM widget's value setter does not: without this the Vue node's box
+      // stays empty. (Fails open: no state, no copy.)
+      if (widget?._state && typeof widget._state === "object") widget._state.value = box.value;
     },
     serialize: false,
     readonly: true,
+    read_only: true,
     placeholder: TEXT_WIDGET,
     minNodeSize: [300, 80],
   });

@@ -59,7 +59,7 @@ try {
   await postPrompt(page, preflightPrompt);
   await page.waitForFunction(() => window.headroom.toasts.length >= 1, null, { timeout: 60_000 });
   result.toast = await page.evaluate(() => window.headroom.toasts[0]);
-  result.toastShown = await page.locator(".p-toast-message", { hasText: "Headroom" }).count();
+  result.toastShown = await page.locator(".p-toast-message, [data-testid='toast']", { hasText: "Headroom" }).count(); // PrimeVue's, or 1.58's own
 
   await page.waitForTimeout(500); // let the last toast and chart paint before the picture (not an assertion)
   await page.screenshot({ path: screenshot });

@@ -84,11 +84,14 @@ try {
   for (const query of run.has("search") ? ["vram", "offload"] : []) {
     await page.evaluate(() => window.app.graph.clear());
     await page.mouse.dblclick(900, 600);
-    const input = page.locator(".comfy-vue-node-search-container input").first();
+    // the search box of 1.27-1.4x, or the one of 1.49+ (a combobox over its results list)
+    const input = page.locator(".comfy-vue-node-search-container input, input[role=combobox][aria-controls=results-list]").first();
     await input.waitFor({ timeout: 10_000 });
     await input.fill(query);
-    await page.waitForTimeout(800);
-    result.search[query] = await page.locator(".comfy-vue-node-search-container li, .p-autocomplete-list li, [role=option]")
+    const items = ".comfy-vue-node-search-container li, .p-autocomplete-list li, [role=option]";
+    // the results are the query's once the first one names a Headroom node (bounded: the test says why)
+    await page.waitForFunction((sel) => /headroom|VRAM|Offload/i.test(document.querySelector(sel)?.textContent ?? ""), items, { timeout: 15_000 }).catch(() => {});
+    result.search[query] = await page.locator(items)
       .evaluateAll((items) => items.map((li) => li.innerText.replace(/\s+/g, " ").trim()).slice(0, 12));
     await page.screenshot({ path: `${artifacts}/node-search-${query}.png` });
     await page.keyboard.press("Escape");
@@ -133,6 +136,15 @@ try {
     return { started, errors, nodesWithErrors: nodes };
   }, apiPrompt);
   result.validation.dialog = (await page.locator(".p-dialog").allInnerTexts()).join("\n").slice(0, 2000);
+  // 1.49+ shows no dialog: an "errors found" toast whose "View details" opens the Workflow Overview's
+  // errors, one row per rejected input ("<node title> - <input>")
+  result.validation.panel = "";
+  if (!result.validation.dialog) {
+    const group = page.locator("[data-testid=error-group-execution]");
+    if (!(await group.count())) await page.getByRole("button", { name: /view details/i }).first().click({ timeout: 15_000 }).catch(() => {});
+    await group.first().waitFor({ timeout: 15_000 }).catch(() => {});
+    result.validation.panel = (await group.allInnerTexts()).join("\n").slice(0, 2000);
+  }
   await page.screenshot({ path: `${artifacts}/bad-vram-budget.png` });
   result.steps.push("validation");
 } catch (error) {

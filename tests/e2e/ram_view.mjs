@@ -74,7 +74,7 @@ try {
 
   // 3. A value the server refuses: an error toast, and the budget stays.
   result.refused = await setBudget("lots");
-  const toast = page.locator(".p-toast-message", { hasText: "RAM budget" }).first();
+  const toast = page.locator(".p-toast-message, [data-testid='toast']", { hasText: "RAM budget" }).first(); // PrimeVue's, or 1.58's own
   await toast.waitFor({ timeout: 30_000 });
   result.refusedToast = await toast.innerText();
   result.afterRefusal = await page.evaluate(async () => (await (await window.comfyAPI.api.api.fetchApi("/headroom/ram_budget")).json()));

@@ -136,7 +136,16 @@ try {
   result.steps.push("panels");
   // Run 1, under the Vue node renderer: live timeline, node text in Vue nodes.
   // (the workflow first: in this frontend, a graph loaded while the Vue renderer is on renders no nodes)
-  await page.evaluate(async (apiPrompt) => window.app.loadApiJson(apiPrompt, "headroom-run-state.json"), prompt);
+  // with an id as a saved workflow has (1.27-1.49 give a workflow loaded from an API prompt the nil id,
+  // and a new random one each time it is opened again)
+  await page.evaluate(async (apiPrompt) => {
+    await window.app.loadApiJson(apiPrompt, "headroom-run-state.json");
+    if (!window.app.graph.id || window.app.graph.id.startsWith("00000000")) {
+      const w = window.app.graph.serialize();
+      w.id = crypto.randomUUID();
+      await window.app.loadGraphData(w, true, true, "headroom-run-state.json");
+    }
+  }, prompt);
   await page.evaluate(() => { // the same seed on the re-run, so the host can serve the sampler from its cache
     for (const n of window.app.graph.nodes) for (const w of n.widgets ?? []) if (w.name === "control_after_generate") w.value = "fixed";
   });

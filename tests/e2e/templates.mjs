@@ -33,6 +33,43 @@ function canvasState() {
   });
 }
 
+// The missing models as the frontend offers them: the missing-models dialog (1.27-1.4x), or (1.49+) the
+// "errors found" toast whose "View details" opens the Workflow Overview's Missing Models group, where each
+// file has a Download button and its URL behind "Copy URL" (read from the clipboard call).
+async function missingModels() {
+  const OLD = ".comfy-missing-models";
+  const shown = page.locator(`${OLD}, [data-testid=missing-model-download]`).or(page.getByRole("button", { name: /view details/i }));
+  await shown.first().waitFor({ timeout: 15_000 }).catch(() => {});
+  if (await page.locator(OLD).count()) {
+    return page.evaluate(() => [...document.querySelectorAll(".comfy-missing-models [role=option]")].map((option) => ({
+      label: option.querySelector("span[title]")?.textContent.trim(),
+      url: option.querySelector("span[title]")?.getAttribute("title"),
+      download: [...option.querySelectorAll("button")].some((b) => /download/i.test(b.textContent) && !b.disabled),
+    })));
+  }
+  if (!(await page.locator("[data-testid=error-group-missing-model]").count())) {
+    await page.getByRole("button", { name: /view details/i }).first().click({ timeout: 10_000 }).catch(() => {});
+  }
+  const group = page.locator("[data-testid=error-group-missing-model]");
+  if (!(await group.locator("[data-testid=missing-model-download]").first().waitFor({ timeout: 15_000 }).then(() => true, () => false))) return [];
+  await page.evaluate(() => {
+    window.__copied = [];
+    Object.defineProperty(navigator, "clipboard", { configurable: true, value: { writeText: async (t) => { window.__copied.push(t); } } });
+  });
+  const rows = [];
+  for (const download of await group.locator("[data-testid=missing-model-download]").all()) {
+    const row = download.locator("xpath=..");
+    const name = (await row.locator("button[title]").first().getAttribute("title")) ?? "";
+    const folder = ((await row.locator("span > span").last().textContent().catch(() => "")) ?? "").trim();
+    const before = await page.evaluate(() => window.__copied.length);
+    await row.getByRole("button", { name: "Copy URL" }).click({ timeout: 5000 }).catch(() => {});
+    const url = await page.waitForFunction((n) => window.__copied.length > n && window.__copied.at(-1), before, { timeout: 5000 })
+      .then((h) => h.jsonValue(), () => null);
+    rows.push({ label: `${folder} / ${name}`, url, download: await download.isEnabled() });
+  }
+  return rows;
+}
+
 try {
   await openCategory();
   // the dialog loads a card's thumbnail only while the card is in view (and may drop it again when the
@@ -65,13 +102,7 @@ try {
     await page.locator(`[data-testid="template-workflow-${card.name}"]`).click();
     await page.waitForFunction((name) => window.app.extensionManager.workflow.activeWorkflow?.filename === name, card.name, { timeout: 60_000 });
     result.steps.push(`clicked ${card.name}`);
-    const dialog = page.locator(".comfy-missing-models");
-    await dialog.waitFor({ timeout: 10_000 }).catch(() => {});
-    const missing = await page.evaluate(() => [...document.querySelectorAll(".comfy-missing-models [role=option]")].map((option) => ({
-      label: option.querySelector("span[title]")?.textContent.trim(),
-      url: option.querySelector("span[title]")?.getAttribute("title"),
-      download: [...option.querySelectorAll("button")].some((b) => /download/i.test(b.textContent) && !b.disabled),
-    })));
+    const missing = await missingModels();
     if (card === result.cards[0]) await page.screenshot({ path: `${artifacts}/example-missing-models.png` });
     await closeDialogs(page);
     await page.waitForTimeout(300); // one frame to draw the widgets at their places (not an assertion)

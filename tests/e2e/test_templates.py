@@ -1,7 +1,8 @@
 """Headroom's example workflows as Browse Templates shows them (issue #16, items 1 and 10): a card per
 example with a readable title and a thumbnail; each example opened from its card lays out without
 overlapping nodes, shows every widget of the Offload Loader, and offers its model files for download
-in the missing-models dialog (the server has none of them). A screenshot of each opened example is
+in the missing-models dialog, or in the Workflow Overview's Missing Models group on 1.49+ (the server
+has none of them). A screenshot of each opened example is
 saved as example-<name>.png."""
 
 from __future__ import annotations
@@ -89,7 +90,12 @@ def test_missing_models_dialog_offers_the_official_downloads(seen: dict) -> None
     for name, state in seen["examples"].items():
         files = model_files(state)
         assert files, name
-        offered = {m["label"].split(" / ")[-1]: m for m in state["missingModels"]}
+        # 1.27-1.4x: the missing-models dialog; 1.49+: the Workflow Overview's Missing Models group, whose
+        # "Copy URL" gives Hugging Face's page form of the same file (/blob/ for /resolve/)
+        offered = {
+            m["label"].split(" / ")[-1]: {**m, "url": (m["url"] or "").replace("/blob/", "/resolve/", 1)}
+            for m in state["missingModels"]
+        }
         assert set(offered) == files, f"{name}: the missing-models dialog lists {sorted(offered)}"
         for file, entry in offered.items():
             assert entry["url"].startswith("https://huggingface.co/") and entry["url"].endswith("/" + file)

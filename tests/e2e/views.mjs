@@ -45,13 +45,17 @@ async function onScreen(id) {
   }, id);
 }
 
+// A toast, whatever renders it: PrimeVue's (frontend 1.27-1.5x) or 1.58's own toaster.
+const TOAST = ".p-toast-message, [data-testid='toast']";
+const TOAST_CLOSE = ".p-toast-message .p-toast-close-button, [data-testid='toast'] button[aria-label]";
+
 async function toastTexts() {
-  return page.locator(".p-toast-message").allInnerTexts();
+  return page.locator(TOAST).allInnerTexts();
 }
 
 async function closeToasts() {
-  for (const close of await page.locator(".p-toast-message .p-toast-close-button").all()) await close.click().catch(() => {});
-  await page.locator(".p-toast-message").first().waitFor({ state: "detached", timeout: 5000 }).catch(() => {});
+  for (const close of await page.locator(TOAST_CLOSE).all()) await close.click({ timeout: 2000 }).catch(() => {});
+  await page.locator(TOAST).first().waitFor({ state: "detached", timeout: 5000 }).catch(() => {});
 }
 
 try {
@@ -64,7 +68,7 @@ try {
   result.freeButton = { count: await button.count(), text: (await button.allInnerTexts()).join(" | ") };
   if (result.freeButton.count) await button.first().click();
   else await page.evaluate(() => window.app.extensionManager.command.execute("Headroom.FreeVRAM"));
-  await page.locator(".p-toast-message", { hasText: /unload|freed|free/i }).first().waitFor({ timeout: 30_000 });
+  await page.locator(TOAST, { hasText: /unload|freed|free/i }).first().waitFor({ timeout: 30_000 });
   result.freeToast = (await toastTexts()).join(" | ");
   await closeToasts();
   result.steps.push("free");
@@ -126,8 +130,9 @@ try {
   }, preflightPrompt);
   await postPrompt(page, preflightPrompt);
   await page.waitForFunction(() => window.headroom.toasts.length >= 1, null, { timeout: 60_000 });
-  const toast = page.locator(".p-toast-message", { hasText: "will run out of VRAM" }).first();
+  const toast = page.locator(TOAST, { hasText: "will run out of VRAM" }).first();
   await toast.waitFor({ timeout: 30_000 });
+  await toast.locator("button", { hasText: /^Show/ }).first().waitFor({ timeout: 10_000 }).catch(() => {}); // decorated
   await page.waitForTimeout(300); // let the toast finish its entry animation before reading and the picture
   result.preflightToast = await toast.innerText();
   await page.screenshot({ path: `${artifacts}/toast-preflight.png` });
@@ -136,20 +141,26 @@ try {
   if (await toastLink.count()) result.toastClick = await clickFinds(toastLink.first(), "27");
   await closeToasts();
 
-  // The top-bar meter (on by default), then off and on again through its setting.
-  const meter = page.locator(".comfyui-menu .headroom-meter");
+  // The top-bar meter (on by default), then off and on again through its setting. (The top bar is
+  // .comfyui-menu up to 1.3x; later frontends mount the legacy menu's buttons elsewhere in the top bar.)
+  const meter = page.locator(".headroom-meter");
+  const topBar = async () => {
+    const box = await meter.boundingBox().catch(() => null);
+    const height = Math.max(40, Math.ceil((box?.y ?? 0) + (box?.height ?? 0) + 8));
+    return { x: 0, y: 0, width: page.viewportSize().width, height };
+  };
   result.meter = { count: await meter.count() };
   if (result.meter.count) {
     await page.waitForFunction(() => /RAM/.test(document.querySelector(".headroom-meter")?.innerText ?? ""), null, { timeout: 30_000 });
     result.meter.text = await meter.innerText();
     result.meter.box = await meter.boundingBox();
-    await page.locator(".comfyui-menu").screenshot({ path: `${artifacts}/topbar-meter.png` });
+    await page.screenshot({ path: `${artifacts}/topbar-meter.png`, clip: await topBar() });
     await page.evaluate(() => window.app.extensionManager.setting.set("Headroom.Monitor.TopBarMeter", false));
     result.meter.afterOff = await meter.count();
     await page.evaluate(() => window.app.extensionManager.setting.set("Headroom.Monitor.TopBarMeter", true));
     result.meter.afterOn = await meter.count();
   } else {
-    await page.locator(".comfyui-menu").screenshot({ path: `${artifacts}/topbar-meter.png` });
+    await page.screenshot({ path: `${artifacts}/topbar-meter.png`, clip: await topBar() });
   }
   result.steps.push("done");
   await finish();

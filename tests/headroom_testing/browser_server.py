@@ -29,6 +29,9 @@ import pytest
 from .harness import stop_server, wait_for_server
 
 ROOT = Path(__file__).resolve().parents[2]
+# HEADROOM_E2E_PACK: another copy of the pack to serve (e.g. `git worktree add DIR COMMIT` of an older
+# commit), to show that a browser test fails before its fix; the tests read its example workflows too.
+PACK = Path(os.environ.get("HEADROOM_E2E_PACK", ROOT))
 HERE = ROOT / "tests" / "e2e"
 LAUNCHER = ROOT / "tests" / "headroom_testing" / "launch_comfyui.py"
 CHROMIUM = Path("/usr/bin/chromium")
@@ -150,10 +153,7 @@ def start_server(home: Path, env: dict[str, str] | None = None) -> Iterator[Serv
     ignore = shutil.ignore_patterns(
         ".venv", ".git", "__pycache__", "*.egg-info", ".*_cache", ".hypothesis", "node_modules"
     )
-    # HEADROOM_E2E_PACK: another copy of the pack to serve (e.g. `git archive HEAD` of an older
-    # commit), to show that a browser test fails before its fix.
-    pack = Path(os.environ.get("HEADROOM_E2E_PACK", ROOT))
-    shutil.copytree(pack, home / "custom_nodes" / "comfyui-headroom", ignore=ignore)
+    shutil.copytree(PACK, home / "custom_nodes" / "comfyui-headroom", ignore=ignore)
     build_tiny_models(root, home / "models")
     config = home / "extra_model_paths.yaml"
     folders = "\n".join(f"  {name}: models/{name}" for name in ("checkpoints",))
