@@ -188,7 +188,7 @@ try {
 
   // N14: a node found from the timeline (the open bottom panel) lands in the canvas part left visible
   await step("N14 show above the panel", async () => {
-    await page.locator('.headroom-timeline tr.headroom-row[data-node="10"] a.headroom-node-link, .headroom-timeline tr.headroom-row a.headroom-node-link').first().click();
+    await page.locator('.headroom-timeline tr.headroom-row[data-node="10"] a.headroom-node-link').click({ timeout: 10_000 });
     await page.waitForTimeout(400); // one frame for the canvas to move (the position is read, not timed)
     result.shown = await page.evaluate(() => {
       const c = window.app.canvas;
@@ -196,7 +196,7 @@ try {
       const r = c.canvas.getBoundingClientRect();
       const y = r.top + (n.pos[1] + n.size[1] / 2 + c.ds.offset[1]) * c.ds.scale;
       const panelTop = document.querySelector(".headroom-timeline")?.getBoundingClientRect().top ?? null;
-      return { nodeCentreY: y, panelTop, canvasTop: r.top, selected: Boolean(n.is_selected ?? c.selected_nodes?.[n.id]) };
+      return { nodeCentreY: y, panelTop, canvasTop: r.top, selected: Boolean(c.selected_nodes?.[n.id]) };
     });
     await shot("show-node-above-panel");
   });

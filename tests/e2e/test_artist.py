@@ -125,7 +125,7 @@ def test_show_puts_the_node_above_the_open_bottom_panel(seen: dict[str, Any]) ->
     """N14: the node found from the timeline lands in the middle of the canvas area the open panel leaves
     visible (centerOnNode alone centres it on the whole canvas, which runs under the panel)."""
     shown = field(seen, "shown")
-    assert shown["panelTop"] is not None, shown
+    assert shown["panelTop"] is not None and shown["selected"], shown
     visible = shown["panelTop"] - shown["canvasTop"]
     assert abs(shown["nodeCentreY"] - (shown["canvasTop"] + visible / 2)) < 0.1 * visible, shown
 
