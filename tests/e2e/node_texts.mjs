@@ -115,7 +115,11 @@ try {
     const text = (await content.innerText()).trim();
     result.help[type] = { title: placed.title, heading: text.split("\n")[0], length: text.length, hasInputs: /\bInputs?\b/.test(text), hasExample: /Example/.test(text), hasLimits: /Limits/.test(text) };
     await page.screenshot({ path: `${artifacts}/help-${type}.png` });
-    await page.locator(".node-library-tab-button").click(); // close the sidebar tab again
+    // close the node library again (1.27-1.4x show the page there); 1.49+ show it in the right-side
+    // panel's Info tab, away from where the next node is placed
+    if (await content.evaluate((el) => el.getBoundingClientRect().left < window.innerWidth / 2)) {
+      await page.locator(".node-library-tab-button").click();
+    }
     await page.waitForTimeout(200);
   }
   result.steps.push("help");
