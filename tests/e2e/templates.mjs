@@ -36,11 +36,12 @@ function canvasState() {
 // The missing models as the frontend offers them: the missing-models dialog (1.27-1.4x), or (1.49+) the
 // "errors found" toast whose "View details" opens the Workflow Overview's Missing Models group, where each
 // file has a Download button and its URL behind "Copy URL" (read from the clipboard call).
-async function missingModels() {
+async function missingModels(shot) {
   const OLD = ".comfy-missing-models";
   const shown = page.locator(`${OLD}, [data-testid=missing-model-download]`).or(page.getByRole("button", { name: /view details/i }));
   await shown.first().waitFor({ timeout: 15_000 }).catch(() => {});
   if (await page.locator(OLD).count()) {
+    if (shot) await page.screenshot({ path: shot });
     return page.evaluate(() => [...document.querySelectorAll(".comfy-missing-models [role=option]")].map((option) => ({
       label: option.querySelector("span[title]")?.textContent.trim(),
       url: option.querySelector("span[title]")?.getAttribute("title"),
@@ -52,6 +53,7 @@ async function missingModels() {
   }
   const group = page.locator("[data-testid=error-group-missing-model]");
   if (!(await group.locator("[data-testid=missing-model-download]").first().waitFor({ timeout: 15_000 }).then(() => true, () => false))) return [];
+  if (shot) await page.screenshot({ path: shot }); // before the "copied" toasts
   await page.evaluate(() => {
     window.__copied = [];
     Object.defineProperty(navigator, "clipboard", { configurable: true, value: { writeText: async (t) => { window.__copied.push(t); } } });
@@ -102,8 +104,7 @@ try {
     await page.locator(`[data-testid="template-workflow-${card.name}"]`).click();
     await page.waitForFunction((name) => window.app.extensionManager.workflow.activeWorkflow?.filename === name, card.name, { timeout: 60_000 });
     result.steps.push(`clicked ${card.name}`);
-    const missing = await missingModels();
-    if (card === result.cards[0]) await page.screenshot({ path: `${artifacts}/example-missing-models.png` });
+    const missing = await missingModels(card === result.cards[0] ? `${artifacts}/example-missing-models.png` : null);
     await closeDialogs(page);
     await page.waitForTimeout(300); // one frame to draw the widgets at their places (not an assertion)
     const state = await canvasState();
