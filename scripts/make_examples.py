@@ -35,7 +35,7 @@ ABOUT = {
     "Flux.2 Klein 4B fp8 on an 8 GB card": (
         "Flux.2 Klein 4B (distilled, 2026) text to image, 1024×1024, 4 steps, as the official template "
         "`image_flux2_klein_text_to_image` builds it with the stock nodes, from three small files: the "
-        "fp8 diffusion model (3.9 GB), the fp8 Qwen3 4B text encoder (5.6 GB) and the Flux.2 VAE. "
+        "fp8 diffusion model (3.9 GB), the fp8 Qwen3 4B text encoder (4.4 GB) and the Flux.2 VAE. "
         "Press **Will it fit?** in the Headroom sidebar before Run.",
         "8GB",
         "16GB",
