@@ -1,12 +1,13 @@
 """Preflight against a real ComfyUI server (issue #18 R77): how long POST /prompt of a big API prompt takes
 and how fast /headroom/status answers meanwhile, with the preflight on (HEADROOM_ASSUME_VRAM) and off.
 
-    python bench/preflight_server.py COMFYUI_ROOT [--mb 2] [--runs 2]
+    python bench/preflight_server.py COMFYUI_ROOT [--mb 2] [--runs 2] [--hostile CHAIN]
 
 The pack is copied into a temporary custom_nodes folder and the host started with --cpu. The prompt is
 bench/planner_scaling.py's (sampler chains on a checkpoint that is not installed: the host refuses it
 after validating, the preflight plans it all the same). /headroom/status is polled every 0.2 s from a
-second thread. Prints one markdown row per run.
+second thread. Prints one markdown row per run. ``--hostile CHAIN``: issue #31's hostile expression
+prompt (``4000000**4000000`` wired into a latent's width) beside a chain of CHAIN image nodes instead.
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests"))
 from planner_scaling import prompt_of_size  # noqa: E402
+
+from headroom_testing.prompts import hostile_prompt  # noqa: E402
 
 LAUNCHER = ROOT / "tests" / "headroom_testing" / "launch_comfyui.py"
 IGNORE = shutil.ignore_patterns(
@@ -79,7 +83,7 @@ def start(host: Path, tmp: Path, env: dict[str, str]) -> tuple[subprocess.Popen,
     raise RuntimeError(f"the server did not start; see {tmp / 'log.txt'}")
 
 
-def run(host: Path, megabytes: float, assume_vram: str | None) -> dict[str, float]:
+def run(host: Path, prompt: dict, assume_vram: str | None) -> dict[str, float]:
     env = dict(os.environ)
     env.pop("HEADROOM_ASSUME_VRAM", None)
     if assume_vram:
@@ -87,7 +91,6 @@ def run(host: Path, megabytes: float, assume_vram: str | None) -> dict[str, floa
     with tempfile.TemporaryDirectory() as tmp:
         server, base = start(host, Path(tmp), env)
         try:
-            prompt = prompt_of_size(megabytes)
             body = json.dumps({"prompt": prompt, "client_id": "bench"}).encode()
             polls: list[tuple[float, float]] = []
             done = threading.Event()
@@ -131,14 +134,16 @@ def main() -> None:
     parser.add_argument("host", type=Path, help="a ComfyUI checkout")
     parser.add_argument("--mb", type=float, default=2.0)
     parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--hostile", type=int, default=None, metavar="CHAIN", help="the hostile prompt")
     args = parser.parse_args()
+    prompt = prompt_of_size(args.mb) if args.hostile is None else hostile_prompt(args.hostile)
     print(
         "| preflight | MB | nodes | POST /prompt s | status max during s | status max after s | p50 after s |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|")
     for _ in range(args.runs):
         for label, vram in (("on (8GB)", "8GB"), ("off", None)):
-            r = run(args.host, args.mb, vram)
+            r = run(args.host, prompt, vram)
             print(
                 f"| {label} | {r['mb']:.1f} | {r['nodes']} | {r['post_s']:.2f} "
                 f"| {r['status_max_during_post_s']:.2f} | {r['status_max_after_s']:.3f} "

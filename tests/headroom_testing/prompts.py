@@ -31,3 +31,22 @@ def offload_t2i(seed: int = 1, **loader: Any) -> dict[str, Any]:
         "5": {"class_type": "VAEDecode", "inputs": {"samples": ["4", 0], "vae": ["1", 2]}},
         "6": {"class_type": "SaveImage", "inputs": {"images": ["5", 0], "filename_prefix": "x"}},
     }
+
+
+def hostile_prompt(chain: int, expression: bool = True) -> dict[str, Any]:
+    """Issue #31's 1 KB prompt (an expression whose value is a 26-million-digit integer, wired into a
+    latent's width; ``expression``: the host has ComfyMathExpression) beside a chain of ``chain`` image
+    nodes."""
+    prompt: dict[str, Any] = {
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 0}}
+    }
+    for i in range(chain):
+        prompt[str(10 + i)] = {"class_type": "ImageInvert", "inputs": {"image": [str(9 + i if i else 1), 0]}}
+    prompt["2"] = {"class_type": "PreviewImage", "inputs": {"images": [str(9 + chain), 0]}}
+    if expression:
+        inputs = {"expression": "4000000**4000000", "values.a": 512}
+        prompt["3"] = {"class_type": "ComfyMathExpression", "inputs": inputs}
+        latent = {"width": ["3", 1], "height": 64, "batch_size": 1}
+        prompt["4"] = {"class_type": "EmptyLatentImage", "inputs": latent}
+        prompt["5"] = {"class_type": "PreviewAny", "inputs": {"source": ["4", 0]}}
+    return prompt

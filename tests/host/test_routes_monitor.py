@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from headroom_testing.harness import Host
+from headroom_testing.prompts import hostile_prompt
 
 pytestmark = pytest.mark.host
 ROOT = Path(__file__).resolve().parents[2]
@@ -380,24 +381,6 @@ def test_a_run_the_ram_guard_did_not_measure_is_an_answer_not_a_404(served: Serv
     assert "error" in served.get_json("/headroom/ram/never-queued", status=404)
 
 
-def hostile_prompt(host: Host, chain: int) -> dict[str, Any]:
-    """Issue #31's 1 KB prompt (an expression whose value is a 24-million-digit integer, wired into a
-    latent's width; on hosts that have ComfyMathExpression) beside a chain of ``chain`` image nodes."""
-    prompt: dict[str, Any] = {
-        "1": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 0}}
-    }
-    for i in range(chain):
-        prompt[str(10 + i)] = {"class_type": "ImageInvert", "inputs": {"image": [str(9 + i if i else 1), 0]}}
-    prompt["2"] = {"class_type": "PreviewImage", "inputs": {"images": [str(9 + chain), 0]}}
-    if "ComfyMathExpression" in host.nodes.NODE_CLASS_MAPPINGS:
-        expression = {"expression": "4000000**4000000", "values.a": 512}
-        prompt["3"] = {"class_type": "ComfyMathExpression", "inputs": expression}
-        latent = {"width": ["3", 1], "height": 64, "batch_size": 1}
-        prompt["4"] = {"class_type": "EmptyLatentImage", "inputs": latent}
-        prompt["5"] = {"class_type": "PreviewAny", "inputs": {"source": ["4", 0]}}
-    return prompt
-
-
 def test_status_answers_while_a_hostile_prompt_is_planned(served: Served) -> None:
     """The preflight plans a POSTed prompt on its own thread, never on the server's event loop: while a
     plan is in progress (held open here until the status requests are answered), /headroom/status
@@ -421,7 +404,10 @@ def test_status_answers_while_a_hostile_prompt_is_planned(served: Served) -> Non
             done.set()
 
     async def scenario() -> list[float]:
-        body = {"prompt": hostile_prompt(served.host, chain=300), "client_id": "hostile"}
+        prompt = hostile_prompt(
+            chain=300, expression="ComfyMathExpression" in served.host.nodes.NODE_CLASS_MAPPINGS
+        )
+        body = {"prompt": prompt, "client_id": "hostile"}
         post = asyncio.ensure_future(served.client.post("/prompt", json=body))
         async with asyncio.timeout(WAIT_S):
             while not started.is_set():
