@@ -17,6 +17,7 @@ tests/unit/test_tiled_vae_head.py).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol, TypeGuard
 
 import torch
 from torch import nn
@@ -31,7 +32,21 @@ SLICE_SCORES = 1 << 25
 MIN_ROWS = 16
 
 
-def sliceable(block: nn.Module) -> bool:
+Layer = Callable[[torch.Tensor], torch.Tensor]
+
+
+class AttnBlock(Protocol):
+    """The host's AttnBlock (``comfy.ldm.modules.diffusionmodules.model``): its layers, as ``sliceable``
+    finds them."""
+
+    norm: Layer
+    q: Layer
+    k: Layer
+    v: Layer
+    proj_out: Layer
+
+
+def sliceable(block: object) -> TypeGuard[AttnBlock]:
     """Whether ``block`` (the host's ``mid.attn_1``) is an AttnBlock on the host's split attention,
     which this module reproduces slice by slice."""
     if not all(hasattr(block, n) for n in ("norm", "q", "k", "v", "proj_out")):

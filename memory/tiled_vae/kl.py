@@ -24,8 +24,10 @@ GroupNorm itself, so the arithmetic is the host's.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import EllipsisType
+from typing import Protocol, cast
 
 import torch
 from torch import nn
@@ -60,6 +62,54 @@ HEAD_FACTOR = 10.5
 ATTENTION_MAX_SLICES = 128
 # Latent frames per run of the 0.18+ core's carried HunyuanVideo up path (``torch.split(h, 2, dim=2)``).
 CARRIED_FRAMES = 2
+
+
+class _Resnet(Protocol):
+    """The host's ResnetBlock as ``check_decoder`` checked it (a shortcut where the channels change)."""
+
+    in_channels: int
+    out_channels: int
+    norm1: nn.GroupNorm
+    conv1: nn.Module
+    norm2: nn.GroupNorm
+    conv2: nn.Module
+    conv_shortcut: nn.Module
+    nin_shortcut: nn.Module
+
+    def __call__(self, x: torch.Tensor, temb: None) -> torch.Tensor: ...
+
+
+class _Conv(Protocol):
+    out_channels: int
+
+
+class _Upsample(Protocol):
+    """The host's LDM Upsample (with_conv): interpolate, then ``conv``."""
+
+    conv: nn.Module
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
+
+
+class _Level(Protocol):
+    block: Sequence[_Resnet]
+
+
+class _Mid(Protocol):
+    block_1: _Resnet
+    attn_1: nn.Module
+    block_2: _Resnet
+
+
+class KLDecoder(Protocol):
+    """The host's LDM KL decoder (``comfy.ldm.modules.diffusionmodules.model.Decoder``), duck-typed."""
+
+    conv_in: nn.Module
+    mid: _Mid
+    up: Sequence[_Level]
+    norm_out: nn.GroupNorm
+    conv_out: nn.Module
+    num_resolutions: int
 
 
 @dataclass
@@ -100,7 +150,7 @@ def _is_groupnorm(module: object) -> bool:
     return isinstance(module, nn.GroupNorm)
 
 
-def _time_up(upsample: nn.Module, video: bool) -> bool:
+def _time_up(upsample: object, video: bool) -> bool:
     """Whether the host's Upsample doubles time too: a scalar factor on a video, or (2, 2, 2)."""
     factor = getattr(upsample, "scale_factor", 2.0)
     if isinstance(factor, (tuple, list)):
@@ -108,7 +158,7 @@ def _time_up(upsample: nn.Module, video: bool) -> bool:
     return video and float(factor) > 1
 
 
-def _spatial_scale(upsample: nn.Module) -> int:
+def _spatial_scale(upsample: object) -> int:
     factor = getattr(upsample, "scale_factor", 2.0)
     factors = factor if isinstance(factor, (tuple, list)) else (factor, factor)
     hw = {float(f) for f in factors[-2:]}
@@ -127,19 +177,25 @@ def _check_resnet(block: nn.Module) -> None:
         raise Unsupported(f"{type(block).__name__} mixes time or a timestep embedding")
 
 
-def _shortcut(block: nn.Module) -> nn.Module | None:
+def _shortcut(block: _Resnet) -> nn.Module | None:
     if block.in_channels == block.out_channels:
         return None
     return block.conv_shortcut if getattr(block, "use_conv_shortcut", False) else block.nin_shortcut
 
 
 def _swish(
-    block: nn.Module, act: Callable[[torch.Tensor], torch.Tensor]
+    block: _Resnet, act: Callable[[torch.Tensor], torch.Tensor]
 ) -> Callable[[torch.Tensor], torch.Tensor]:
-    return getattr(block, "swish", act)
+    swish: Callable[[torch.Tensor], torch.Tensor] = getattr(block, "swish", act)
+    return swish
 
 
-def check_decoder(model: nn.Module) -> nn.Module:
+def _out_channels(conv: nn.Module) -> int:
+    """A convolution's output channels, through the 0.18+ core's CarriedConv3d wrapper (``.conv``)."""
+    return cast(_Conv, getattr(conv, "conv", conv)).out_channels
+
+
+def check_decoder(model: nn.Module) -> KLDecoder:
     """The model's KL decoder, or Unsupported saying why this engine cannot tile it exactly."""
     decoder = getattr(model, "decoder", None)
     if decoder is None or getattr(model, "max_batch_size", None) is not None:
@@ -164,10 +220,10 @@ def check_decoder(model: nn.Module) -> nn.Module:
             raise Unsupported("attention in the up path reaches across tiles")
         for block in level.block:
             _check_resnet(block)
-    return decoder
+    return cast(KLDecoder, decoder)
 
 
-def build_stages(decoder: nn.Module, act: Callable[[torch.Tensor], torch.Tensor]) -> list[Stage]:
+def build_stages(decoder: KLDecoder, act: Callable[[torch.Tensor], torch.Tensor]) -> list[Stage]:
     """The up path and output head as GroupNorm-delimited stages, with halos from the layers."""
     stages: list[Stage] = []
     level = 0  # resolution doubling count so far
@@ -177,7 +233,7 @@ def build_stages(decoder: nn.Module, act: Callable[[torch.Tensor], torch.Tensor]
     for i_level in levels:
         up = decoder.up[i_level]
         blocks = list(up.block)
-        upsample = getattr(up, "upsample", None) if i_level != 0 else None
+        upsample: _Upsample | None = getattr(up, "upsample", None) if i_level != 0 else None
         for j, block in enumerate(blocks):
             swish = _swish(block, act)
             last = j == len(blocks) - 1
@@ -187,16 +243,18 @@ def build_stages(decoder: nn.Module, act: Callable[[torch.Tensor], torch.Tensor]
             time_up = up_here is not None and _time_up(up_here, video)
             name = f"up{i_level}.block{j}"
 
-            def body_a(h: torch.Tensor, block: nn.Module = block, swish: Callable = swish) -> torch.Tensor:
+            def body_a(
+                h: torch.Tensor, block: _Resnet = block, swish: Callable[[torch.Tensor], torch.Tensor] = swish
+            ) -> torch.Tensor:
                 return carried_conv(block.conv1)(swish(h))
 
             def body_b(
                 h: torch.Tensor,
                 x: torch.Tensor,
-                block: nn.Module = block,
-                swish: Callable = swish,
+                block: _Resnet = block,
+                swish: Callable[[torch.Tensor], torch.Tensor] = swish,
                 short: nn.Module | None = short,
-                up_here: nn.Module | None = up_here,
+                up_here: _Upsample | None = up_here,
             ) -> torch.Tensor:
                 h = carried_conv(block.conv2)(swish(h))  # dropout is the identity in eval
                 if short is not None:
@@ -231,7 +289,9 @@ def build_stages(decoder: nn.Module, act: Callable[[torch.Tensor], torch.Tensor]
             if up_here is not None:
                 up_reach = time_reach(up_here.conv)
                 step = 2 if time_up else 1
-                time_halo = add_reach(time_halo, tuple(upsampled_need(r, step) for r in up_reach))
+                time_halo = add_reach(
+                    time_halo, (upsampled_need(up_reach[0], step), upsampled_need(up_reach[1], step))
+                )
             stages.append(
                 Stage(
                     name + ".b",
@@ -260,11 +320,7 @@ def build_stages(decoder: nn.Module, act: Callable[[torch.Tensor], torch.Tensor]
         y = carried_conv(decoder.conv_out)(act(h))
         return torch.tanh(y) if getattr(decoder, "tanh_out", False) else y
 
-    cout_last = (
-        decoder.conv_out.conv.out_channels
-        if hasattr(decoder.conv_out, "conv")
-        else decoder.conv_out.out_channels
-    )
+    cout_last = _out_channels(decoder.conv_out)
     channels = decoder.norm_out.num_channels
     stages.append(
         Stage(
@@ -510,7 +566,7 @@ class KLTiledDecoder:
             stats = segment_stats(h, first.num_groups, first.eps, segments[0])  # the compute device's kernel
             parks = {"x": h.to(opts.park_device) if h.device != torch.device(opts.park_device) else h}
             del h
-            produced: dict[str, object] = {}
+            produced: list[tuple[torch.Tensor, StatsMerger | None]] = []  # the stage's last attempt
             for index, (stage, (geo, _, layout)) in enumerate(zip(self.stages, layouts, strict=True)):
                 nxt = self.stages[index + 1].norm if index + 1 < len(self.stages) else None
                 runs = segments[index + 1] if nxt is not None else None
@@ -522,19 +578,17 @@ class KLTiledDecoder:
                     merge_for: nn.GroupNorm | None = nxt if mode == "merge" else None,
                     runs: Segments | None = runs,
                 ) -> None:
-                    produced.clear()
-                    produced.update(
+                    produced[:] = [
                         self._run_stage(stage, parks, stats, layout, merge_for, runs, progress, parker)
-                    )
+                    ]
 
                 geo.record(report, stage.name, run_with_oom_retry(attempt, layout, opts, report))
                 if stage.output != "t":  # the block (or decoder) is done with its inputs
                     for name in stage.inputs:
                         parks.pop(name, None)
-                parks[stage.output] = produced["park"]
+                parks[stage.output], merger = produced[0]
                 if nxt is not None:
-                    merger = produced.get("merger")
-                    if isinstance(merger, StatsMerger):
+                    if merger is not None:
                         stats = merger.stats(nxt.eps)
                     else:
                         stats = segment_stats(parks[stage.output], nxt.num_groups, nxt.eps, runs)
@@ -550,7 +604,8 @@ class KLTiledDecoder:
         runs: Segments | None,
         progress: Progress,
         parker: ParkAllocator,
-    ) -> dict[str, object]:
+    ) -> tuple[torch.Tensor, StatsMerger | None]:
+        """The stage's output, parked, and the statistics of it merged tile by tile (``merge_for``)."""
         opts = self.options
         src = parks[stage.inputs[0]]
         height, width = src.shape[-2:]
@@ -561,7 +616,9 @@ class KLTiledDecoder:
             merger = StatsMerger(src.shape[0], merge_for.num_groups, opts.device, runs)
         out: torch.Tensor | None = None
         s = stage.scale
-        cuts: list[Chunk | None] = chunks(src.shape[2], layout.frames, stage.time_halo) if video else [None]
+        cuts: list[Chunk | None] = (
+            [*chunks(src.shape[2], layout.frames, stage.time_halo)] if video else [None]
+        )
         frames_out = (2 * src.shape[2] - 1 if stage.time_up else src.shape[2],) if video else ()
         for cut in cuts:
             for t in tiles_of(height, width, layout.tile, self.strips):
@@ -569,15 +626,16 @@ class KLTiledDecoder:
                     opts.check_interrupt()
                 c = t.crop(stage.halo, height, width)
                 area = (slice(c.y0, c.y1), slice(c.x0, c.x1))
-                window = area if cut is None else (slice(cut.c0, cut.c1), *area)
-                crops = [parks[k][(..., *window)].to(opts.device, non_blocking=True) for k in stage.inputs]
+                window: tuple[slice, ...] = area if cut is None else (slice(cut.c0, cut.c1), *area)
+                index: tuple[EllipsisType | slice, ...] = (Ellipsis, *window)
+                crops = [parks[k][index].to(opts.device, non_blocking=True) for k in stage.inputs]
                 tile_stats = device_stats if cut is None else device_stats.frames(cut.c0, cut.c1)
                 h = apply_group_norm(crops[0], tile_stats, stage.norm.weight, stage.norm.bias, opts.exact)
                 y = stage.body(h, *crops[1:])
                 del h, crops
                 rows = slice((t.y0 - c.y0) * s, (t.y1 - c.y0) * s)
                 cols = slice((t.x0 - c.x0) * s, (t.x1 - c.x0) * s)
-                target = (slice(t.y0 * s, t.y1 * s), slice(t.x0 * s, t.x1 * s))
+                target: tuple[slice, ...] = (slice(t.y0 * s, t.y1 * s), slice(t.x0 * s, t.x1 * s))
                 o0 = 0
                 if cut is None:
                     core = y[..., rows, cols]
@@ -589,11 +647,13 @@ class KLTiledDecoder:
                     dtype = torch.float32 if stage.output == "image" else y.dtype
                     shape = (*y.shape[:2], *frames_out, height * s, width * s)
                     out = parker.empty(shape, dtype, live_bytes(parks), final=stage.output == "image")
-                out[(..., *target)].copy_(core, non_blocking=True)
+                into: tuple[EllipsisType | slice, ...] = (Ellipsis, *target)
+                out[into].copy_(core, non_blocking=True)
                 if merger is not None:
                     merger.add(core, o0)
                 del y, core
                 progress.step()
         if torch.device(opts.device).type == "cuda":
             torch.cuda.synchronize(opts.device)  # the non-blocking copies into the park must land
-        return {"park": out, "merger": merger}
+        assert out is not None  # every stage has at least one tile
+        return out, merger

@@ -138,16 +138,16 @@ def run_with_oom_retry(
     exception's frames) are freed before ``on_oom`` empties the allocator cache.
     """
     while True:
-        failed = False
+        smaller = None
         try:
             attempt(layout)
         except options.oom_types:
-            if layout.smaller() is None:
+            smaller = layout.smaller()
+            if smaller is None:
                 raise
-            failed = True
-        if not failed:
+        if smaller is None:
             return layout
         report.oom_retries += 1
-        layout = layout.smaller()
+        layout = smaller
         if options.on_oom is not None:
             options.on_oom()

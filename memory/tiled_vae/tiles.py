@@ -192,11 +192,14 @@ def carried_conv(module: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
     ``conv_carry_causal_3d`` pads it when nothing is carried in; any other module as it is."""
     if not is_carried(module):
         return module
-    kt, kh, kw = module.conv.kernel_size
+    conv = module.conv
+    assert isinstance(conv, nn.Conv3d)  # is_carried checked it
+    kt, kh, kw = conv.kernel_size
     pad = (kw // 2, kw // 2, kh // 2, kh // 2, kt - 1, 0)
 
     def run(x: torch.Tensor) -> torch.Tensor:
-        return module(F.pad(x, pad, mode="replicate") if any(pad) else x)
+        y: torch.Tensor = module(F.pad(x, pad, mode="replicate") if any(pad) else x)
+        return y
 
     return run
 

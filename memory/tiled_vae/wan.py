@@ -25,6 +25,8 @@ unpatchify after the decoder, a per-pixel rearrangement done here on each tile.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
+from typing import Protocol, cast
 
 import torch
 from einops import rearrange
@@ -44,7 +46,30 @@ WAN_VALUES_PER_PX = {"wan21": 4300.0, "wan22": 4700.0}
 HEAD_BYTES_PER_PX = 24.0  # per latent pixel x middle channels (head: conv1 + middle with attention)
 
 
-def _name(module: nn.Module) -> str:
+class _ResidualBlock(Protocol):
+    residual: Iterable[nn.Module]
+    shortcut: nn.Module
+
+
+class _Resample(Protocol):
+    mode: str
+    time_conv: nn.Module
+    resample: Sequence[nn.Module]
+
+
+class _DupUp(Protocol):
+    factor_s: int
+
+
+class _UpResidual(Protocol):  # Wan 2.2's Up_ResidualBlock
+    upsamples: Iterable[nn.Module]
+    avg_shortcut: _DupUp | None
+
+
+Cache = list["torch.Tensor | None"]  # the host decoder's causal cache: one entry per cached convolution
+
+
+def _name(module: object) -> str:
     return type(module).__name__
 
 
@@ -52,22 +77,25 @@ def _need(module: nn.Module, after: int) -> int:
     """Pixels needed at ``module``'s input to compute ``after`` exact pixels beyond a tile's core."""
     kind = _name(module)
     if kind == "ResidualBlock":
-        convs = [m for m in module.residual if _name(m) == "CausalConv3d"]
+        block = cast(_ResidualBlock, module)
+        convs = [m for m in block.residual if _name(m) == "CausalConv3d"]
         reach = sum(conv_radius(c) for c in convs)
-        short = conv_radius(module.shortcut) if _name(module.shortcut) == "CausalConv3d" else 0
+        short = conv_radius(block.shortcut) if _name(block.shortcut) == "CausalConv3d" else 0
         return after + max(reach, short)
     if kind == "Resample":
-        if module.mode not in ("upsample2d", "upsample3d"):
-            raise Unsupported(f"Resample mode {module.mode}")
-        if module.mode == "upsample3d" and conv_radius(module.time_conv) != 0:
+        resample = cast(_Resample, module)
+        if resample.mode not in ("upsample2d", "upsample3d"):
+            raise Unsupported(f"Resample mode {resample.mode}")
+        if resample.mode == "upsample3d" and conv_radius(resample.time_conv) != 0:
             raise Unsupported("time_conv reaches in space")
-        return math.ceil((after + conv_radius(module.resample[1])) / 2)
+        return math.ceil((after + conv_radius(resample.resample[1])) / 2)
     if kind == "Up_ResidualBlock":
+        up = cast(_UpResidual, module)
         main = after
-        for layer in reversed(list(module.upsamples)):
+        for layer in reversed(list(up.upsamples)):
             main = _need(layer, main)
-        short = module.avg_shortcut
-        return max(main, math.ceil(after / short.factor_s)) if short is not None else main
+        dup = up.avg_shortcut
+        return max(main, math.ceil(after / dup.factor_s)) if dup is not None else main
     if kind == "CausalConv3d":
         return after + conv_radius(module)
     if kind in ("RMS_norm", "SiLU", "Dropout", "Identity"):
@@ -80,12 +108,12 @@ def _scale(module: nn.Module) -> int:
     if kind == "Resample":
         return 2
     if kind == "Up_ResidualBlock":
-        return math.prod(_scale(m) for m in module.upsamples)
+        return math.prod(_scale(m) for m in cast(_UpResidual, module).upsamples)
     return 1
 
 
-def _time_upsamples(decoder: nn.Module) -> int:
-    modes = [m.mode for m in decoder.upsamples.modules() if _name(m) == "Resample"]
+def _time_upsamples(upsamples: nn.Module) -> int:
+    modes = [cast(_Resample, m).mode for m in upsamples.modules() if _name(m) == "Resample"]
     return sum(mode == "upsample3d" for mode in modes)
 
 
@@ -98,16 +126,17 @@ def host_chunks(frames: int, paired: bool) -> list[tuple[int, int]]:
     return [(0, 1)] + [(a, min(frames, a + 2)) for a in range(1, frames, 2)]
 
 
-def _causal(layer: nn.Module, x: torch.Tensor, cache: list, idx: list[int]) -> torch.Tensor:
+def _causal(layer: nn.Module, x: torch.Tensor, cache: Cache, idx: list[int]) -> torch.Tensor:
     """One cached causal convolution, with the host decoder's cache protocol (conv1 and head)."""
     i = idx[0]
     keep = x[:, :, -CACHE_T:].clone()
-    if keep.shape[2] < 2 and cache[i] is not None:
-        keep = torch.cat([cache[i][:, :, -1:].to(keep.device), keep], dim=2)
-    x = layer(x, cache[i])
+    prev = cache[i]
+    if keep.shape[2] < 2 and prev is not None:
+        keep = torch.cat([prev[:, :, -1:].to(keep.device), keep], dim=2)
+    y: torch.Tensor = layer(x, cache[i])
     cache[i] = keep
     idx[0] += 1
-    return x
+    return y
 
 
 class WanTiledDecoder:
@@ -129,13 +158,17 @@ class WanTiledDecoder:
         else:
             raise Unsupported(f"Wan decoder with {sorted(kinds)}")
         self.model, self.decoder, self.options = model, decoder, options
+        conv2 = model.conv2
+        if not isinstance(conv2, nn.Module):
+            raise Unsupported("the Wan VAE's conv2 is not a layer")
+        self.conv2 = conv2
         tail = [*decoder.upsamples, *decoder.head]
         need = 0
         for layer in reversed(tail):
             need = _need(layer, need)
         self.halo = need  # latent pixels
         self.scale = math.prod(_scale(m) for m in decoder.upsamples) * self.patch
-        self.time_factor = 2 ** _time_upsamples(decoder)
+        self.time_factor = 2 ** _time_upsamples(decoder.upsamples)
         self.cached_convs = sum(_name(m) == "CausalConv3d" for m in decoder.modules())
         self.mid_channels = decoder.conv1.out_channels
         self.strips = options.strips(video=True)
@@ -203,10 +236,10 @@ class WanTiledDecoder:
                 batch, 3, out_frames, height * self.scale, width * self.scale, dtype=torch.float32
             )
             state: dict[str, int] = {}
-            for b, clips in enumerate(groups):
+            for b, group in enumerate(groups):
 
-                def attempt(layout: TileLayout, clips: slice = clips) -> None:
-                    state["tiles"] = self._tiles(parked, clips, layout.tile, out, progress)
+                def attempt(layout: TileLayout, group: slice = group) -> None:
+                    state["tiles"] = self._tiles(parked, group, layout.tile, out, progress)
 
                 used = run_with_oom_retry(attempt, TileLayout(tile), opts, report)
                 report.stages.append((f"tail[{b}]", used.tile, state["tiles"]))
@@ -218,8 +251,8 @@ class WanTiledDecoder:
     def _head(self, latent: torch.Tensor, progress: Progress) -> list[torch.Tensor]:
         """conv2, conv1 and the middle block on whole frames, in the host's chunks of frames (batched)."""
         opts, dec = self.options, self.decoder
-        x = self.model.conv2(latent.to(opts.device, opts.dtype))
-        cache: list = [None] * self.cached_convs
+        x = self.conv2(latent.to(opts.device, opts.dtype))
+        cache: Cache = [None] * self.cached_convs
         parked = []
         for a, b in host_chunks(x.shape[2], self.paired):
             idx = [0]
@@ -238,7 +271,7 @@ class WanTiledDecoder:
         s, count = self.scale, 0
         for t in tiles_of(height, width, tile, self.strips):
             c = t.crop(self.halo, height, width)
-            cache: list = [None] * self.cached_convs
+            cache: Cache = [None] * self.cached_convs
             frame = 0
             for i, h in enumerate(parked):
                 if opts.check_interrupt is not None:
