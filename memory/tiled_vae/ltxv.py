@@ -28,9 +28,10 @@ from __future__ import annotations
 import inspect
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from types import EllipsisType
+from typing import Any, NamedTuple, Protocol, cast
 
 import torch
 from einops import rearrange
@@ -62,6 +63,60 @@ HEAD_VALUES_PER_PX = 6.0  # per latent voxel x conv_in output channels (noise mi
 LOCAL_NORMS = {"PixelNorm", "LayerNorm", "Identity"}
 
 
+Layer = Callable[[torch.Tensor], torch.Tensor]
+
+
+class _CausalConv(Protocol):
+    """The host's LTXV CausalConv3d: a Conv3d (``conv``) that pads time itself."""
+
+    conv: nn.Conv3d
+    time_kernel_size: int
+
+    def __call__(self, x: torch.Tensor, causal: bool = True) -> torch.Tensor: ...
+
+
+class _Resnet(Protocol):
+    """The host's ResnetBlock3D (its timestep and noise members only where it has them)."""
+
+    in_channels: int
+    out_channels: int
+    norm1: nn.Module
+    norm2: nn.Module
+    norm3: Layer
+    conv1: _CausalConv
+    conv2: _CausalConv
+    conv_shortcut: nn.Module
+    non_linearity: Layer
+    dropout: Layer
+    timestep_conditioning: bool
+    scale_shift_table: torch.Tensor
+    per_channel_scale1: torch.Tensor
+    per_channel_scale2: torch.Tensor
+
+    def modules(self) -> Any: ...
+
+
+class _DepthToSpace(Protocol):
+    """The host's DepthToSpaceUpsample: a causal convolution, then a depth-to-space rearrangement."""
+
+    stride: Sequence[int]
+    out_channels: int
+    residual: bool
+    conv: _CausalConv
+
+    def __call__(self, x: torch.Tensor, causal: bool = True) -> torch.Tensor: ...
+    def modules(self) -> Any: ...
+
+
+class _ChannelStats(Protocol):  # the VAE's per_channel_statistics
+    def un_normalize(self, x: torch.Tensor) -> torch.Tensor: ...
+
+
+class _PixelNorm(Protocol):
+    dim: int
+    eps: float
+
+
 def _name(module: object) -> str:
     return type(module).__name__
 
@@ -72,7 +127,7 @@ class _Plan:
 
     name: str
     kind: str  # res_a | res_b | d2s | out
-    block: nn.Module
+    block: object  # a _Resnet (res_a, res_b), a _DepthToSpace (d2s), the decoder (out)
     inputs: tuple[str, ...]  # park names; the first goes through ``norm``
     output: str
     norm: nn.Module | None
@@ -85,7 +140,9 @@ class _Plan:
     @property
     def conv_channels(self) -> int:
         """The fewest channels any of the stage's convolutions reads (the CPU kernel rule)."""
-        return min(self.channels, self.block.in_channels) if self.kind == "res_b" else self.channels
+        if self.kind != "res_b":
+            return self.channels
+        return min(self.channels, cast(_Resnet, self.block).in_channels)
 
 
 class _Spec(NamedTuple):
@@ -98,44 +155,45 @@ def _values(plan: _Plan) -> float:
     """Live values per input voxel of a tile of ``plan`` (all channels)."""
     if plan.kind != "d2s":
         return STAGE_VALUES[plan.kind] * plan.channels
-    out = plan.block.out_channels
-    return (3 if plan.block.residual else 2) * out + D2S_VALUES * plan.channels
+    d2s = cast(_DepthToSpace, plan.block)
+    return (3 if d2s.residual else 2) * d2s.out_channels + D2S_VALUES * plan.channels
 
 
-def _check_conv(module: nn.Module) -> int:
+def _check_conv(module: object) -> int:
     if _name(module) != "CausalConv3d":
         raise Unsupported(f"{_name(module)} convolution in the LTXV decoder")
-    return conv_radius(module)
+    return conv_radius(cast(nn.Module, module))
 
 
-def _time_reach(module: nn.Module, causal: bool) -> tuple[int, int]:
+def _time_reach(module: object, causal: bool) -> tuple[int, int]:
     """Frames before and after an output frame that a CausalConv3d reads: it pads time itself, with
     ``k - 1`` copies of the first frame (causal) or ``(k - 1) / 2`` of the first and last."""
     if _name(module) != "CausalConv3d":
-        return time_reach(module)  # a pointwise shortcut
-    conv = module.conv
-    if conv.stride[0] != 1 or conv.dilation[0] != 1 or module.time_kernel_size % 2 == 0:
+        return time_reach(cast(nn.Module, module))  # a pointwise shortcut
+    causal_conv = cast(_CausalConv, module)
+    conv = causal_conv.conv
+    if conv.stride[0] != 1 or conv.dilation[0] != 1 or causal_conv.time_kernel_size % 2 == 0:
         raise Unsupported("LTXV convolution strided, dilated or even in time")
-    span = module.time_kernel_size - 1
+    span = causal_conv.time_kernel_size - 1
     return (span, 0) if causal else (span // 2, span // 2)
 
 
-def _check_norm(module: nn.Module) -> nn.Module:
+def _check_norm(module: object) -> nn.Module:
     if _name(module) not in LOCAL_NORMS:
         raise Unsupported(f"{_name(module)} in the LTXV decoder reaches across tiles")
     if _name(module) == "PixelNorm" and getattr(module, "dim", 1) != 1:
         raise Unsupported("PixelNorm over a dimension other than the channels")
-    return module
+    return cast(nn.Module, module)
 
 
-def _d2s_stride(block: nn.Module) -> tuple[int, int]:
+def _d2s_stride(block: _DepthToSpace) -> tuple[int, int]:
     stride = tuple(block.stride)
     if len(stride) != 3 or stride[1] != stride[2] or stride[0] not in (1, 2):
         raise Unsupported(f"depth-to-space stride {stride}")
     return stride[0], stride[1]
 
 
-def _resnet_plan(name: str, block: nn.Module, causal: bool) -> list[_Plan]:
+def _resnet_plan(name: str, block: _Resnet, causal: bool) -> list[_Plan]:
     short = block.conv_shortcut
     _check_norm(block.norm3)
     identity = _name(short) == "Identity"
@@ -162,12 +220,12 @@ class _Stateless:
     does) and every other state is cleared; after it the state this thread left is removed. Nothing to
     do on hosts whose modules keep no state."""
 
-    def __init__(self, module: nn.Module) -> None:
-        self.stateful = [
-            (m.temporal_cache_state, _name(m) == "CausalConv3d")
-            for m in module.modules()
-            if isinstance(getattr(m, "temporal_cache_state", None), dict)
-        ]
+    def __init__(self, module: _Resnet | _DepthToSpace | nn.Module) -> None:
+        self.stateful: list[tuple[dict[int, object], bool]] = []
+        for m in module.modules():
+            state = getattr(m, "temporal_cache_state", None)
+            if isinstance(state, dict):
+                self.stateful.append((state, _name(m) == "CausalConv3d"))
 
     def __enter__(self) -> None:
         tid = threading.get_ident()
@@ -187,7 +245,7 @@ def whole_mean(norm: nn.Module | None, x: torch.Tensor) -> torch.Tensor | None:
     """PixelNorm's channel mean of squares over a whole activation, as the host's forward computes it."""
     if norm is None or _name(norm) != "PixelNorm":
         return None
-    return torch.mean(x**2, dim=norm.dim, keepdim=True)
+    return torch.mean(x**2, dim=cast(_PixelNorm, norm).dim, keepdim=True)
 
 
 def apply_norm(norm: nn.Module | None, x: torch.Tensor, mean: torch.Tensor | None) -> torch.Tensor:
@@ -196,8 +254,9 @@ def apply_norm(norm: nn.Module | None, x: torch.Tensor, mean: torch.Tensor | Non
     if norm is None:
         return x
     if mean is None:
-        return norm(x)
-    return x / torch.sqrt(mean + norm.eps)
+        y: torch.Tensor = norm(x)
+        return y
+    return x / torch.sqrt(mean + cast(_PixelNorm, norm).eps)
 
 
 class LTXVTiledDecoder:
@@ -212,7 +271,10 @@ class LTXVTiledDecoder:
             raise Unsupported("not an LTXV decoder")
         if not hasattr(model, "per_channel_statistics"):
             raise Unsupported("not an LTXV VAE")
-        params = inspect.signature(model.decode).parameters
+        decode = getattr(model, "decode", None)
+        if not callable(decode):
+            raise Unsupported("an LTXV VAE without decode()")
+        params = inspect.signature(decode).parameters
         if "timestep" in params and "noise_scale" in params:
             # The defaults the host's VAE.decode uses (it passes no options for video VAEs).
             self.timestep = params["timestep"].default
@@ -306,7 +368,9 @@ class LTXVTiledDecoder:
 
         return estimate
 
-    def layouts(self, latent_shape: tuple[int, ...], dtype_bytes: int, smallest: bool = False) -> list[tuple]:
+    def layouts(
+        self, latent_shape: tuple[int, ...], dtype_bytes: int, smallest: bool = False
+    ) -> list[tuple[StageGeometry, Callable[[int, int], int], TileLayout]]:
         """Per stage: (geometry, estimator, layout): the chosen layout, or the smallest one."""
         specs = self._specs(latent_shape)
         total = specs[-1].scale * self.patch
@@ -324,7 +388,8 @@ class LTXVTiledDecoder:
 
     def head_bytes(self, latent_shape: tuple[int, ...], dtype_bytes: int) -> int:
         voxels = latent_shape[0] * math.prod(latent_shape[2:])
-        return int(HEAD_VALUES_PER_PX * self.decoder.conv_in.out_channels * voxels * dtype_bytes)
+        channels: int = self.decoder.conv_in.out_channels
+        return int(HEAD_VALUES_PER_PX * channels * voxels * dtype_bytes)
 
     def predicted_peak(self, latent_shape: tuple[int, ...], dtype_bytes: int, smallest: bool = False) -> int:
         tiles = [
@@ -359,9 +424,9 @@ class LTXVTiledDecoder:
                 def attempt(
                     layout: TileLayout,
                     plan: _Plan = plan,
-                    body: Callable = body,
+                    body: Callable[..., torch.Tensor] = body,
                     mean: torch.Tensor | None = mean,
-                    result: dict = result,
+                    result: dict[str, torch.Tensor] = result,
                 ) -> None:
                     result["park"] = self._run_stage(plan, body, parks, mean, layout, progress, parker)
 
@@ -403,7 +468,7 @@ class LTXVTiledDecoder:
         model, dec = self.model, self.decoder
         if model.timestep_conditioning:
             x = torch.randn_like(x) * self.noise_scale + (1.0 - self.noise_scale) * x
-        x = model.per_channel_statistics.un_normalize(x)
+        x = cast(_ChannelStats, model.per_channel_statistics).un_normalize(x)
         batch = x.shape[0]
         with _Stateless(dec.conv_in):
             sample = dec.conv_in(x, causal=dec.causal)
@@ -413,7 +478,8 @@ class LTXVTiledDecoder:
             scaled = self.timestep * dec.timestep_scale_multiplier.to(dtype=dtype, device=device)
 
         def embed(embedder: nn.Module) -> torch.Tensor:
-            emb = embedder(
+            assert scaled is not None  # the decoder is timestep-conditioned
+            emb: torch.Tensor = embedder(
                 timestep=scaled.flatten(),
                 resolution=None,
                 aspect_ratio=None,
@@ -447,7 +513,7 @@ class LTXVTiledDecoder:
 
     def _resnet_bodies(
         self,
-        block: nn.Module,
+        block: _Resnet,
         temb: torch.Tensor | None,
         hw: tuple[int, int],
         dtype: torch.dtype,
@@ -459,6 +525,7 @@ class LTXVTiledDecoder:
         fresh = _Stateless(block)
         ada = None
         if block.timestep_conditioning:
+            assert temb is not None  # the mid block's embedding, which conditions its blocks
             batch = temb.shape[0]
             table = block.scale_shift_table[None, ..., None, None, None].to(device=device, dtype=dtype)
             ada = (table + temb.reshape(batch, 4, -1, temb.shape[-3], temb.shape[-2], temb.shape[-1])).unbind(
@@ -490,11 +557,12 @@ class LTXVTiledDecoder:
             if noise is not None:
                 h = h + _scaled(noise[1][None, c[0] : c[1], c[2] : c[3]], block.per_channel_scale2, h)
             with fresh:
-                return block.conv_shortcut(block.norm3(x)) + h
+                shortcut: torch.Tensor = block.conv_shortcut(block.norm3(x))
+            return shortcut + h
 
         return [first_half, second_half]
 
-    def _d2s_body(self, block: nn.Module) -> Callable[..., torch.Tensor]:
+    def _d2s_body(self, block: _DepthToSpace) -> Callable[..., torch.Tensor]:
         causal, fresh = self.decoder.causal, _Stateless(block)
 
         def body(h: torch.Tensor, c: tuple[int, int, int, int]) -> torch.Tensor:
@@ -517,7 +585,10 @@ class LTXVTiledDecoder:
                 h = dec.conv_out(h, causal=dec.causal)
             if patch == 1:
                 return h
-            return rearrange(h, "b (c p r q) f h w -> b c (f p) (h q) (w r)", p=1, q=patch, r=patch)
+            out: torch.Tensor = rearrange(
+                h, "b (c p r q) f h w -> b c (f p) (h q) (w r)", p=1, q=patch, r=patch
+            )
+            return out
 
         return body
 
@@ -545,8 +616,9 @@ class LTXVTiledDecoder:
                 window = (slice(cut.c0, cut.c1), slice(c.y0, c.y1), slice(c.x0, c.x1))
                 # Contiguous crops: torch's CPU elementwise kernels take a scalar path at the end of each
                 # row of a strided view, which rounds transcendental ops (SiLU) differently.
-                crops = [parks[k][(..., *window)].to(opts.device).contiguous() for k in plan.inputs]
-                m = mean[(..., *window)].to(opts.device).contiguous() if mean is not None else None
+                index: tuple[EllipsisType | slice, ...] = (Ellipsis, *window)
+                crops = [parks[k][index].to(opts.device).contiguous() for k in plan.inputs]
+                m = mean[index].to(opts.device).contiguous() if mean is not None else None
                 h = apply_norm(plan.norm, crops[0], m)
                 y = body(h, *crops[1:], (c.y0, c.y1, c.x0, c.x1))
                 del h, crops, m
@@ -566,6 +638,7 @@ class LTXVTiledDecoder:
                 progress.step()
         if torch.device(opts.device).type == "cuda":
             torch.cuda.synchronize(opts.device)  # the non-blocking copies into the park must land
+        assert out is not None  # every stage has at least one tile
         return out
 
 
