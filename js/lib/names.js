@@ -1,4 +1,14 @@
 // Names the server spells the same way: mirrored from memory/names.py (tests/unit/test_names.py compares).
+
+// The pack's node ids (frozen: saved workflows name them).
+export const NODE_IDS = {
+  offload_loader: "HeadroomOffloadLoader",
+  streaming_sampler: "HeadroomStreamingSampler",
+  stream_model: "HeadroomStreamModel",
+  stream_clip: "HeadroomStreamCLIP",
+  tiled_vae_decode: "HeadroomTiledVAEDecode",
+  memory_monitor: "HeadroomMemoryMonitor",
+};
 export const EVENTS = {
   sample: "headroom.sample",
   node: "headroom.node",

@@ -2,11 +2,18 @@
 // the Memory Monitor's report, shown on the node in a read-only text box after it runs, under either node
 // renderer. The document is passed in (unit-tested under Node with fakes).
 
-/** The nodes whose ui text is shown, by node id (frozen ids). */
-export const TEXT_NODES = new Set(["HeadroomStreamingSampler", "HeadroomMemoryMonitor", "HeadroomStreamModel", "HeadroomStreamCLIP"]);
+import { NODE_IDS } from "./names.js";
+
+/** The nodes whose ui text is shown, by node id. */
+export const TEXT_NODES = new Set([
+  NODE_IDS.streaming_sampler,
+  NODE_IDS.memory_monitor,
+  NODE_IDS.stream_model,
+  NODE_IDS.stream_clip,
+]);
 // The size a new node gets, so that its text shows: VRAM Stats' report is about 15 lines; the sampler's
 // status one or two. A workflow's saved sizes win (they are set after the node is created).
-const NEW_SIZE = { HeadroomMemoryMonitor: [460, 360], HeadroomStreamingSampler: [320, 0] };
+const NEW_SIZE = { [NODE_IDS.memory_monitor]: [460, 360], [NODE_IDS.streaming_sampler]: [320, 0] };
 export const TEXT_WIDGET = "last run"; // also the Vue renderer's placeholder
 
 /** The ui text of an executed message as one string; null when the message has none. */

@@ -19,9 +19,10 @@ def js_object(name: str) -> dict[str, str]:
     return dict(re.findall(r'(\w+):\s*"([^"]+)"', body[1]))
 
 
-def test_the_browser_mirrors_the_servers_events_and_routes() -> None:
+def test_the_browser_mirrors_the_servers_events_routes_and_node_ids() -> None:
     assert js_object("EVENTS") == names.EVENTS
     assert js_object("ROUTES") == names.ROUTES
+    assert js_object("NODE_IDS") == names.NODE_IDS
 
 
 def test_event_and_route_names_are_spelled_in_one_place_per_language() -> None:
@@ -37,7 +38,8 @@ def test_event_and_route_names_are_spelled_in_one_place_per_language() -> None:
 
 
 def test_the_node_ids_have_one_home() -> None:
-    """Each node class takes its id from memory/names.py, and no module of the pack spells one again."""
+    """Each node class takes its id from memory/names.py, the browser's code from js/lib/names.js (its
+    mirror), and no module of the pack spells one again."""
     from pathlib import Path
 
     from comfyui_headroom.memory.names import NODE_IDS
@@ -47,8 +49,8 @@ def test_the_node_ids_have_one_home() -> None:
     root = Path(__file__).resolve().parents[2]
     spelt = [
         f"{p.relative_to(root)}: {node_id}"
-        for p in [*root.glob("memory/**/*.py"), *root.glob("nodes/**/*.py")]
-        if p.name != "names.py"
+        for p in [*root.glob("memory/**/*.py"), *root.glob("nodes/**/*.py"), *root.glob("js/**/*.js")]
+        if p.name not in ("names.py", "names.js") and "node_modules" not in p.parts
         for node_id in NODE_IDS.values()
         if f'"{node_id}"' in p.read_text(encoding="utf-8")
     ]
