@@ -91,8 +91,11 @@ class HeadroomTiledVAEDecode:
             oom_types=host_vae.vae_oom_errors(),
             on_oom=host_vae.device_empty_cache,
         )
+        model = getattr(vae, "first_stage_model", None)
         try:
-            engine = make_tiled_decoder(getattr(vae, "first_stage_model", None), options)
+            if not isinstance(model, torch.nn.Module):
+                raise Unsupported("the VAE has no first_stage_model module")
+            engine = make_tiled_decoder(model, options)
         except Unsupported as exc:
             log.info("Headroom Tiled VAE Decode: using the host's own decode for this VAE (%s)", exc)
             return (_stock_layout(vae.decode(latent)),)

@@ -179,7 +179,9 @@ def _hook_progress(source: EventSource, execution: ModuleType) -> str:
     if getattr(original, "__headroom__", False):
         return "on"
 
-    class HeadroomProgressHandler(progress.ProgressHandler):
+    handler_base: Any = progress.ProgressHandler  # the host's class, read from the running host
+
+    class HeadroomProgressHandler(handler_base):
         def __init__(self) -> None:
             super().__init__("headroom")
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from ...memory.residency.prefetch import CopyDone, Stream
+from ...memory.residency.prefetch import CopyDone, Stream, Upload
 from .lookups import host_module
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
@@ -101,6 +101,13 @@ class HostUpload:
     swaps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=list)
 
 
+def _own(upload: Upload) -> HostUpload:
+    """``upload`` as this module made it (``HostPrefetch.start``)."""
+    if not isinstance(upload, HostUpload):
+        raise TypeError(f"Headroom: not a host upload: {upload!r}")
+    return upload
+
+
 class HostPrefetch:
     """``memory.residency.prefetch.PrefetchOps`` on the host; ``stream`` and ``device`` are injected by
     tests (a fake stream on the CPU), else a CUDA side stream on the host's compute device."""
@@ -137,7 +144,9 @@ class HostPrefetch:
         state = getattr(mm, "vram_state", None)
         if state is not None and getattr(state, "name", "") in ("LOW_VRAM", "NO_VRAM"):
             return f"the host runs in {state.name} mode and loads models partially"
-        if torch.device(patcher.load_device) != torch.device(self.device):
+        device = self.device
+        assert device is not None  # set by _side()
+        if torch.device(patcher.load_device) != torch.device(device):
             return f"it loads to {patcher.load_device}, the side stream uploads to {self.device}"
         for lm in list(mm.current_loaded_models):
             other = lm.model
@@ -165,7 +174,8 @@ class HostPrefetch:
         event = stream.copy([(dst, src) for _, dst, src in swaps])
         return HostUpload(event, sum(d.numel() * d.element_size() for _, d, _ in swaps), swaps)
 
-    def land(self, handle: Any, upload: HostUpload) -> None:
+    def land(self, handle: Any, upload: Upload) -> None:
+        upload = _own(upload)
         mm = self.mm
         patcher = handle.patcher
         if any(lm.model is patcher for lm in mm.current_loaded_models):
@@ -182,7 +192,8 @@ class HostPrefetch:
         mm.current_loaded_models.insert(0, loaded)
         upload.swaps.clear()  # the module holds the device tensors now
 
-    def cancel(self, upload: HostUpload) -> None:
+    def cancel(self, upload: Upload) -> None:
+        upload = _own(upload)
         try:
             upload.event.wait()  # compute waits for the side stream before the memory is reused
         finally:

@@ -45,8 +45,12 @@ class Handle(Protocol):
     kind: str  # the component's kind ("diffusion_model", "text_encoder", ...): what may stream
     paths: list[Path]  # the files it was loaded from
     residency: str
-    patcher: Any
-    module: Any
+
+    @property
+    def patcher(self) -> Any: ...  # the host's ModelPatcher
+    @property
+    def module(self) -> Any: ...  # the host's model (None once released)
+
     files: list[MappedFile] | None
     mapped_names: dict[str, str]
 
@@ -263,16 +267,17 @@ class Residency(Subscriber):
         card_budget: Callable[[], Budget | None],
         on_move: Callable[[ResidencyEvent], None] | None = None,
     ) -> None:
-        self.controller = Controller(_HostOps(), time_limit_s=HOST_PLAN_LIMIT_S)
+        ops = _HostOps()
+        self.controller = Controller(ops, time_limit_s=HOST_PLAN_LIMIT_S)
         self.controller.listeners.append(self._moved)
-        self.ram_guard = RamGuard(_RamOps(self.controller.ops), RAM.resolve)
+        self.ram_guard = RamGuard(_RamOps(ops), RAM.resolve)
         self.controller.ram_guard = self.ram_guard
         self.controller.prefetcher = Prefetcher(HostPrefetch())  # uploads on a side stream (prefetch.py)
         self.card_budget = card_budget
         self.moves: list[Callable[[ResidencyEvent], None]] = [on_move] if on_move is not None else []
         self.budget_override: Budget | None = None
         self.hardware = Hardware.pcie(4)
-        self.dynamic = self.controller.ops.dynamic  # the plan's eviction order on DynamicVRAM hosts
+        self.dynamic = ops.dynamic  # the plan's eviction order on DynamicVRAM hosts
         self.warned_reserve = False
         self.reaped_for: str | None = None  # the prompt whose start reaped dropped loaders
 

@@ -11,6 +11,7 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from ...memory.names import ROUTES
@@ -61,7 +62,7 @@ def _remove_handler(server: Any, handler: Any) -> None:
         handlers.remove(handler)
 
 
-def _safe(what: str, fn: Any, *args: Any) -> None:
+def _safe(what: str, fn: Callable[..., object], *args: object) -> None:
     try:
         fn(*args)
     except Exception:
@@ -82,11 +83,13 @@ def _on_prompt(m: Monitor, json_data: Any) -> Any:
         prompt_id = json_data.get("prompt_id")
         if prompt_id is not None:
             m.queued_prompt(str(prompt_id), m.plans.key(prompt, m.budget()), _workflow_id(json_data))
-        job = (_safe, "preflight", m.preflight, prompt, prompt_id, json_data.get("client_id"))
+        job = functools.partial(
+            _safe, "preflight", m.preflight, prompt, prompt_id, json_data.get("client_id")
+        )
         try:  # after the host's handler: its validation runs on this loop and would share the GIL
-            asyncio.get_running_loop().call_soon(lambda: m.pool.submit(*job))
+            asyncio.get_running_loop().call_soon(lambda: m.pool.submit(job))
         except RuntimeError:  # called outside the event loop
-            m.pool.submit(*job)
+            m.pool.submit(job)
     except Exception:
         _log.exception("Headroom: preflight failed; the prompt is queued as usual")
     return json_data
@@ -105,10 +108,11 @@ def _bad(web: Any, message: str) -> Any:
     return web.json_response({"error": message}, status=400)
 
 
-def _prompt_id(web: Any, request: Any) -> tuple[str | None, Any]:
-    prompt_id = request.match_info.get("prompt_id", "")
+def _prompt_id(web: Any, request: Any) -> tuple[str, Any]:
+    """The request's prompt id and None, or "" and the response refusing it."""
+    prompt_id = str(request.match_info.get("prompt_id", ""))
     if not _PROMPT_ID.match(prompt_id):
-        return None, _bad(web, "prompt_id must be 1-128 letters, digits, '_', '-', '.' or ':'")
+        return "", _bad(web, "prompt_id must be 1-128 letters, digits, '_', '-', '.' or ':'")
     return prompt_id, None
 
 
