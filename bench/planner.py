@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from comfyui_headroom.memory.planning.baselines import BASELINES  # noqa: E402
 from comfyui_headroom.memory.planning.costmodel import Budget, Hardware  # noqa: E402
 from comfyui_headroom.memory.planning.pipeline import plan_workflow  # noqa: E402
-from comfyui_headroom.memory.planning.planner import PlanTooLarge, plan  # noqa: E402
+from comfyui_headroom.memory.planning.planner import plan  # noqa: E402
 from comfyui_headroom.memory.units import GiB  # noqa: E402
 from comfyui_headroom.memory.workflow.graph import WorkflowError  # noqa: E402
 from headroom_testing.bruteforce import brute_force, search_space  # noqa: E402
@@ -77,12 +77,7 @@ def run(folder: Path) -> dict:
         for gb in VRAM_GB:
             budget = Budget.from_card(gb * GiB, RAM)
             t0 = time.perf_counter()
-            try:
-                result = plan(workload, budget, hw)
-            except PlanTooLarge as exc:
-                failures[f"{path.stem}: {str(exc)[:160]}"] += 1
-                row["too_large"] = True
-                break
+            result = plan(workload, budget, hw)
             times.append(prep + time.perf_counter() - t0)
             outcomes = {name: policy(workload, budget, hw) for name, policy in BASELINES.items()}
             row["per_vram"][gb] = {
@@ -135,8 +130,6 @@ def _version() -> str:
 def report(data: dict, folder: Path, command: str) -> str:
     rows = data["rows"]
     parsed = [r for r in rows if r["parsed"]]
-    too_large = [r["template"] for r in parsed if r.get("too_large")]
-    parsed = [r for r in parsed if not r.get("too_large")]  # not planned: see the failures section
     with_models = [r for r in parsed if r["components"] > 0]
     multi = [r for r in parsed if r["components"] >= 2]
     times = sorted(data["times"])
@@ -153,8 +146,7 @@ def report(data: dict, folder: Path, command: str) -> str:
         "## Parsing",
         "",
         f"- parsed and planned: {len(parsed)}/{len(rows)} ({100 * len(parsed) / max(len(rows), 1):.1f}%); "
-        f"{len(with_models)} use local models, {len(multi)} use two or more; "
-        f"{len(too_large)} parsed but too large to plan exactly (planner.MAX_JOINT_STATES)",
+        f"{len(with_models)} use local models, {len(multi)} use two or more",
     ]
     for message, count in data["failures"].most_common():
         lines.append(f"- refused ({count}): {message}")

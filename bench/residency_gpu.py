@@ -176,7 +176,7 @@ def main() -> int:
     if total is not None:
         mm.EXTRA_RESERVED_VRAM = max(0, total - cap)  # the host's --reserve-vram
     budget = _pack(host, "memory.planning.costmodel").Budget(vram=cap, ram=64 * 2**30, pinned=16 * 2**30)
-    pack.configure_residency(budget)
+    pack.residency().budget_override = budget
 
     rows: list[dict[str, Any]] = []
     for rep in range(args.repeats):

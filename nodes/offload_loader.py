@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..memory.names import NODE_IDS, OFFLOAD_RESIDENCY_INPUTS
+from ..memory.names import NODE_IDS, OFFLOAD_CHECKPOINT_INPUT, OFFLOAD_RESIDENCY_INPUTS
 from .common import CATEGORY, NONE_CHOICE, RESIDENCY_CHOICES
 from .host import loading, lookups
 
@@ -80,7 +80,7 @@ class HeadroomOffloadLoader:
         )
         return {
             "required": {
-                "checkpoint": (_files("checkpoints"), {"tooltip": checkpoint_tip}),
+                OFFLOAD_CHECKPOINT_INPUT: (_files("checkpoints"), {"tooltip": checkpoint_tip}),
                 "diffusion_model": (_files("diffusion_models"), {"tooltip": model_tip}),
                 "weight_dtype": (lookups.weight_dtype_choices(), {"tooltip": WEIGHT_DTYPE_TIP}),
                 "text_encoder_1": (_files("text_encoders"), {"tooltip": ENCODER_TIP}),

@@ -24,7 +24,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-# ComponentError is also imported from here by nodes/host/loading.py (its home is header.py).
 from .header import ComponentError, TensorEntry, dominant_dtype, read_header
 from .info import Block, ComponentInfo
 from .layouts import block_names, block_sizes, detect, generic_layout

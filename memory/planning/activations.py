@@ -144,7 +144,6 @@ BY_WIDTH: dict[str, dict[int, str]] = {
     "kandinsky5": {1792: "kandinsky5_1792", 2560: "kandinsky5_2560"},
     "ltxv": {2048: "ltxv", 4096: "ltxv_4096"},  # LTX-Video 2B (0.9.x), LTX-2/2.3
 }
-FLUX2_BY_HIDDEN = BY_WIDTH["flux2"]
 # Families with the same blocks as a measured one (same width and layout): chroma = Flux without vec.
 MEASURED_ALIAS = {"chroma": "flux", "sd2": "sd15"}
 # Wan by hidden size: the 14B (5120) is "wan21" above; the 5B and 1.3B are measured separately.

@@ -30,19 +30,6 @@ def _reloaded(o: HostOutcome) -> str:
     return ", ".join(f"{label} {format_bytes(n)}" for label, n in items) or "nothing"
 
 
-def _total(o: HostOutcome) -> int:
-    return sum(o.reloads.values())
-
-
-def predict_host(
-    w: Workload, budget: Budget, hw: Hardware, settings: HostSettings, rerun: Collection[str] | None = None
-) -> Outcome:
-    """The host ``settings`` describe: the paging host (two runs), or the 0.3.x reactive loader."""
-    if settings.paging:
-        return paging_host(w, budget, hw, settings, rerun=rerun)
-    return comfyui_reactive(w, budget, hw)
-
-
 def host_advice(
     w: Workload, budget: Budget, hw: Hardware, settings: HostSettings, rerun: Collection[str] | None = None
 ) -> list[HostAdvice]:

@@ -26,7 +26,6 @@ from .workload import Workload
 
 # The ordering stage's signature (workflow.order.predict_order): graph, cached ids, output ids.
 OrderFn = Callable[[Graph, frozenset[str], "list[str] | None"], list[str]]
-STAGES = ("parse", "order", "extract", "plan")
 
 
 @dataclass(frozen=True)

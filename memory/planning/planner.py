@@ -24,7 +24,7 @@ import numpy as np
 
 from ..deadline import check_time
 from ..units import format_bytes
-from .bounded import EXACT_STATES, POLICIES, bound, bounded_note, improve
+from .bounded import POLICIES, bound, bounded_note, improve
 from .costmodel import (
     IDLE_TIERS,
     USED_TIERS,
@@ -380,13 +380,6 @@ def _optimise(problem: _Problem) -> tuple[float, list[tuple[int, ...]]]:
             total = total + vector.reshape(view)
         states.insert(0, tuple(int(x) for x in np.unravel_index(int(np.argmin(total)), total.shape)))
     return best, states
-
-
-MAX_JOINT_STATES = EXACT_STATES  # the name earlier releases exported
-
-
-class PlanTooLarge(ValueError):
-    """Kept for callers that caught it: planning is bounded now (bounded.py) and no longer raises it."""
 
 
 PREFETCH_DEPTHS = (1, 2, 3)

@@ -30,12 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from ..optional import optional_module
-from ..units import SETTING_MIN, GiB, format_bytes, parse_size_setting
+from ..units import GiB, format_bytes, parse_size_setting
 
 _log = logging.getLogger("headroom")
 RAM_BUDGET_ENV = "HEADROOM_RAM_BUDGET"
 MIN_RESERVE, MAX_RESERVE = 1 * GiB, 4 * GiB  # the reserve is 10% of RAM within these
-MIN_SETTING = SETTING_MIN  # a smaller budget is below what Python, torch and the host take: always over
 
 
 @dataclass(frozen=True)

@@ -43,11 +43,6 @@ def register(adapter: Adapter) -> None:
         _ADAPTERS.insert(0, adapter)
 
 
-def unregister(adapter: Adapter) -> None:
-    if adapter in _ADAPTERS:
-        _ADAPTERS.remove(adapter)
-
-
 def packed(tensor: torch.Tensor) -> Packed | None:
     """How ``tensor`` is stored when it is a subclass the streamer must rebuild; None for a plain tensor
     (and for a subclass with real storage of its own and no adapter: it moves like a plain one)."""

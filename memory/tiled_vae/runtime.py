@@ -73,10 +73,6 @@ class DecodeReport:
     def tiles_run(self) -> int:
         return sum(n for _, _, n in self.stages)
 
-    @property
-    def max_tiles_in_a_stage(self) -> int:
-        return max((n for _, _, n in self.stages), default=0)
-
 
 class Progress:
     """Counts units of work (tiles) towards a total that may grow when a stage is retried."""

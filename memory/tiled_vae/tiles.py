@@ -207,7 +207,3 @@ def carried_conv(module: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
 def upsampled_need(need: int, scale: int) -> int:
     """Pixels needed before a nearest ``scale``x upsample to provide ``need`` pixels after it."""
     return math.ceil(need / scale)
-
-
-def dtype_size(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()

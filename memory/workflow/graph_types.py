@@ -66,23 +66,6 @@ class Graph:
         """Output node ids in prompt order."""
         return [node_id for node_id in self.nodes if self.is_output(node_id)]
 
-    def to_prompt(self) -> dict[str, dict[str, Any]]:
-        """The API prompt (what POST /prompt takes); lists are wrapped as the frontend wraps them."""
-
-        def encode(value: Any) -> Any:
-            if isinstance(value, Link):
-                return [value.node, value.output]
-            return {"__value__": value} if isinstance(value, list) else value
-
-        return {
-            node.id: {
-                "inputs": {name: encode(value) for name, value in node.inputs.items()},
-                "class_type": node.class_type,
-                "_meta": {"title": node.title or node.class_type},
-            }
-            for node in self.nodes.values()
-        }
-
 
 def describe(node: dict[str, Any], path: tuple[str, ...] = ()) -> str:
     """ "node 12:5 (KSampler 'Sampler')" for messages."""

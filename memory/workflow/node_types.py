@@ -125,10 +125,6 @@ def node_table_host() -> str:
     return _table()[0]
 
 
-def known_types() -> dict[str, NodeType]:
-    return _table()[1]
-
-
 def lookup(class_type: str) -> NodeType | None:
     return _table()[1].get(class_type)
 

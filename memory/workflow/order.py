@@ -347,21 +347,6 @@ def predict_order(
     return order
 
 
-def reachable(graph: Graph, outputs: Iterable[str]) -> set[str]:
-    """Every node an output depends on (itself included), following all links, lazy ones too."""
-    seen: set[str] = set()
-    stack = [node_id for node_id in outputs if node_id in graph.nodes]
-    while stack:
-        node_id = stack.pop()
-        if node_id in seen:
-            continue
-        seen.add(node_id)
-        for value in graph.nodes[node_id].inputs.values():
-            if isinstance(value, Link) and value.node in graph.nodes:
-                stack.append(value.node)
-    return seen
-
-
 def _names(graph: Graph, node_ids: list[str]) -> str:
     return ", ".join(f"{n} ({graph.nodes[n].class_type})" for n in node_ids)
 

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ...memory.models.catalog import LOADER_FOLDERS
-from ...memory.models.components import ComponentError, describe_file
-from ...memory.names import OFFLOAD_RESIDENCY_INPUTS
+from ...memory.models.components import describe_file
+from ...memory.models.header import ComponentError
+from ...memory.names import OFFLOAD_CHECKPOINT_INPUT, OFFLOAD_RESIDENCY_INPUTS
 from ...memory.planning.workload import component_id
 from ...memory.residency import MappedFile, file_identity, open_mapped
 from ..input_checks import OffloadError, check_checkpoint_parts, check_pairing, loading
@@ -25,7 +26,7 @@ from .state import residency
 
 _log = logging.getLogger("headroom")
 
-_DTYPE_OPTIONS = {  # the stock UNETLoader's weight_dtype -> model_options
+_DTYPE_OPTIONS: dict[str, dict[str, Any]] = {  # the stock UNETLoader's weight_dtype -> model_options
     "fp8_e4m3fn": {"dtype": "float8_e4m3fn"},
     "fp8_e4m3fn_fast": {"dtype": "float8_e4m3fn", "fp8_optimizations": True},
     "fp8_e5m2": {"dtype": "float8_e5m2"},
@@ -213,34 +214,42 @@ def file_versions(inputs: dict[str, Any]) -> str:
     return ";".join(versions)
 
 
+def _chosen(inputs: dict[str, Any], name: str) -> str | None:
+    """A file input's choice, or None where it is left out ("", "none")."""
+    value = inputs.get(name)
+    return None if value in ("", "none", None) else str(value)
+
+
 def offload_load(node_id: str, inputs: dict[str, Any]) -> tuple[Any, Any, Any]:
     """The Offload Loader's work: validate every file, load with the host's functions, place, register.
 
     Nothing is kept when anything fails: the components built so far are dropped with the exception.
     """
-    none = {"", "none", None}
-    checkpoint, unet, vae_name = inputs.get("checkpoint"), inputs.get("diffusion_model"), inputs.get("vae")
-    encoders = [inputs.get(f"text_encoder_{i}") for i in (1, 2, 3)]
-    encoders = [e for e in encoders if e not in none]
-    if checkpoint in none and unet in none:
+    checkpoint, unet, vae_name = (
+        _chosen(inputs, OFFLOAD_CHECKPOINT_INPUT),
+        _chosen(inputs, "diffusion_model"),
+        _chosen(inputs, "vae"),
+    )
+    encoders = [e for e in (_chosen(inputs, f"text_encoder_{i}") for i in (1, 2, 3)) if e is not None]
+    if checkpoint is None and unet is None:
         raise OffloadError("Offload Loader: choose a checkpoint or a diffusion_model (both are none)")
     weight_dtype = str(inputs.get("weight_dtype") or "default")
     files: dict[str, tuple[str, Path]] = {}  # input -> (kind, path)
-    if checkpoint not in none:
+    if checkpoint is not None:
         files["checkpoint"] = ("checkpoint", _full_path("checkpoints", checkpoint, "checkpoint"))
-    if unet not in none:
+    if unet is not None:
         path = _full_path("diffusion_models", unet, "diffusion_model")
         files["diffusion_model"] = ("diffusion_model", path)
     for i in (1, 2, 3):
-        name = inputs.get(f"text_encoder_{i}")
-        if name not in none:
+        name = _chosen(inputs, f"text_encoder_{i}")
+        if name is not None:
             path = _full_path("text_encoders", name, f"text_encoder_{i}")
             files[f"text_encoder_{i}"] = ("text_encoder", path)
-    if vae_name not in none:
+    if vae_name is not None:
         files["vae"] = ("vae", _full_path("vae", vae_name, "vae"))
     infos = {input_name: _check_file(input_name, path, kind) for input_name, (kind, path) in files.items()}
     if "checkpoint" in files:
-        need_clip, need_vae = not encoders, vae_name in none
+        need_clip, need_vae = not encoders, vae_name is None
         check_checkpoint_parts(files["checkpoint"][1], infos["checkpoint"], need_clip, need_vae)
     clip_type = str(inputs.get("clip_type"))
     check_pairing(files, infos, clip_type)
@@ -249,17 +258,17 @@ def offload_load(node_id: str, inputs: dict[str, Any]) -> tuple[Any, Any, Any]:
     if "checkpoint" in files:
         with loading("checkpoint", files["checkpoint"][1], infos["checkpoint"]):
             model, clip, vae = _load_checkpoint(
-                files["checkpoint"][1], want_model=unet in none, want_clip=not encoders,
-                want_vae=vae_name in none, weight_dtype=weight_dtype if unet in none else "default",
+                files["checkpoint"][1], want_model=unet is None, want_clip=not encoders,
+                want_vae=vae_name is None, weight_dtype=weight_dtype if unet is None else "default",
             )  # fmt: skip
-    if unet not in none:
+    if unet is not None:
         with loading("diffusion_model", files["diffusion_model"][1], infos["diffusion_model"]):
             model = _load_diffusion_model(files["diffusion_model"][1], weight_dtype)
     if encoders:
         names = [n for n, (k, _) in files.items() if k == "text_encoder"]
         with loading(" / ".join(names), files[names[0]][1], [i for n in names for i in infos[n]]):
             clip = _load_clip([files[n][1] for n in names], clip_type)
-    if vae_name not in none:
+    if vae_name is not None:
         with loading("vae", files["vae"][1], infos["vae"]):
             vae = _load_vae(vae_name)
 
@@ -302,7 +311,7 @@ def _handles(
                 f"Offload Loader: input {input_name}: the host found no {kind.replace('_', ' ')} weights in "
                 f"{', '.join(p.name for p in paths)}; choose a file that holds one"
             )
-        module = patcher.model
+        module = getattr(patcher, "model", None)
         label = " + ".join(p.name for p in paths) + f" [{kind}]"
         choice = str(inputs.get(residency_input) or "auto")
         cid = component_id(node_id, input_name, kind)

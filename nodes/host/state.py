@@ -70,16 +70,6 @@ def _record_move(move: ResidencyEvent) -> None:
     monitor().telemetry.record_event(move)
 
 
-def configure_monitor(rate_hz: float | None = None, assume_vram: int | None | str = "keep") -> None:
-    """Change the sampling rate (Hz, 0 = off) and/or the VRAM preflight assumes (bytes; None = the device)."""
-    monitor().configure(rate_hz, assume_vram)
-
-
-def configure_residency(budget: Budget | None) -> None:
-    """Plan with this budget instead of the device's (tests, benchmarks, a --reserve-vram stand-in)."""
-    residency().budget_override = budget
-
-
 def configure_ram_budget(value: int | str | None) -> RamBudget:
     """Set the RAM budget (bytes or a size such as "24GB"; None or "auto": the machine's default) and return
     the budget now in force (HEADROOM_RAM_BUDGET, when set, still wins). A bad size raises ValueError."""

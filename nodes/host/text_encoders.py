@@ -24,10 +24,9 @@ upload order, and the order seen is kept for the clone's next encode, so the rin
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -197,16 +196,6 @@ def arm_clip_streaming(clip_or_patcher: Any, settings: StreamSettings) -> ClipSt
     return ClipStreaming(patcher, settings).arm()
 
 
-@contextlib.contextmanager
-def clip_streaming(clip_or_patcher: Any, settings: StreamSettings) -> Iterator[ClipStreaming]:
-    """``arm_clip_streaming`` as a context: ended on the way out, however the block ends."""
-    session = arm_clip_streaming(clip_or_patcher, settings)
-    try:
-        yield session
-    finally:
-        session.end()
-
-
 class StreamedClip:
     """The streaming a ``stream_clip`` clone (and every clone of it) carries: its settings, the layer
     lists' order seen last, and what the last encode did (``last_run``)."""
@@ -237,9 +226,9 @@ _ENCODE_METHODS = ("encode_from_tokens", "encode_from_tokens_scheduled", "genera
 _CLASSES: dict[type, type] = {}
 
 
-def _streamed_class(base: type) -> type:
+def _streamed_class(cls_or_streamed: type) -> type:
     """The subclass of the host's CLIP class whose encodes stream (one per host class, made once)."""
-    base = getattr(base, "_headroom_base", base)
+    base: Any = getattr(cls_or_streamed, "_headroom_base", cls_or_streamed)  # the host's CLIP class
     cls = _CLASSES.get(base)
     if cls is not None:
         return cls
@@ -279,12 +268,6 @@ def stream_clip(clip: Any, settings: StreamSettings) -> tuple[Any, StreamedClip]
     state = StreamedClip(settings)
     setattr(patched, ATTR, state)
     return patched, state
-
-
-def streamed_clip_of(clip: Any) -> StreamedClip | None:
-    """The streaming a CLIP carries (a ``stream_clip`` clone or a clone of one), else None."""
-    state = getattr(clip, ATTR, None)
-    return state if isinstance(state, StreamedClip) else None
 
 
 def _precheck(model: Any, settings: StreamSettings) -> None:

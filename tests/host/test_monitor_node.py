@@ -63,11 +63,11 @@ def test_monitor_draws_the_chart_when_it_is_used(host: Host) -> None:
 
 def test_plan_vs_actual_with_an_assumed_card(host: Host) -> None:
     state = host.pack_module("nodes.host.state")
-    state.configure_monitor(assume_vram=8 * 2**30)
+    state.monitor().configure(assume_vram=8 * 2**30)
     try:
         result = host.run(copy.deepcopy(PROMPT))
     finally:
-        state.configure_monitor(assume_vram=None)
+        state.monitor().configure(assume_vram=None)
     report = state.monitor().telemetry.report(result.prompt_id)
     assert report["plan"]["fits"] is True and report["plan"]["budget_vram"] == 8 * 2**30 - 2**29
     planned = {row["node"]: row["planned_order"] for row in report["nodes"]}

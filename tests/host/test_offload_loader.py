@@ -187,10 +187,10 @@ def controlled(tiny: Host) -> Any:
     }
     budget_vram = sizes["clip"] + sizes["unet"] + 96 * 2**20  # room for activations, not for the VAE too
     Budget = tiny.pack_module("memory.planning.costmodel").Budget
-    host_module.configure_residency(Budget(vram=budget_vram, ram=64 * 2**30, pinned=2**30))
+    host_module.residency().budget_override = Budget(vram=budget_vram, ram=64 * 2**30, pinned=2**30)
     tiny.free()
     yield host_module, budget_vram
-    host_module.configure_residency(None)
+    host_module.residency().budget_override = None
     tiny.free()
 
 

@@ -149,10 +149,10 @@ def streaming_budget(tiny: Host) -> Any:
     planned = pipeline.plan_workflow(offloaded("KSamplerAdvanced", 1), wide, models_dir=[tiny.models_dir])
     step = next(s for s in planned.workload.steps if s.node_id == "5")
     budget = Budget(vram=step.activation_min + int(0.75 * unet), ram=64 * 2**30, pinned=2**30)
-    module.configure_residency(budget)
+    module.residency().budget_override = budget
     tiny.free()
     yield module
-    module.configure_residency(None)
+    module.residency().budget_override = None
     tiny.free()
 
 

@@ -20,6 +20,7 @@ from comfyui_headroom.memory.workflow import order as order_module
 from comfyui_headroom.memory.workflow.graph import Graph, Link, load_workflow, parse_workflow
 from comfyui_headroom.memory.workflow.node_types import InputSpec, NodeType, lookup
 from comfyui_headroom.memory.workflow.order import predict_order
+from headroom_testing.graph_workflows import to_prompt
 from headroom_testing.harness import Host, RunResult
 
 pytestmark = pytest.mark.host
@@ -228,7 +229,7 @@ def test_equal_nodes_share_one_cache_entry_on_current_hosts(host: Host) -> None:
 def test_ui_workflows_run_as_parsed(host: Host, name: str) -> None:
     """The UI fixtures (reroute, primitive, mute, bypass, nested subgraphs) give prompts the host runs."""
     graph = load_workflow(FIXTURES / f"{name}_ui.json")
-    prompt = graph.to_prompt()
+    prompt = to_prompt(graph)
     assert prompt == {k: v | {"_meta": prompt[k]["_meta"]} for k, v in _api_twin(name).items()}
     result = run_and_compare(host, prompt)
     assert result.executed

@@ -179,7 +179,7 @@ def metered(host: Host, experts: dict[str, int]) -> Any:
     fresh_executor(host)
     yield state, meter
     source.subscribers.remove(meter)
-    state.configure_residency(None)
+    state.residency().budget_override = None
     state.configure_ram_budget(None)
     fresh_executor(host)
 
@@ -221,7 +221,7 @@ def test_the_ram_budget_holds_at_every_node_with_offload_loaders_and_not_without
     headroom = experts["high"] + experts["clip"] + experts["high"] // 2
     Budget = host.pack_module("memory.planning.costmodel").Budget
     # the CPU is the device: a VRAM budget no step reaches; the plan's RAM is what the budget leaves
-    state.configure_residency(Budget(vram=64 * 2**30, ram=headroom, pinned=headroom))
+    state.residency().budget_override = Budget(vram=64 * 2**30, ram=headroom, pinned=headroom)
     # A first run grows the process once (code paths, the CPU kernels' caches: ~15 MiB); not the prompt's.
     run_headroom(host, state, meter, headroom, seed=2)
     baseline, ours, after = run_headroom(host, state, meter, headroom, seed=3)

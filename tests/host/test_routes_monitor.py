@@ -187,11 +187,11 @@ def test_routes_are_read_only(served: Served) -> None:
 
 
 def test_report_and_plan_of_a_run(served: Served) -> None:
-    served.state.configure_monitor(assume_vram=8 * 2**30)
+    served.state.monitor().configure(assume_vram=8 * 2**30)
     try:
         result = served.host.run(copy.deepcopy(PROMPT))
     finally:
-        served.state.configure_monitor(assume_vram=None)
+        served.state.monitor().configure(assume_vram=None)
     pid = result.prompt_id
     report = served.get_json(f"/headroom/report/{pid}")
     assert [row["node"] for row in report["nodes"]] == ["1", "2"]
@@ -210,7 +210,7 @@ def test_report_and_plan_of_a_run(served: Served) -> None:
 
 def test_preflight_warns_the_client_that_queued_a_workflow_that_cannot_fit(served: Served) -> None:
     monitor = served.state.monitor()
-    served.state.configure_monitor(assume_vram=1 * 2**30)  # a 1 GB card: Flux cannot fit, even streamed
+    served.state.monitor().configure(assume_vram=1 * 2**30)  # a 1 GB card: Flux cannot fit, even streamed
     prompt, node = too_big(served)
 
     async def scenario() -> tuple[dict, dict]:
@@ -227,7 +227,7 @@ def test_preflight_warns_the_client_that_queued_a_workflow_that_cannot_fit(serve
     try:
         data, event = served.run(scenario())
     finally:
-        served.state.configure_monitor(assume_vram=None)
+        served.state.monitor().configure(assume_vram=None)
     assert event["level"] == "error" and event["fits"] is False
     assert node is None or (event["node"], event["class_type"]) == node
     assert "will run out of VRAM" in event["message"] and "a card with at least" in event["fix"]
@@ -242,7 +242,7 @@ def test_samples_and_node_records_reach_a_connected_client_and_sampling_stops_wi
     served: Served,
 ) -> None:
     monitor = served.state.monitor()
-    served.state.configure_monitor(rate_hz=50)
+    served.state.monitor().configure(rate_hz=50)
 
     async def scenario() -> tuple[dict, dict]:
         ws = await served.client.ws_connect("/ws?clientId=sample-client")
@@ -269,11 +269,13 @@ def test_samples_and_node_records_reach_a_connected_client_and_sampling_stops_wi
         thread.join(WAIT_S)
         assert not thread.is_alive() and not monitor.sampler.running
     finally:
-        served.state.configure_monitor(rate_hz=1)
+        served.state.monitor().configure(rate_hz=1)
 
 
 def test_the_ram_ledger_of_a_run_sets_prediction_against_the_os_per_node(served: Served) -> None:
-    served.state.configure_monitor(assume_vram=8 * 2**30)  # a card to plan for: the guard runs with the plan
+    served.state.monitor().configure(
+        assume_vram=8 * 2**30
+    )  # a card to plan for: the guard runs with the plan
     served.post_json("/headroom/ram_budget", {"value": "96GB"})
     try:
         prompt = copy.deepcopy(PROMPT)
@@ -282,7 +284,7 @@ def test_the_ram_ledger_of_a_run_sets_prediction_against_the_os_per_node(served:
         )
         result = served.host.run(prompt, prompt_id="ram-ledger")
     finally:
-        served.state.configure_monitor(assume_vram=None)
+        served.state.monitor().configure(assume_vram=None)
         served.state.configure_ram_budget(None)
     ledger = served.get_json(f"/headroom/ram/{result.prompt_id}")
     assert ledger["prompt_id"] == "ram-ledger" and ledger["planned"] is True
@@ -359,13 +361,13 @@ def test_memory_history_is_off_by_default_and_clearly_unavailable_without_cuda(s
 def test_will_it_fit_answers_both_ways_without_queueing(served: Served) -> None:
     """POST /headroom/fit: the open workflow checked on the server's card, nothing queued or run."""
     assert "error" in served.post_json("/headroom/fit", {"prompt": "no"}, status=400)
-    served.state.configure_monitor(assume_vram=1 * 2**30)
+    served.state.monitor().configure(assume_vram=1 * 2**30)
     try:
         small = served.post_json("/headroom/fit", {"prompt": copy.deepcopy(PROMPT)})
         prompt, node = too_big(served)
         big = served.post_json("/headroom/fit", {"prompt": prompt})
     finally:
-        served.state.configure_monitor(assume_vram=None)
+        served.state.monitor().configure(assume_vram=None)
     assert small["card"].startswith("assumed card") and small["verdict"]["fits"] is True
     assert small["verdict"]["budget_vram"] > 0 and small["vram_peak"] is not None
     assert big["verdict"]["fits"] is False and big["verdict"]["level"] == "error"

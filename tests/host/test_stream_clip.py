@@ -7,6 +7,7 @@ and after the encode, however it ended, every parameter is back in storage of it
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Iterator
 from typing import Any
@@ -50,6 +51,22 @@ class KeepConditioning:
 
     def keep(self, conditioning: Any) -> dict[str, Any]:
         return {"ui": {}}
+
+
+def _streamed_clip_of(text_encoders: Any, clip: Any) -> Any:
+    """The StreamedClip a CLIP carries (a Stream CLIP clone or a clone of one), else None."""
+    state = getattr(clip, text_encoders.ATTR, None)
+    return state if isinstance(state, text_encoders.StreamedClip) else None
+
+
+@contextlib.contextmanager
+def _clip_streaming(text_encoders: Any, clip_or_patcher: Any, settings: Any) -> Iterator[Any]:
+    """``arm_clip_streaming`` as a context: ended on the way out, however the block ends."""
+    session = text_encoders.arm_clip_streaming(clip_or_patcher, settings)
+    try:
+        yield session
+    finally:
+        session.end()
 
 
 def _put(value: Any) -> str:
@@ -229,8 +246,8 @@ def test_clones_stream_and_streaming_again_replaces_the_settings(host: Host, nod
     encode = host.node_class("CLIPTextEncode")()
     (stock,) = encode.encode(host.node_class("CLIPSetLastLayer")().set_last_layer(clip, -2)[0], PROMPT)
     assert_same_conditioning(encode.encode(last_layer, PROMPT)[0], stock)
-    state = text_encoders.streamed_clip_of(last_layer)
-    assert state is text_encoders.streamed_clip_of(again) is not text_encoders.streamed_clip_of(streamed)
+    state = _streamed_clip_of(text_encoders, last_layer)
+    assert state is _streamed_clip_of(text_encoders, again) is not _streamed_clip_of(text_encoders, streamed)
     summary = state.last_run.summary
     assert (
         summary["resident_blocks"] == 0 and summary["blocks"] <= summary["uploads"] <= summary["blocks"] + 2
@@ -238,7 +255,7 @@ def test_clones_stream_and_streaming_again_replaces_the_settings(host: Host, nod
     line = text_encoders.streamed_clip_line(summary)
     assert line.startswith(f"streamed {summary['blocks']}/{summary['blocks']} blocks by Headroom, ")
     assert line.endswith(" per encode, from RAM"), line  # a CPU host: the buffer is not pinned
-    assert text_encoders.streamed_clip_of(clip) is None  # the input CLIP is untouched
+    assert _streamed_clip_of(text_encoders, clip) is None  # the input CLIP is untouched
 
 
 @pytest.mark.parametrize("error", ["interrupt", "error"])
@@ -279,7 +296,7 @@ def test_the_controller_arms_streaming_on_a_stock_clip(
     (stock,) = encode.encode(clip, PROMPT)
     spy = StreamSpy(host, monkeypatch)
     before = snapshot(clip.cond_stage_model)
-    with text_encoders.clip_streaming(clip.patcher, settings) as session:
+    with _clip_streaming(text_encoders, clip.patcher, settings) as session:
         assert_same_conditioning(encode.encode(clip, PROMPT)[0], stock)
         assert_same_conditioning(encode.encode(clip, PROMPT)[0], stock)
     assert [event for event, _ in spy.log] == ["attach", "detach"]
@@ -301,7 +318,7 @@ def test_a_budget_that_cannot_hold_the_encoder_at_the_encode_leaves_it_to_the_ho
     spy = StreamSpy(host, monkeypatch)
     encode = host.node_class("CLIPTextEncode")()
     (stock,) = encode.encode(clip, PROMPT)
-    with host.pack_module("nodes.host.text_encoders").clip_streaming(clip, settings) as session:
+    with _clip_streaming(host.pack_module("nodes.host.text_encoders"), clip, settings) as session:
         assert_same_conditioning(encode.encode(clip, PROMPT)[0], stock)
     assert spy.log == [] and session.summary == {}
     assert session.run.note.startswith("not streamed: a VRAM budget of ")
@@ -313,7 +330,7 @@ def test_auto_budget_on_a_cpu_streams_nothing_and_says_so(host: Host, nodes: Non
     (streamed,) = host.node_class("HeadroomStreamCLIP")().stream(clip)["result"]
     (out,) = host.node_class("CLIPTextEncode")().encode(streamed, PROMPT)
     assert_same_conditioning(out, host.node_class("CLIPTextEncode")().encode(clip, PROMPT)[0])
-    run = host.pack_module("nodes.host.text_encoders").streamed_clip_of(streamed).last_run
+    run = _streamed_clip_of(host.pack_module("nodes.host.text_encoders"), streamed).last_run
     assert run.note == "everything fits the budget: nothing streamed" and run.summary["streamed_bytes"] == 0
 
 

@@ -285,7 +285,9 @@ def test_hidream_uses_its_measured_worst_case_routing_row() -> None:
 def test_flux2_is_measured_per_width() -> None:
     """Klein 4B (3072), Klein 9B (4096) and dev (6144) each have their measured coefficients; a Flux.2 of
     unknown width takes the dev's, the widest."""
-    from comfyui_headroom.memory.planning.activations import FLUX2_BY_HIDDEN, measured_coefficients
+    from comfyui_headroom.memory.planning.activations import BY_WIDTH, measured_coefficients
+
+    FLUX2_BY_HIDDEN = BY_WIDTH["flux2"]
 
     per_cell = [measured_coefficients("flux2", "bf16", h)[0] for h in sorted(FLUX2_BY_HIDDEN)]
     assert per_cell == sorted(per_cell) and len(set(per_cell)) == 3

@@ -14,7 +14,7 @@ import pytest
 from comfyui_headroom.memory.workflow.graph import Link, WorkflowError, load_workflow, parse_workflow
 from comfyui_headroom.memory.workflow.node_types import lookup, node_table_host
 from comfyui_headroom.memory.workflow.order import predict_order
-from headroom_testing.graph_workflows import FIXTURES, UI, fixture, signature
+from headroom_testing.graph_workflows import FIXTURES, UI, fixture, signature, to_prompt
 
 # ------------------------------------------------------------------------------------------ twins
 
@@ -27,7 +27,7 @@ def test_api_and_ui_twins_give_the_same_graph(name: str) -> None:
     assert signature(ui) == signature(api)
     assert ui.warnings == [] and api.warnings == []
     strip = lambda prompt: {k: (v["class_type"], v["inputs"]) for k, v in prompt.items()}  # noqa: E731
-    assert strip(ui.to_prompt()) == strip(api.to_prompt()) == strip(json.loads(json.dumps(api.to_prompt())))
+    assert strip(to_prompt(ui)) == strip(to_prompt(api)) == strip(json.loads(json.dumps(to_prompt(api))))
 
 
 def test_the_image_ops_twin_resolves_every_frontend_construct() -> None:
@@ -54,7 +54,7 @@ def test_api_prompt_details() -> None:
     assert graph.nodes["8"].inputs == {"samples": Link("3", 0), "vae": Link("4", 2)}
     assert graph.nodes["3"].inputs == {"sizes": [1, 2], "pair": ["x", 0, 1]}  # unwrapped; not a link
     assert graph.nodes["9"].title is None
-    assert graph.to_prompt()["3"]["inputs"]["sizes"] == {"__value__": [1, 2]}
+    assert to_prompt(graph)["3"]["inputs"]["sizes"] == {"__value__": [1, 2]}
 
 
 def test_api_link_to_a_missing_node_is_an_error_where_an_output_needs_it() -> None:
