@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from headroom_testing.coverage import below_floor, host_label, read_floor, record_floor, tier_of
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -38,8 +40,11 @@ def test_the_floor_is_recorded_and_read_per_host(tmp_path: Path) -> None:
     assert read_floor(path, "c") is None
 
 
-def _run(project: Path, *args: str) -> subprocess.CompletedProcess:
+def _run(project: Path, *args: str, comfyui_root: Path | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("COMFYUI_ROOT", None)
+    if comfyui_root is not None:
+        env["COMFYUI_ROOT"] = str(comfyui_root)
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-c", str(project / "pytest.ini"), "-p", "no:cacheprovider", *args],
         cwd=project,
@@ -50,7 +55,8 @@ def _run(project: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_a_dropped_test_fails_the_run_and_the_summary_says_what_ran(tmp_path: Path) -> None:
+def _project(tmp_path: Path) -> Path:
+    """A project with the coverage plugin and one unit test file, ``tests/unit/test_a.py``."""
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     (tmp_path / "conftest.py").write_text(
         "from headroom_testing.coverage import pytest_addoption, pytest_configure  # noqa: F401\n"
@@ -61,6 +67,11 @@ def test_a_dropped_test_fails_the_run_and_the_summary_says_what_ran(tmp_path: Pa
         "import pytest\n\ndef test_one():\n    pass\n\ndef test_two():\n    pass\n\n"
         "@pytest.mark.skip(reason='x')\ndef test_skipped():\n    pass\n"
     )
+    return unit / "test_a.py"
+
+
+def test_a_dropped_test_fails_the_run_and_the_summary_says_what_ran(tmp_path: Path) -> None:
+    tests = _project(tmp_path)
     floor = tmp_path / "floor.json"
     floor.write_text(json.dumps({"hosts": {host_label(): {"unit": 2, "gpu": 0}}}))
 
@@ -68,15 +79,44 @@ def test_a_dropped_test_fails_the_run_and_the_summary_says_what_ran(tmp_path: Pa
     assert whole.returncode == 0, whole.stdout
     assert f"coverage on {host_label()}: unit 2 ran / 1 skipped" in whole.stdout
 
-    (unit / "test_a.py").write_text("def test_one():\n    pass\n")  # test_two dropped
+    tests.write_text("def test_one():\n    pass\n")  # test_two dropped
     dropped = _run(tmp_path, "--coverage-floor", str(floor))
     assert dropped.returncode == 1, dropped.stdout
     assert "coverage below the floor: unit: 1 tests ran, the floor is 2" in dropped.stdout
 
-    (unit / "test_a.py").write_text("")  # nothing left: pytest's "no tests" (5) is a failure too
+    tests.write_text("")  # nothing left: pytest's "no tests" (5) is a failure too
     empty = _run(tmp_path, "--coverage-floor", str(floor))
     assert empty.returncode == 1, empty.stdout
 
     recorded = _run(tmp_path, "--coverage-floor", str(floor), "--coverage-record")
     assert recorded.returncode == 5  # no floor check when recording; pytest's own status stands
     assert read_floor(floor, host_label()) == {"unit": 0, "host": 0, "gpu": 0, "e2e": 0, "fuzz": 0}
+
+
+def _host(tmp_path: Path, version: str) -> Path:
+    """A stand-in ComfyUI checkout: the host label reads only its comfyui_version.py."""
+    root = tmp_path / f"comfyui-{version}"
+    root.mkdir()
+    (root / "comfyui_version.py").write_text(f'__version__ = "{version}"\n')
+    return root
+
+
+def test_with_comfyui_root_the_floor_is_that_hosts_and_a_drop_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """./scripts/test with COMFYUI_ROOT=<a 0.3.64 checkout> holds the run to that host's floor (here 2
+    unit tests), not to another host's (1): one test dropped from two fails the run."""
+    ci = host_label()
+    old = _host(tmp_path, "0.3.64")
+    monkeypatch.setenv("COMFYUI_ROOT", str(old))
+    label = host_label()
+    assert label.startswith("ComfyUI 0.3.64 on ") and label != ci
+    project = tmp_path / "project"
+    project.mkdir()
+    _project(project).write_text("def test_one():\n    pass\n")  # of test_one and test_two
+    floor = project / "floor.json"
+    floor.write_text(json.dumps({"hosts": {label: {"unit": 2}, ci: {"unit": 1}}}))
+    dropped = _run(project, "--coverage-floor", str(floor), comfyui_root=old)
+    assert dropped.returncode == 1, dropped.stdout
+    assert f"coverage on {label}: unit 1 ran / 0 skipped" in dropped.stdout
+    assert "coverage below the floor: unit: 1 tests ran, the floor is 2" in dropped.stdout

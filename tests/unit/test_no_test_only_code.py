@@ -24,7 +24,8 @@ _WORD = re.compile(r"\b[A-Za-z_]\w*\b")
 def _product_files(root: Path) -> list[Path]:
     files = [p for d in (*DEFINING, "scripts") for p in (root / d).rglob("*.py")]
     files += [p for p in (root / "js").rglob("*.js") if "node_modules" not in p.parts]
-    files += [root / n for n in ("__init__.py", "__main__.py", "cli.py", "version.py") if (root / n).is_file()]
+    entry_points = ("__init__.py", "__main__.py", "cli.py", "version.py")
+    files += [root / n for n in entry_points if (root / n).is_file()]
     return files
 
 
