@@ -29,8 +29,6 @@ UPLOADS = ("load", "prefetch")  # the controller's moves that copy weights to th
 # bytes/s the plan assumes where nothing was measured (costmodel.Hardware.pcie(4)): cold NVMe, and the
 # PCIe 4 host-to-device rates from page-locked and from pageable memory
 ASSUMED = {"disk": 3.0e9, "h2d_pinned": 25.0e9, "h2d_pageable": 12.0e9}
-DEFAULT_DISK_RATE = ASSUMED["disk"]
-DEFAULT_UPLOAD_RATE = ASSUMED["h2d_pageable"]
 NOISE = 64 * 2**20  # reads (and spills) below this are not a bound worth naming
 
 

@@ -30,7 +30,6 @@ _log = logging.getLogger("headroom")
 COUNTER = r"\GPU Process Memory(pid_{pid}_*)\Shared Usage"
 PDH_FMT_LARGE = 0x00000400
 PDH_MORE_DATA = 0x800007D2
-PDH_NO_DATA = 0x800007D5  # a warning: the wildcard matches no instance (yet)
 NOT_REPORTED = "not reported by this OS"
 NO_FALLBACK = (
     f"{NOT_REPORTED}: the driver's sysmem fallback into shared memory is a Windows feature; "

@@ -425,7 +425,7 @@ def test_status_answers_while_a_hostile_prompt_is_planned(served: Served) -> Non
         await (await post).read()
         return latencies
 
-    served.state.configure_monitor(assume_vram=8 * 2**30)
+    served.state.monitor().configure(assume_vram=8 * 2**30)
     monitor.plan_for = held  # type: ignore[method-assign]
     try:
         latencies = served.run(scenario())
@@ -433,7 +433,7 @@ def test_status_answers_while_a_hostile_prompt_is_planned(served: Served) -> Non
     finally:
         release.set()
         del monitor.plan_for
-        served.state.configure_monitor(assume_vram=None)
+        served.state.monitor().configure(assume_vram=None)
     assert len(latencies) == 20 and planned and planned[0][1].message
     most = max(latencies) * 1e3
     print(f"hostile prompt: /headroom/status answered 20 times while planned, max {most:.1f} ms")

@@ -11,7 +11,6 @@ from comfyui_headroom.memory.telemetry.probe import MemoryProbe, PinnedLedger
 from comfyui_headroom.memory.telemetry.spill import (
     NO_FALLBACK,
     PDH_MORE_DATA,
-    PDH_NO_DATA,
     SpillReader,
     _FmtItem,
     process_shared_usage,
@@ -19,6 +18,8 @@ from comfyui_headroom.memory.telemetry.spill import (
 )
 
 GiB = 2**30
+
+PDH_NO_DATA = 0x800007D5  # PDH's warning that the wildcard matches no instance (yet)
 
 
 def test_the_process_instances_are_summed_over_its_adapters_and_no_other_pid_counts() -> None:
