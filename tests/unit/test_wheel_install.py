@@ -111,7 +111,9 @@ def test_the_wheel_installs_and_plans_the_readme_example(tmp_path: Path) -> None
     out = run([*pip, "--python", str(python), "install", "--no-deps", "--no-index", str(wheel)], tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     target = Path(sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)}))
-    deps = [*site.getsitepackages(), site.getusersitepackages()]
+    # this interpreter's package folders, and those a .pth file added (a venv layered on another's)
+    layered = [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages")]
+    deps = list(dict.fromkeys([*site.getsitepackages(), site.getusersitepackages(), *layered]))
     (target / "headroom_test_deps.pth").write_text("\n".join(deps) + "\n", encoding="utf-8")
 
     elsewhere = tmp_path / "elsewhere"
