@@ -190,7 +190,9 @@ def _wan(keys: frozenset[str], t: Mapping[str, TensorEntry]) -> Layout | None:
             if i % step == 0 and i // step < nv:
                 order.append(f"vace_blocks.{i // step}")
         return Layout("diffusion_model", family, note=note + f", {nv} VACE blocks", order=tuple(order))
-    return Layout("diffusion_model", family, ("blocks",), note=note)
+    # WanDancer's music injectors (0.33 comfy/ldm/wan: 8 cross-attention injectors beside the 40 blocks,
+    # 0.8B parameters) stream like blocks
+    return Layout("diffusion_model", family, ("blocks", "music_injector.injector"), note=note)
 
 
 def _dit_families(keys: frozenset[str], t: Mapping[str, TensorEntry]) -> Layout | None:
@@ -221,8 +223,12 @@ def _dit_families(keys: frozenset[str], t: Mapping[str, TensorEntry]) -> Layout 
         note = f"{_count(keys, 'layers')} layers, dim {dim}"
         return Layout("diffusion_model", family, ("context_refiner", "noise_refiner", "layers"), note=note)
     if "time_caption_embed.timestep_embedder.linear_1.bias" in keys:
+        # Boogu (0.33 supported_models.Boogu, an OmniGen2 subclass): 8 double- and 32 single-stream layers
+        boogu = ("double_stream_layers", "single_stream_layers")
         return Layout(
-            "diffusion_model", "omnigen2", ("context_refiner", "noise_refiner", "ref_image_refiner", "layers")
+            "diffusion_model",
+            "omnigen2",
+            ("context_refiner", "noise_refiner", "ref_image_refiner", "layers", *boogu),
         )
     if "t5_yproj.weight" in keys:
         return Layout("diffusion_model", "mochi", ("blocks",))

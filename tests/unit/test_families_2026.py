@@ -221,3 +221,21 @@ def test_hidream_o1_is_built_and_streams() -> None:
         "language_model.layers.0.a.weight": (8, 8),
     }
     assert describe_tensors(_specs(keys), kind="checkpoint")[0].family == "hidream_o1"
+
+
+def test_boogu_and_wandancer_stream_all_their_layers() -> None:
+    """Boogu's double/single-stream layers and WanDancer's music injectors are blocks (0.33's classes):
+    built from the host's class, neither is one unstreamable lump that no 8 GB or 16 GB card could hold."""
+    boogu = lookup("boogu_image_edit_fp8_scaled.safetensors", "diffusion_model")
+    assert boogu.family == "omnigen2" and len(boogu.blocks) == 46  # 2+2+2 refiners, 8 double, 32 single
+    assert max(b.bytes for b in boogu.blocks) < 0.05 * boogu.bytes
+    dancer = lookup("wan2.2_dancer_14b_global_fp8_scaled.safetensors", "diffusion_model")
+    assert len(dancer.blocks) == 48 and dancer.bytes - sum(b.bytes for b in dancer.blocks) < 0.3 * GiB
+    keys = {
+        "head.modulation": (1, 6, 64), "head.head.weight": (64, 64),
+        "patch_embedding.weight": (64, 36, 1, 2, 2), "blocks.0.self_attn.q.weight": (64, 64),
+        "blocks.0.ffn.0.weight": (128, 64),
+        "music_injector.injector.0.q.weight": (64, 64),
+    }  # fmt: skip
+    info = describe_tensors(_specs(keys), kind="diffusion_model")
+    assert [b.name for b in info.blocks] == ["blocks.0", "music_injector.injector.0"]
