@@ -12,7 +12,7 @@ const preflightPrompt = JSON.parse(readFileSync(preflightPath, "utf8"));
 const { page, result, finish } = await openComfy(base, { artifacts });
 try {
   // The sidebar tab, through its own button (what a person clicks).
-  await page.locator(".headroom-monitor-tab-button").first().click({ timeout: 60_000 });
+  await page.evaluate(() => window.app.extensionManager.command.execute("Workspace.ToggleSidebarTab.headroom-monitor")); // the tab's button has no stable class across frontends (1.58)
   await page.waitForSelector(".headroom-monitor", { timeout: 60_000 });
   result.steps.push("sidebar");
 

@@ -66,7 +66,7 @@ async function classicBoxes(nodeId) {
 
 async function openPanels() {
   if (!(await page.locator(".headroom-monitor").count())) {
-    await page.locator(".headroom-monitor-tab-button").first().click({ timeout: 60_000 });
+    await page.evaluate(() => window.app.extensionManager.command.execute("Workspace.ToggleSidebarTab.headroom-monitor")); // the tab's button has no stable class across frontends (1.58)
     await page.waitForSelector(".headroom-monitor", { timeout: 60_000 });
   }
   if (!(await page.locator(".headroom-timeline").count())) {
