@@ -20,7 +20,7 @@ const { page, result, finish } = await openComfy(base, { artifacts });
 // Add one node of `type` at a fixed place on an empty canvas at scale 1; the hover points (page
 // coordinates) of its title, each widget, each input slot and each output slot.
 async function placeNode(type) {
-  return page.evaluate((type) => {
+  return page.evaluate(async (type) => {
     const app = window.app;
     app.graph.clear();
     app.canvas.ds.offset = [0, 0];
@@ -28,6 +28,9 @@ async function placeNode(type) {
     const node = window.LiteGraph.createNode(type);
     node.pos = [200, 150];
     app.graph.add(node);
+    // a new node takes its size a moment after it is added (VRAM Stats: 460x360, N8): the output slots
+    // move with its width, so the points are read after that
+    await new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 50)));
     app.canvas.setDirty(true, true);
     const rect = app.canvas.canvas.getBoundingClientRect();
     const at = (x, y) => ({ x: rect.left + x, y: rect.top + y });
