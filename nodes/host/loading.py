@@ -20,6 +20,7 @@ from ...memory.names import OFFLOAD_CHECKPOINT_INPUT, OFFLOAD_RESIDENCY_INPUTS
 from ...memory.planning.workload import component_id
 from ...memory.residency import MappedFile, file_identity, open_mapped
 from ..input_checks import OffloadError, check_checkpoint_parts, check_pairing, loading
+from . import legacy_2024
 from .lookups import host_module
 from .residency import place_host_copy
 from .state import residency
@@ -84,7 +85,7 @@ class ComponentHandle:
 
     def watch_clones(self) -> None:
         """Hosts with patcher callbacks tell us about clones (a LoRA loader's): the node computes with
-        the clone, so loading the base ahead of it would only be undone. 2024 hosts have no callbacks."""
+        the clone, so loading the base ahead of it would only be undone."""
         patcher_extension = sys.modules.get("comfy.patcher_extension")
         callbacks = getattr(patcher_extension, "CallbacksMP", None)
         if callbacks is None or not hasattr(self.patcher, "add_callback"):
@@ -168,11 +169,10 @@ def _load_checkpoint(
 
 def _load_diffusion_model(path: Path, weight_dtype: str) -> Any:
     sd = host_module("comfy.sd")
-    if hasattr(sd, "load_diffusion_model"):
-        return sd.load_diffusion_model(str(path), model_options=_model_options(weight_dtype))
-    if weight_dtype != "default":  # 2024 hosts load weights in their stored dtype
-        raise OffloadError(f"Offload Loader: weight_dtype {weight_dtype} needs a newer ComfyUI")
-    return sd.load_unet(str(path))
+    legacy = legacy_2024.load_diffusion_model(path, weight_dtype, OffloadError)
+    if legacy is not None:
+        return legacy
+    return sd.load_diffusion_model(str(path), model_options=_model_options(weight_dtype))
 
 
 def _load_clip(paths: list[Path], clip_type: str) -> Any:

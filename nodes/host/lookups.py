@@ -5,13 +5,13 @@ is running now. Everything is read when asked (``host_module`` imports lazily, t
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from ...memory.models.catalog import ALL_FOLDERS, LOADER_FOLDERS
+from . import legacy_2024
 
 
 def host_module(name: str) -> ModuleType:
@@ -25,11 +25,6 @@ def host_version() -> str:
         return str(host_module("comfyui_version").__version__)
     except ImportError:
         return "2024-03"
-
-
-def is_legacy_host() -> bool:
-    """True on hosts older than the ExecutionList executor (no ``comfy_execution`` package)."""
-    return importlib.util.find_spec("comfy_execution") is None
 
 
 def dynamic_vram_active() -> bool:
@@ -111,8 +106,8 @@ def sampler_latent_spec(model: Any) -> tuple[int | None, int, bool, bool]:
         return None, 2, False, False
     fixes = hasattr(host_module("comfy.sample"), "fix_empty_latent_channels")
     channels = getattr(latent_format, "latent_channels", None)
-    if channels is None:  # the 2024 host does not say; its preview factors have a row per channel
-        channels = len(getattr(latent_format, "latent_rgb_factors", None) or []) or None
+    if channels is None:
+        channels = legacy_2024.latent_channels(latent_format)
     return channels, int(getattr(latent_format, "latent_dimensions", 2)), fixes, fixes
 
 

@@ -30,6 +30,7 @@ from ...memory.telemetry.memory_history import MemoryHistory, cuda_memory
 from ...memory.telemetry.probe import MemoryProbe, Sample
 from ...memory.telemetry.sampler import Sampler
 from ...memory.units import parse_size_setting
+from . import recording
 from .events import Subscriber
 from .host_flags import running_host_settings
 from .host_gauges import gauges
@@ -106,7 +107,11 @@ class Monitor(Subscriber):
         self.probe = MemoryProbe.detect()
         rate = _env_rate()
         self.sampler = Sampler(
-            self.probe.read, 1 / rate if rate else 0, wanted=self._wanted, on_sample=self._push_sample
+            self.probe.read,
+            1 / rate if rate else 0,
+            wanted=self._wanted,
+            on_sample=self._push_sample,
+            paused=lambda: recording.skip("the memory monitor's sample"),
         )
         self.telemetry = Telemetry(self.probe, self.sampler)
         self.telemetry.on_disk_rate = record_disk  # the next plans of this machine read at this rate

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 _log = logging.getLogger("headroom")
 
+POSTED_KEPT = 256  # writes to posted prompts kept undoable until their prompt starts
 _MISSING = object()  # the target had no attribute of its own (it was the class's, or absent)
 
 
@@ -39,6 +41,7 @@ class Patch:
     installed: bool = True
     fired: int = 0
     installed_at: int = 0  # the registry's prompt count when it was installed
+    prompt_id: str | None = None  # a write to one posted prompt: the host has it once that prompt starts
     warned: bool = field(default=False, repr=False)
 
     def fire(self) -> None:
@@ -76,12 +79,47 @@ class PatchRegistry:
             self.patches.append(patch)
             return patch
 
-    def record(self, name: str, undo: Callable[[], None], per_prompt: bool = False) -> Patch:
-        """A change the caller made (an insert into a host list, a write to a host object), with its undo."""
+    def record(
+        self, name: str, undo: Callable[[], None], per_prompt: bool = False, prompt_id: str | None = None
+    ) -> Patch:
+        """A change the caller made (a write to a host object), with its undo. With ``prompt_id``, a write
+        to that posted prompt: forgotten once the prompt starts (the host has read it)."""
         with self._lock:
-            patch = Patch(name, undo, per_prompt=per_prompt, installed_at=self.prompts)
+            if prompt_id is not None:  # posted prompts the host never started (refused): the oldest go
+                posted = [p for p in self.patches if p.prompt_id is not None]
+                for p in posted[: max(0, len(posted) - POSTED_KEPT + 1)]:
+                    self.forget(p)
+            patch = Patch(name, undo, per_prompt=per_prompt, installed_at=self.prompts, prompt_id=prompt_id)
             self.patches.append(patch)
             return patch
+
+    def insert(self, name: str, seq: list[Any], item: Any, index: int = 0) -> Patch:
+        """``seq.insert(index, item)`` into a host list; the undo removes that item (by identity) if it is
+        still there. An item the host has taken out since (it unloaded the model) leaves the registry at
+        the next insert of the same name, so the patches stay as many as the items in the list."""
+        with self._lock:
+            for p in [p for p in self.patches if p.installed and p.name == name and p.target is seq]:
+                if all(x is not p.replacement() for x in seq):
+                    self.forget(p)
+            seq.insert(index, item)
+            ref = weakref.ref(item)  # the host decides how long its entry lives
+
+            def undo() -> None:
+                for i, x in enumerate(seq):
+                    if x is ref():
+                        del seq[i]
+                        return
+
+            patch = Patch(name, undo, seq, "", ref, installed_at=self.prompts)
+            self.patches.append(patch)
+            return patch
+
+    def forget(self, patch: Patch) -> None:
+        """Drop ``patch`` without undoing it: what it changed is gone (a clone freed, an entry the host
+        took out) or is the host's own now (a posted prompt it started)."""
+        with self._lock:
+            patch.installed = False
+            self.patches = [p for p in self.patches if p is not patch]
 
     def find(self, name: str, target: Any = None) -> Patch | None:
         """The installed patch ``name`` (on ``target``, when given)."""
@@ -124,6 +162,8 @@ class PatchRegistry:
             key = str(prompt_id)
             if key == self._last_prompt:
                 return
+            for p in [p for p in self.patches if p.prompt_id == key]:
+                self.forget(p)
             self._last_prompt = key
             self.prompts += 1
             for p in self.patches:

@@ -34,7 +34,9 @@ from typing import Any
 import torch
 
 from ...memory.residency.prefetch import CopyDone, Stream, Upload
+from . import recording
 from .lookups import host_module
+from .patches import REGISTRY
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
@@ -133,6 +135,8 @@ class HostPrefetch:
         return self.stream
 
     def why_sync(self, handle: Any) -> str:
+        if recording.skip("a prefetch"):  # its device tensors must not be allocated in a recorded region
+            return recording.RECORDING
         if self._side() is None:
             return self.no_stream
         mm = self.mm
@@ -189,7 +193,7 @@ class HostPrefetch:
             for t, _, src in upload.swaps:
                 t.data = src
             raise
-        mm.current_loaded_models.insert(0, loaded)
+        REGISTRY.insert("model_management.current_loaded_models[prefetch]", mm.current_loaded_models, loaded)
         upload.swaps.clear()  # the module holds the device tensors now
 
     def cancel(self, upload: Upload) -> None:

@@ -30,7 +30,7 @@ from ...memory.residency.ram_guard import RamGuard
 from ...memory.residency.run_log import Streamed
 from ...memory.telemetry.runs import ResidencyEvent
 from ...memory.units import format_bytes
-from . import dynamic_vram, sampling, text_encoders
+from . import dynamic_vram, legacy_2024, recording, sampling, text_encoders
 from .events import Subscriber
 from .links import device_name, hardware_for
 from .lookups import host_module, lazy_inputs, models_dir, output_nodes, queued_outputs
@@ -115,9 +115,8 @@ class _HostOps:
 
     @staticmethod
     def _bytes(lm: Any) -> int:
-        if hasattr(lm, "model_loaded_memory"):
-            return int(lm.model_loaded_memory())
-        return int(lm.model_memory())  # 2024 hosts load whole models
+        legacy = legacy_2024.loaded_bytes(lm)
+        return int(lm.model_loaded_memory()) if legacy is None else legacy
 
     def on_gpu(self, handle: Handle) -> int:
         if handle.module is None or self.dynamic.is_released(handle):  # gone, or off in the plan
@@ -137,6 +136,8 @@ class _HostOps:
         return mm.get_free_memory(device) >= need
 
     def load(self, handle: Handle) -> str:
+        if recording.skip("a residency move"):
+            return f"not now: {recording.RECORDING}"
         if dynamic_vram.is_dynamic(handle.patcher):
             return dynamic_vram.LOAD_NOTE
         patched = [c for c in handle.live_clones() if getattr(c, "patches", None)]
@@ -146,6 +147,8 @@ class _HostOps:
         return ""
 
     def evict(self, handle: Handle) -> None:
+        if recording.skip("a residency move"):
+            return
         if dynamic_vram.is_dynamic(handle.patcher):  # its pages go; it stays staged, pinned and listed
             dynamic_vram.page_out(handle.patcher)
             return

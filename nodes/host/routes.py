@@ -19,7 +19,8 @@ from ...memory.residency.mapped import live_mappings
 from ...memory.residency.ram_budget import RAM, RAM_BUDGET_ENV
 from ...memory.units import parse_size_setting
 from ...version import __version__
-from .lookups import host_version, is_legacy_host
+from . import legacy_2024
+from .lookups import host_version
 from .monitor import DEMAND_S, Monitor
 from .patches import REGISTRY
 from .state import configure_ram_budget, monitor, ram_budget, residency
@@ -78,8 +79,8 @@ def _on_prompt(m: Monitor, json_data: Any) -> Any:
         prompt = json_data.get("prompt") if isinstance(json_data, dict) else None
         if not isinstance(prompt, dict):
             return json_data
-        if not is_legacy_host():
-            json_data.setdefault("prompt_id", str(uuid.uuid4()))
+        if not legacy_2024.makes_own_prompt_id() and "prompt_id" not in json_data:
+            _assign_prompt_id(json_data)
         prompt_id = json_data.get("prompt_id")
         if prompt_id is not None:
             m.queued_prompt(str(prompt_id), m.plans.key(prompt, m.budget()), _workflow_id(json_data))
@@ -93,6 +94,19 @@ def _on_prompt(m: Monitor, json_data: Any) -> Any:
     except Exception:
         _log.exception("Headroom: preflight failed; the prompt is queued as usual")
     return json_data
+
+
+def _assign_prompt_id(json_data: dict[str, Any]) -> None:
+    """Write a prompt_id into the posted prompt (the host takes it as the prompt's id), as a patch whose
+    undo takes it out again; the registry forgets it once that prompt starts."""
+    prompt_id = str(uuid.uuid4())
+    json_data["prompt_id"] = prompt_id
+
+    def undo() -> None:
+        if json_data.get("prompt_id") == prompt_id:
+            del json_data["prompt_id"]
+
+    REGISTRY.record("server.posted prompt_id", undo, prompt_id=prompt_id)
 
 
 def _workflow_id(json_data: dict[str, Any]) -> str | None:

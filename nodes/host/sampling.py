@@ -18,14 +18,9 @@ host:
   ``model_function_wrapper`` set before, so a later node's wrapper cannot displace it) and ends the
   session in a ``finally``. A ``CALC_COND_BATCH`` wrapper lets the step's separate cond/uncond calls
   share each upload.
-- The 2024 host (no ``comfy.patcher_extension``): the model call goes in the clone's
-  ``model_function_wrapper`` (the only per-call hook; ``samplers.py:221``), chained with one set before.
-  That host signals no end of sampling, so a session ends when the node that sampled finishes: the
-  executor event source (``events``) publishes ``node_finished`` for a node that returned, raised or was
-  interrupted. A caller can also scope a sampling itself (``StreamedModel.sampling``, as the streaming
-  sampler does). Where neither holds (Headroom's executor hooks are off, or a sampling runs outside any
-  node), the model samples without streaming and says why: nothing would detach it. Each model call also
-  uploads the streamed blocks again there (no calc_cond_batch hook to gather a step's calls).
+- The 2024 host (no ``comfy.patcher_extension``): its path is ``legacy_2024``'s (the clone's
+  ``model_function_wrapper``, ended when the node that sampled finishes, or by a caller's scope:
+  ``StreamedModel.sampling``, as the streaming sampler takes).
 
 On a CPU device the streamer places the blocks itself; on CUDA it first asks the host to offload what it
 loaded (``partially_unload``, so its accounting stays right) and then places rest, resident blocks and
@@ -44,19 +39,13 @@ from ...memory.residency.dynamic_policy import stream_note
 from ...memory.streaming.budget import activation_reserve, streaming_budget
 from ...memory.streaming.shared_uploads import SharedUploads
 from ...memory.units import format_bytes
-from . import host_load, node_text
-from .events import Subscriber
+from . import host_load, legacy_2024, node_text, recording
 from .links import record_stream
 from .lookups import host_module
-from .patches import REGISTRY
 
 _log = logging.getLogger("headroom")
 
 KEY = "headroom.streaming"  # the OUTER_SAMPLE wrapper's key in the host's patcher
-NO_END = (
-    "not streamed: on this host a streamed model detaches when the node that samples it finishes, and "
-    "Headroom's executor hooks are off or this sampling runs outside a node"
-)
 
 
 @dataclass(frozen=True)
@@ -104,9 +93,14 @@ class _Session:
     def model_call(self, apply_model: Any, args: dict[str, Any]) -> Any:
         """Every model call of the sampling (the host's ``model_function_wrapper``)."""
         if not self._tried:
+            if recording.skip("streaming"):  # attach at a later call, outside the recorded region
+                self.run.note = f"not streamed while {recording.RECORDING}"
+                return self.shared.model_call(apply_model, args)
             self._tried = True
+            self.run.note = ""
             base = getattr(apply_model, "__self__", None)  # the BaseModel being sampled
-            self._attach(base if hasattr(base, "diffusion_model") else self.patcher.model, args)
+            with recording.paused():  # the ring and buffers are ours, not the step's
+                self._attach(base if hasattr(base, "diffusion_model") else self.patcher.model, args)
         return self.shared.model_call(apply_model, args)
 
     def _attach(self, base_model: Any, args: dict[str, Any]) -> None:
@@ -212,17 +206,26 @@ class StreamedModel:
         self.session: _Session | None = None
         self.last_run = StreamingRun()
         self.runs: list[StreamingRun] = []  # every sampling's, in order (``last_run`` is the last)
-        self._patcher, self._previous = patcher, previous  # the 2024 host's path only
+        # the patcher and the model_function_wrapper set before, where a per-call hook streams it
+        self.patcher, self.previous = patcher, previous
         self._scopes = 0
 
     def __deepcopy__(self, memo: dict) -> StreamedModel:
-        return self  # the 2024 host deep-copies model_options on clone: the clones share one state
+        return self  # a clone that deep-copies the model options shares the one state
 
-    def _begin(self, patcher: Any, previous: Callable | None) -> _Session:
+    def begin(self, patcher: Any, previous: Callable | None) -> _Session:
         self.session = _Session(self.settings, patcher, previous)
         return self.session
 
-    def _end(self, session: _Session) -> None:
+    def scoped(self) -> bool:
+        """Whether a caller's ``sampling`` scope is open (it ends the sampling)."""
+        return self._scopes > 0
+
+    def not_streamed(self, note: str) -> None:
+        """A sampling that ran without streaming, and why."""
+        self.last_run = StreamingRun(note=note)
+
+    def end(self, session: _Session) -> None:
         if self.session is session:
             self.session = None
         if session.ended:
@@ -239,7 +242,7 @@ class StreamedModel:
         patcher = getattr(guider, "model_patcher", None)
         if self.session is not None or not isinstance(options, dict) or patcher is None:
             return executor(*args, **kwargs)  # nested sampling, or a guider we cannot reach into
-        session = self._begin(patcher, options.get("model_function_wrapper"))
+        session = self.begin(patcher, options.get("model_function_wrapper"))
         options["model_function_wrapper"] = session.model_call  # this sampling's copy of the options
         session.originals, release = host_load.before_host_load(patcher)
         try:
@@ -247,7 +250,7 @@ class StreamedModel:
         finally:
             if release is not None:
                 release()
-            self._end(session)
+            self.end(session)
 
     def calc_cond_batch(self, executor: Any, *args: Any, **kwargs: Any) -> Any:
         """The CALC_COND_BATCH wrapper: a step's calls share each upload (see ``shared_uploads``)."""
@@ -255,22 +258,6 @@ class StreamedModel:
         if session is None:
             return executor(*args, **kwargs)
         return session.shared.calc_cond_batch(executor, *args, **kwargs)
-
-    # -- the 2024 host
-    def legacy_model_call(self, apply_model: Any, args: dict[str, Any]) -> Any:
-        """The clone's ``model_function_wrapper``: opens a session at the first call of a sampling that
-        something will end (the caller's scope, or the end of the node running it)."""
-        session = self.session
-        if session is None:
-            scopes = node_scopes()
-            owner = scopes.current() if scopes is not None else None
-            if owner is None and not self._scopes:
-                self.last_run = StreamingRun(note=NO_END)
-                return _plain(self._previous, apply_model, args)
-            session = self._begin(self._patcher, self._previous)
-            if not self._scopes and scopes is not None and owner is not None:
-                scopes.at_end(owner, lambda: self._end(session))
-        return session.model_call(apply_model, args)
 
     @contextlib.contextmanager
     def sampling(self) -> Iterator[StreamedModel]:
@@ -281,74 +268,11 @@ class StreamedModel:
         finally:
             self._scopes -= 1
             if self.session is not None and not self._scopes:
-                self._end(self.session)
-
-
-def _plain(previous: Callable | None, apply_model: Any, args: dict[str, Any]) -> Any:
-    if previous is not None:
-        return previous(apply_model, args)
-    return apply_model(args["input"], args["timestep"], **args["c"])
-
-
-class NodeScopes(Subscriber):
-    """The 2024 host's end of a sampling: the node running it finishes (returned, raised or interrupted).
-    Subscribed first, so a streamer is detached before the residency controller moves models."""
-
-    def __init__(self) -> None:
-        self.source: Any = None  # the event source it is subscribed to (``subscribe_scopes``)
-        self._stack: list[tuple[str | None, str]] = []
-        self._ends: dict[tuple[str | None, str], list[Callable[[], None]]] = {}
-
-    def current(self) -> tuple[str | None, str] | None:
-        return self._stack[-1] if self._stack else None
-
-    def at_end(self, node: tuple[str | None, str], callback: Callable[[], None]) -> None:
-        self._ends.setdefault(node, []).append(callback)
-
-    def node_started(self, prompt_id: str | None, node_id: str) -> None:
-        self._stack.append((prompt_id, node_id))
-
-    def node_finished(self, prompt_id: str | None, node_id: str, ok: bool = True) -> None:
-        key = (prompt_id, node_id)
-        if key in self._stack:
-            del self._stack[len(self._stack) - 1 - self._stack[::-1].index(key)]
-        self._run(self._ends.pop(key, []))
-
-    def prompt_finished(self, prompt_id: str) -> None:
-        self._stack.clear()  # nothing of that prompt is running any more
-        ends, self._ends = self._ends, {}
-        self._run([callback for callbacks in ends.values() for callback in callbacks])
-
-    @staticmethod
-    def _run(callbacks: list[Callable[[], None]]) -> None:
-        for callback in callbacks:
-            try:
-                callback()
-            except Exception:
-                _log.exception("Headroom: detaching a streamed model failed; the workflow is not affected")
-
-
-_SCOPES = NodeScopes()
-
-
-def subscribe_scopes(source: Any) -> None:
-    """Put the node-scope subscriber first on ``source``, the process's event source (``state`` does this
-    when it makes one), so a streamed model detaches before the residency controller moves models."""
-    if _SCOPES not in source.subscribers:
-        source.subscribers.insert(0, _SCOPES)
-    _SCOPES.source = source
-
-
-def node_scopes() -> NodeScopes | None:
-    """The node-scope subscriber when the process's executor hooks are on (else None)."""
-    source = _SCOPES.source
-    if source is None or source.hooks.get("nodes") != "on" or _SCOPES not in source.subscribers:
-        return None
-    return _SCOPES
+                self.end(self.session)
 
 
 def _wrappers_mp(patcher: Any) -> Any:
-    """The host's ``WrappersMP`` when it has the OUTER_SAMPLE wrapper (current hosts), else None."""
+    """The host's ``WrappersMP`` when ``patcher`` takes its wrappers (OUTER_SAMPLE), else None."""
     try:
         wrappers_mp = host_module("comfy.patcher_extension").WrappersMP
     except ImportError:
@@ -364,18 +288,14 @@ def stream_model(model: Any, settings: StreamSettings) -> tuple[Any, StreamedMod
     Raises BudgetExceeded now when an explicit budget cannot hold the model even with no activations."""
     _precheck(model, settings)
     patched = model.clone()
+    legacy = legacy_2024.stream_model(patched, settings, StreamedModel)
+    if legacy is not None:
+        return patched, legacy
+    stream = StreamedModel(settings)
     wrappers_mp = _wrappers_mp(patched)
-    if wrappers_mp is not None:
-        stream = StreamedModel(settings)
-        _add_wrappers(patched, wrappers_mp, stream)
-        return patched, stream
-    previous = patched.model_options.get("model_function_wrapper")
-    earlier = getattr(previous, "__self__", None)
-    if isinstance(earlier, StreamedModel):  # streamed twice: the new settings replace the old
-        previous = earlier._previous
-    stream = StreamedModel(settings, patched, previous)
-    patched.set_model_unet_function_wrapper(stream.legacy_model_call)
-    node_scopes()  # subscribed before the sampler node starts
+    if wrappers_mp is None:
+        raise ValueError(f"{type(patched).__name__} takes no sampling wrappers (OUTER_SAMPLE)")
+    _add_wrappers(patched, wrappers_mp, stream)
     return patched, stream
 
 
@@ -384,13 +304,10 @@ class Armed:
     """Streaming the residency controller put on a loaded model for one node's sampling (``arm``)."""
 
     stream: StreamedModel
-    patchers: list[Any] = field(default_factory=list)  # current hosts: the ones given our wrappers
-    module: Any = None  # the 2024 host: the BaseModel whose apply_model calls the stream
-    patch: Any = None  # the 2024 host: that apply_model's entry in the patch registry
-    scope: Any = None
+    patchers: list[Any] = field(default_factory=list)  # the ones given our wrappers
     # a Stream Model node's streaming already on a clone, with how many samplings it had run before
     others: list[tuple[StreamedModel, int]] = field(default_factory=list)
-    seen: list[StreamingRun] = field(default_factory=list)  # the 2024 host: another's sessions met
+    legacy: legacy_2024.LegacyArm | None = None  # the 2024 host's arming instead of wrappers
 
 
 def _hooks(wrappers_mp: Any, stream: StreamedModel) -> list[tuple[Any, str, Callable]]:
@@ -410,69 +327,49 @@ def _add_wrappers(patcher: Any, wrappers_mp: Any, stream: StreamedModel) -> None
 
 def arm(patcher: Any, clones: list[Any], settings: StreamSettings) -> Armed:
     """Stream the model of ``patcher`` whenever it is sampled until ``disarm``, whichever of its clones
-    the sampler holds. Current hosts: our OUTER_SAMPLE wrappers on the patcher and on each live clone (a
-    clone made from them later copies them); a clone a Stream Model node streams keeps its own. The 2024
-    host: every clone computes through the one BaseModel, so its ``apply_model`` calls the stream, and
-    the scope ends at ``disarm`` (the end of the node)."""
+    the sampler holds: our OUTER_SAMPLE wrappers on the patcher and on each live clone (a clone made from
+    them later copies them); a clone a Stream Model node streams keeps its own."""
     stream = StreamedModel(settings, patcher)
+    armed = Armed(stream, legacy=legacy_2024.arm(patcher, stream, _ACTIVE))
     wrappers_mp = _wrappers_mp(patcher)
-    armed = Armed(stream)
-    if wrappers_mp is not None:
-        for p in [patcher, *(c for c in clones if c is not patcher)]:
-            own = streamed_model_of(p)
-            if own is not None:
-                if all(own is not o for o, _ in armed.others):
-                    armed.others.append((own, len(own.runs)))
-                continue
-            _add_wrappers(p, wrappers_mp, stream)
-            armed.patchers.append(p)
+    if armed.legacy is not None or wrappers_mp is None:
         return armed
-    module = patcher.model
-    original = module.apply_model
-
-    def apply_model(x: Any, t: Any, **c: Any) -> Any:
-        armed.patch.fire()
-        other = _ACTIVE.get(id(module.diffusion_model))
-        if other is not None and other is not stream.session:  # a Stream Model node's clone streams it
-            if all(other.run is not r for r in armed.seen):
-                armed.seen.append(other.run)
-            return original(x, t, **c)
-        return stream.legacy_model_call(original, {"input": x, "timestep": t, "c": c})
-
-    armed.module, armed.scope = module, stream.sampling()
-    armed.scope.__enter__()
-    # an instance attribute over the class's method, until disarm
-    armed.patch = REGISTRY.replace("BaseModel.apply_model[2024 stream]", module, "apply_model", apply_model)
+    for p in [patcher, *(c for c in clones if c is not patcher)]:
+        own = streamed_model_of(p)
+        if own is not None:
+            if all(own is not o for o, _ in armed.others):
+                armed.others.append((own, len(own.runs)))
+            continue
+        _add_wrappers(p, wrappers_mp, stream)
+        armed.patchers.append(p)
     return armed
 
 
 def disarm(armed: Armed, clones: list[Any]) -> list[StreamingRun]:
     """Undo ``arm`` (ending a sampling still open) and return what each sampling did, in order."""
-    wrappers_mp = _wrappers_mp(armed.stream._patcher) if armed.module is None else None
+    wrappers_mp = _wrappers_mp(armed.stream.patcher) if armed.legacy is None else None
     if wrappers_mp is not None:
         for p in [*armed.patchers, *clones]:  # and the clones made from an armed one since
             if streamed_model_of(p) is armed.stream and hasattr(p, "remove_wrappers_with_key"):
                 for kind, key, _ in _hooks(wrappers_mp, armed.stream):
                     p.remove_wrappers_with_key(kind, key)
-    if armed.module is not None:
-        REGISTRY.uninstall(armed.patch)
-        armed.scope.__exit__(None, None, None)
+    if armed.legacy is not None:
+        armed.legacy.undo()
     if armed.stream.session is not None:
-        armed.stream._end(armed.stream.session)
+        armed.stream.end(armed.stream.session)
     others = [r for s, before in armed.others for r in s.runs[before:]]
-    return [*armed.stream.runs, *others, *armed.seen]
+    return [*armed.stream.runs, *others, *(armed.legacy.seen if armed.legacy is not None else ())]
 
 
 def streamed_model_of(model: Any) -> StreamedModel | None:
     """The streaming a MODEL carries (a ``stream_model`` clone or a clone of one), else None."""
-    found: list[Any] = []
-    wrappers_mp = _wrappers_mp(model)
-    if wrappers_mp is not None and hasattr(model, "get_wrappers"):
-        found = list(model.get_wrappers(wrappers_mp.OUTER_SAMPLE, KEY))
-    else:
-        found = [getattr(model, "model_options", {}).get("model_function_wrapper")]
-    streams = [getattr(w, "__self__", None) for w in found]
-    return next((s for s in streams if isinstance(s, StreamedModel)), None)
+    found = legacy_2024.streams_on(model)
+    if found is None:
+        wrappers_mp = _wrappers_mp(model)
+        if wrappers_mp is None or not hasattr(model, "get_wrappers"):
+            return None
+        found = [getattr(w, "__self__", None) for w in model.get_wrappers(wrappers_mp.OUTER_SAMPLE, KEY)]
+    return next((s for s in found if isinstance(s, StreamedModel)), None)
 
 
 def _precheck(model: Any, settings: StreamSettings) -> None:

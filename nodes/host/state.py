@@ -19,9 +19,9 @@ from ...memory.residency.ram_budget import RAM, RamBudget
 from ...memory.telemetry.runs import ResidencyEvent
 from . import node_text
 from .events import EventSource
+from .legacy_2024 import subscribe_scopes
 from .monitor import Monitor, monitor_enabled
 from .residency import Residency
-from .sampling import subscribe_scopes
 
 _MONITOR: Monitor | None = None
 _RESIDENCY: Residency | None = None

@@ -26,14 +26,16 @@ from __future__ import annotations
 
 import functools
 import logging
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...memory.streaming.budget import activation_reserve
 from ...memory.streaming.text_layouts import TEXT_ACTIVATION_FLOOR, discover_text_blocks, in_call_order
-from . import host_load, node_text
+from . import host_load, node_text, recording
 from .links import record_stream
+from .patches import REGISTRY
 from .sampling import StreamSettings, check_budget, streamed_line, streaming_choice
 
 _log = logging.getLogger("headroom")
@@ -102,9 +104,10 @@ class ClipStreaming:
         return self
 
     def _attach_once(self, first: str) -> None:
-        if not self._tried:
+        if not self._tried and not recording.skip("Stream CLIP"):  # else at a later call, unrecorded
             self._tried = True
-            self._attach(first)
+            with recording.paused():  # the ring and buffers are ours, not the step's
+                self._attach(first)
 
     def _entered(self, name: str) -> None:
         if name not in self.run.lists_in_order:
@@ -244,6 +247,7 @@ def _streamed_class(cls_or_streamed: type) -> type:
 
         @functools.wraps(method)
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            REGISTRY.fire(SWAP)
             tokens = args[0] if args else kwargs.get("tokens")
             return getattr(self, ATTR).run(self, lambda: method(self, *args, **kwargs), tokens)
 
@@ -264,10 +268,30 @@ def stream_clip(clip: Any, settings: StreamSettings) -> tuple[Any, StreamedClip]
         raise ValueError("not a CLIP (it has no text encoder to stream)")
     _precheck(model, settings)
     patched = clip.clone()
-    patched.__class__ = _streamed_class(type(patched))
     state = StreamedClip(settings)
-    setattr(patched, ATTR, state)
+    _swap_class(patched, state)
     return patched, state
+
+
+SWAP = "CLIP.__class__[Stream CLIP]"  # the class swap of our clone, in the patch registry
+
+
+def _swap_class(clip: Any, state: StreamedClip) -> None:
+    """Make our clone ``clip`` a streamed subclass of its class carrying ``state``, as a patch whose undo
+    gives it its class back and takes the state off; the registry forgets it when the clone is freed."""
+    base = type(clip)
+    ref = weakref.ref(clip)
+    clip.__class__ = _streamed_class(base)
+    setattr(clip, ATTR, state)
+
+    def undo() -> None:
+        target = ref()
+        if target is not None and getattr(target, "_headroom_base", None) is base:
+            target.__class__ = base
+            vars(target).pop(ATTR, None)
+
+    patch = REGISTRY.record(SWAP, undo)
+    weakref.finalize(clip, REGISTRY.forget, patch)
 
 
 def _precheck(model: Any, settings: StreamSettings) -> None:

@@ -175,6 +175,19 @@ class _Scanner(ast.NodeVisitor):
         self.generic_visit(node)
 
 
+LEGACY = "legacy_2024"  # the module of the 2024 host's code paths (nodes/host/legacy_2024.py)
+CURRENT_ONLY = " (current hosts: the 2024 host's path is legacy_2024's)"
+
+
+def _branches_to_legacy(func: ast.AST) -> bool:
+    """Whether a function asks ``legacy_2024`` first: what it reads after that is current hosts' only."""
+    return any(isinstance(n, ast.Call) and (_chain(n.func) or [""])[0] == LEGACY for n in ast.walk(func))
+
+
+def _where(path: Path, name: str, func: ast.AST) -> str:
+    return f"{path.name}:{name}" + (CURRENT_ONLY if _branches_to_legacy(func) else "")
+
+
 def touched(host_dir: Path) -> dict[str, Use]:
     """Every host name the modules in ``host_dir`` (``nodes/host``) touch, by ``module.name[.member]``."""
     uses: dict[str, Use] = {}
@@ -190,9 +203,9 @@ def touched(host_dir: Path) -> dict[str, Use]:
                                 aliases[".".join(_chain(target) or [])] = _loaded_module(item.value) or ""
                 for item in node.body:
                     if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                        _Scanner(f"{path.name}:{node.name}.{item.name}", uses, aliases).visit(item)
+                        _Scanner(_where(path, f"{node.name}.{item.name}", item), uses, aliases).visit(item)
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                _Scanner(f"{path.name}:{node.name}", uses, {}).visit(node)
+                _Scanner(_where(path, node.name, node), uses, {}).visit(node)
     return uses
 
 
@@ -289,7 +302,7 @@ def check(uses: dict[str, Use], data: dict[str, Any]) -> list[str]:
         entry = data["names"][key]
         where = ", ".join(sorted(use.where))
         if entry is None:
-            if use.required and not _legacy_only(use, data):
+            if use.required and not _legacy_only(use, data) and not _current_only(use, data):
                 problems.append(f"{data['version']}: {key} is absent but read directly ({where})")
             continue
         if entry.get("kind") != "function":
@@ -309,5 +322,10 @@ def check(uses: dict[str, Use], data: dict[str, Any]) -> list[str]:
 
 
 def _legacy_only(use: Use, data: dict[str, Any]) -> bool:
-    """A name only the 2024 host's code paths read is not expected of the current hosts."""
-    return all("legacy" in w for w in use.where) and data["version"] != "2024-03"
+    """A name only the 2024 host's code paths (``legacy_2024``) read is not expected of the current hosts."""
+    return all(w.startswith(f"{LEGACY}.py:") for w in use.where) and data["version"] != "2024-03"
+
+
+def _current_only(use: Use, data: dict[str, Any]) -> bool:
+    """A name read only where a function has asked ``legacy_2024`` first is not expected of the 2024 host."""
+    return all(w.endswith(CURRENT_ONLY) for w in use.where) and data["version"] == "2024-03"

@@ -84,3 +84,87 @@ def test_install_then_uninstall_leaves_every_host_object_as_it_was(host: Host) -
     assert not [k for k in registry.state() if k.startswith(("execution.", "server."))]
     assert state.monitor().hooks == {}
     assert pack.install_monitor()["nodes"] == "on"  # as the pack's import left it
+
+
+def _by_identity(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    return sorted(k for k in a.keys() | b.keys() if a.get(k, "<absent>") is not b.get(k, "<absent>"))
+
+
+def test_every_other_patch_comes_off_exactly(host: Host, tmp_path: Any) -> None:
+    """The patches made per model or per prompt, each installed and uninstalled through the registry on
+    this host: the host's load held back on a patcher, the 2024 host's apply_model of an armed model, the
+    prefetch's entry in current_loaded_models, the Stream CLIP class swap of our clone and the prompt_id
+    written into a posted prompt. Each object is as before, attribute by attribute, by identity."""
+    import copy
+
+    import torch
+
+    from headroom_testing.tiny_models import build_tiny_sd_checkpoint
+
+    registry = host.pack_module("nodes.host.patches").REGISTRY
+    name = "tiny_sd15_patches.safetensors"
+    build_tiny_sd_checkpoint(host.models_dir, name=name, seed=3)
+    host.register_models_dir(host.models_dir)
+    with torch.inference_mode():
+        model, clip, _ = host.node_class("CheckpointLoaderSimple")().load_checkpoint(name)
+    installed: list[str] = []
+
+    # the host's load held back (current hosts: ModelPatcher.load takes lowvram_model_memory, full_load)
+    patcher = model.clone()
+    before = dict(vars(patcher))
+    undo = host.pack_module("nodes.host.host_load").hold_back(patcher)
+    if undo is not None:
+        installed.append("hold_back")
+        assert _by_identity(before, dict(vars(patcher))) == ["load"]
+        undo()
+    assert _by_identity(before, dict(vars(patcher))) == []
+
+    # a model armed for streaming, then disarmed (2024: its BaseModel's apply_model; else wrappers)
+    sampling = host.pack_module("nodes.host.sampling")
+    base = dict(vars(model.model))
+    armed = sampling.arm(model, [], sampling.StreamSettings())
+    if armed.legacy is not None:
+        installed.append("apply_model")
+        assert _by_identity(base, dict(vars(model.model))) == ["apply_model"]
+    sampling.disarm(armed, [])
+    assert _by_identity(base, dict(vars(model.model))) == [] and sampling.streamed_model_of(model) is None
+
+    # the prefetch's entry in the host's list of loaded models
+    mm = host.model_management
+    mm.unload_all_models()
+    listed = list(mm.current_loaded_models)
+    handle = type("Handle", (), {"patcher": model, "module": model.model})()
+    prefetch = host.pack_module("nodes.host.prefetch")
+    upload = prefetch.HostUpload(None, 0, [])
+    prefetch.HostPrefetch(device=torch.device("cpu")).land(handle, upload)
+    installed.append("current_loaded_models")
+    assert len(mm.current_loaded_models) == len(listed) + 1
+    assert registry.uninstall(prefix="model_management.current_loaded_models") == 1
+    assert len(mm.current_loaded_models) == len(listed)
+    assert all(a is b for a, b in zip(listed, mm.current_loaded_models, strict=True))
+
+    # the Stream CLIP class swap of our own clone
+    text_encoders = host.pack_module("nodes.host.text_encoders")
+    ours = clip.clone()
+    cls, fields = type(ours), dict(vars(ours))
+    text_encoders._swap_class(ours, text_encoders.StreamedClip(sampling.StreamSettings()))
+    installed.append("CLIP.__class__")
+    assert type(ours) is not cls and isinstance(getattr(ours, text_encoders.ATTR), text_encoders.StreamedClip)
+    assert registry.uninstall(prefix=text_encoders.SWAP) == 1
+    assert type(ours) is cls and _by_identity(fields, dict(vars(ours))) == []
+
+    # the prompt_id written into a posted prompt (current hosts take it; the 2024 host makes its own)
+    routes, state = host.pack_module("nodes.host.routes"), host.pack_module("nodes.host.state")
+    posted: dict[str, Any] = {"prompt": copy.deepcopy(PROMPT), "client_id": "patches"}
+    before_post = copy.deepcopy(posted)
+    assert routes._on_prompt(state.monitor(), posted) is posted
+    if not host.legacy:
+        installed.append("prompt_id")
+        assert set(posted) - set(before_post) == {"prompt_id"}
+    registry.uninstall(prefix="server.posted prompt_id")
+    assert posted == before_post
+    assert installed == (
+        ["apply_model", "current_loaded_models", "CLIP.__class__"]
+        if host.legacy
+        else ["hold_back", "current_loaded_models", "CLIP.__class__", "prompt_id"]
+    )

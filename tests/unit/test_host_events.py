@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from comfyui_headroom.nodes.host import events, sampling, state
+from comfyui_headroom.nodes.host import events, legacy_2024, state
 
 HOST_DIR = Path(__file__).resolve().parents[2] / "nodes" / "host"
 
@@ -84,7 +84,7 @@ def oom_host(monkeypatch: pytest.MonkeyPatch) -> None:
     """A host whose OOM error is ``OOM`` and whose executor is the 2024 one."""
     monkeypatch.setitem(sys.modules, "comfy.model_management", SimpleNamespace(OOM_EXCEPTION=OOM))
     monkeypatch.delitem(sys.modules, "comfy_execution.progress", raising=False)
-    monkeypatch.setattr(events, "is_legacy_host", lambda: True)
+    monkeypatch.setattr(legacy_2024, "is_2024_host", lambda: True)
 
 
 def test_the_patches_go_in_the_stated_order_and_a_retried_node_starts_again(oom_host: None) -> None:
@@ -210,8 +210,8 @@ def test_state_subscribes_both_and_wires_the_budget_and_the_moves(monkeypatch: p
     monkeypatch.delitem(sys.modules, "comfy.model_management", raising=False)
     m, control = state.monitor(), state.residency()
     # the streamed models' node scopes, then the monitor, then the controller
-    assert state.events().subscribers == [sampling._SCOPES, m, control]
-    assert sampling._SCOPES.source is state.events()
+    assert state.events().subscribers == [legacy_2024._SCOPES, m, control]
+    assert legacy_2024._SCOPES.source is state.events()
     m.assume_vram = 8 * 2**30
     assert control.budget() == m.budget() and control.budget() is not None
     m.telemetry.start_prompt("p1")

@@ -146,3 +146,52 @@ def test_the_add_message_wrapper_passes_through_arguments_it_does_not_know(
     events._hook_cached(source, execution)
     execution.PromptExecutor().add_message("execution_cached", {"prompt_id": "p"}, False, future=1)
     assert seen == [(("execution_cached", {"prompt_id": "p"}, False), {"future": 1})]
+
+
+class Entry:
+    """A host list's entry (a LoadedModel): weak-referenceable, equal only to itself."""
+
+
+def test_an_insert_into_a_host_list_comes_off_by_identity_and_leaves_once_the_host_took_it_out() -> None:
+    registry = PatchRegistry()
+    host_entry, ours, again = Entry(), Entry(), Entry()
+    loaded = [host_entry]
+    patch = registry.insert("mm.current_loaded_models[prefetch]", loaded, ours)
+    assert loaded == [ours, host_entry] and patch.installed
+    loaded.remove(ours)  # the host unloaded it: the next insert forgets the first
+    registry.insert("mm.current_loaded_models[prefetch]", loaded, again)
+    assert not patch.installed and len(registry.patches) == 1
+    loaded.append(Entry())
+    assert registry.uninstall() == 1
+    assert again not in loaded and len(loaded) == 2 and loaded[0] is host_entry
+
+
+def test_a_write_to_a_posted_prompt_is_undone_or_forgotten_once_the_prompt_starts() -> None:
+    registry = PatchRegistry()
+    posted: dict[str, Any] = {"prompt": {}}
+    posted["prompt_id"] = "p1"
+    registry.record("server.posted prompt_id", lambda: posted.pop("prompt_id"), prompt_id="p1")
+    other: dict[str, Any] = {"prompt_id": "p2"}
+    registry.record("server.posted prompt_id", lambda: other.pop("prompt_id"), prompt_id="p2")
+    registry.prompt_seen("p1")  # the host has p1: its write is the host's now
+    assert [p.prompt_id for p in registry.patches] == ["p2"]
+    assert registry.uninstall(prefix="server.") == 1
+    assert posted == {"prompt": {}, "prompt_id": "p1"} and other == {}
+
+
+def test_posted_prompts_that_never_start_are_kept_to_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    import comfyui_headroom.nodes.host.patches as patches
+
+    monkeypatch.setattr(patches, "POSTED_KEPT", 3)
+    registry = PatchRegistry()
+    for n in range(5):
+        registry.record("server.posted prompt_id", lambda: None, prompt_id=f"p{n}")
+    assert [p.prompt_id for p in registry.patches] == ["p2", "p3", "p4"]
+
+
+def test_a_forgotten_patch_is_not_undone() -> None:
+    registry = PatchRegistry()
+    undone: list[str] = []
+    patch = registry.record("x", lambda: undone.append("x"))
+    registry.forget(patch)
+    assert registry.uninstall() == 0 and undone == [] and not patch.installed
