@@ -139,7 +139,9 @@ def test_every_other_patch_comes_off_exactly(host: Host, tmp_path: Any) -> None:
     prefetch.HostPrefetch(device=torch.device("cpu")).land(handle, upload)
     installed.append("current_loaded_models")
     assert len(mm.current_loaded_models) == len(listed) + 1
+    entry = mm.current_loaded_models[0]
     assert registry.uninstall(prefix="model_management.current_loaded_models") == 1
+    entry.model_unload()  # the host's own state of the model it loaded (the patch was only the entry)
     assert len(mm.current_loaded_models) == len(listed)
     assert all(a is b for a, b in zip(listed, mm.current_loaded_models, strict=True))
 
