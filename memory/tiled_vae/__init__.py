@@ -12,7 +12,7 @@ tests assert bitwise where a probe finds the kernels measured bitwise, else at m
 more than 1e-3 on the same decodes.
 
 ``make_tiled_decoder(model, options)`` returns the engine for the host VAE's ``first_stage_model`` (KL
-image VAEs and HunyuanVideo's 3D KL VAE, Wan 2.1 and 2.2, LTXV 0.9.x and LTX-2) or raises
+image VAEs and HunyuanVideo's 3D KL VAE, Wan 2.1 and 2.2, LTXV 0.9.x and LTX-2, HunyuanVideo 1.5) or raises
 ``Unsupported`` with the reason, after which the caller uses the host's own decode. No ComfyUI
 import: the host's module structure is duck-typed.
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from .hunyuan15 import Hunyuan15TiledDecoder
 from .kl import KLTiledDecoder
 from .ltxv import LTXVTiledDecoder
 from .runtime import DecodeOptions, DecodeReport
@@ -28,10 +29,10 @@ from .tiles import Unsupported
 from .wan import WanTiledDecoder
 
 __all__ = [
-    "HOST_DECODED", "DecodeOptions", "DecodeReport", "KLTiledDecoder", "LTXVTiledDecoder", "Unsupported",
-    "WanTiledDecoder", "host_decoded", "make_tiled_decoder",
+    "HOST_DECODED", "DecodeOptions", "DecodeReport", "Hunyuan15TiledDecoder", "KLTiledDecoder",
+    "LTXVTiledDecoder", "Unsupported", "WanTiledDecoder", "host_decoded", "make_tiled_decoder",
 ]  # fmt: skip
-TiledDecoder = KLTiledDecoder | WanTiledDecoder | LTXVTiledDecoder
+TiledDecoder = KLTiledDecoder | WanTiledDecoder | LTXVTiledDecoder | Hunyuan15TiledDecoder
 
 
 # VAEs the host decodes, and why (docs/tiled-vae.md lists them): by the class of the first_stage_model.
@@ -46,24 +47,17 @@ HOST_DECODED = {
         "already runs it in 256 px tiles and 17-frame chunks blended at their overlaps: that blend is "
         "the decode's defined output, which only the host's own tiling reproduces"
     ),
-    "MageVAE": "Mage-VAE's one-step diffusion decoder: not analysed for an exact split yet",
-}
-# The decoder classes of first_stage_models of another class (AutoencodingEngine) the host decodes.
-HOST_DECODED_DECODERS = {
-    "comfy.ldm.hunyuan_video.vae_refiner.Decoder": (
-        "HunyuanVideo 1.5's VAE (32 channels): its pixel-shuffle up path is not taught to the tiled "
-        "engines yet"
+    "MageVAE": (
+        "Mage-VAE's one-step diffusion decoder: its global parts (GroupNorms, attention, a whole-image "
+        "channel-attention mean in every block) run at 1/16 resolution and its full-resolution part is a "
+        "per-patch MLP 32 channels wide, so a full decode holds few activations per pixel: not tiled"
     ),
 }
 
 
 def host_decoded(model: nn.Module | None) -> str | None:
     """Why the host decodes ``model`` itself, for the VAEs known to need it; None for the others."""
-    reason = HOST_DECODED.get(type(model).__name__)
-    if reason is None:
-        decoder = getattr(model, "decoder", None)
-        reason = HOST_DECODED_DECODERS.get(f"{type(decoder).__module__}.{type(decoder).__name__}")
-    return reason
+    return HOST_DECODED.get(type(model).__name__)
 
 
 def make_tiled_decoder(model: nn.Module, options: DecodeOptions) -> TiledDecoder:
@@ -73,7 +67,7 @@ def make_tiled_decoder(model: nn.Module, options: DecodeOptions) -> TiledDecoder
     if known is not None:
         raise Unsupported(known)
     reasons = []
-    for engine in (KLTiledDecoder, WanTiledDecoder, LTXVTiledDecoder):
+    for engine in (KLTiledDecoder, WanTiledDecoder, LTXVTiledDecoder, Hunyuan15TiledDecoder):
         try:
             return engine(model, options)
         except Unsupported as exc:
