@@ -32,8 +32,6 @@ async function placeNode(type) {
     // move with its width, so the points are read after that
     await new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 50)));
     app.canvas.setDirty(true, true);
-    // and drawn once: 1.49+ place the widget rows (w.y) when the node is drawn
-    await new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve)));
     const rect = app.canvas.canvas.getBoundingClientRect();
     const at = (x, y) => ({ x: rect.left + x, y: rect.top + y });
     const points = [];
