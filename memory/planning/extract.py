@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from ..deadline import check_time
-from ..models.catalog import lookup, lookup_components, merge_parts
+from ..models.catalog import TEMPLATE_SOURCE, lookup, lookup_components, merge_parts
 from ..models.header import ComponentError
 from ..models.info import ComponentInfo
 from ..names import OFFLOAD_FILE_INPUTS, OFFLOAD_LOADER, OFFLOAD_RESIDENCY_INPUTS, STREAM_MODEL
@@ -225,6 +225,13 @@ class _Extractor:
             if info.source == "estimate":
                 self.notes.append(
                     f"{label}: unknown model file, size estimated ({info.note or 'from its name'})"
+                )
+            elif info.note.startswith(TEMPLATE_SOURCE):
+                # no class of the host builds this file (its dims come from the file itself): the size is
+                # the publisher's, its split into blocks a guess (bench/results/catalog.md says why)
+                self.notes.append(
+                    f"{label}: file not present, size as the official templates state it, "
+                    "blocks assumed equal (no host class builds it)"
                 )
         return cid
 

@@ -264,3 +264,41 @@ def test_the_ltx2_audio_vae_is_a_part_of_its_checkpoint_sized_by_its_released_tw
     assert any("builds the audio VAE inside ltx-2-19b-distilled.safetensors" in n for n in workload.notes)
     # the empty audio latent only asks the VAE for a count: only the decode computes with it
     assert _uses(workload) == {"3": {vae.label}}
+
+
+@pytest.mark.parametrize(
+    ("file", "noted"),
+    [
+        ("ltx-2-19b-distilled.safetensors", True),  # sized from the templates' notes: the host reads its dims
+        ("v1-5-pruned-emaonly-fp16.safetensors", False),  # built from the host's class
+    ],
+)
+def test_a_size_taken_from_the_templates_is_a_note(file: str, noted: bool) -> None:
+    info = lookup(file, "checkpoint", None)
+    assert info.source == "catalog", "both files are catalogued"
+    prompt = {
+        "1": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": file}},
+        "2": {"class_type": "EmptyLatentImage", "inputs": {"width": 512, "height": 512, "batch_size": 1}},
+        "3": {"class_type": "CLIPTextEncode", "inputs": {"text": "x", "clip": ["1", 1]}},
+        "4": {
+            "class_type": "KSampler",
+            "inputs": {
+                "model": ["1", 0],
+                "positive": ["3", 0],
+                "negative": ["3", 0],
+                "latent_image": ["2", 0],
+                "seed": 1,
+                "steps": 4,
+                "cfg": 1.0,
+                "sampler_name": "euler",
+                "scheduler": "normal",
+                "denoise": 1.0,
+            },
+        },  # fmt: skip
+        "5": {"class_type": "VAEDecode", "inputs": {"samples": ["4", 0], "vae": ["1", 2]}},
+        "6": {"class_type": "SaveImage", "inputs": {"images": ["5", 0], "filename_prefix": "x"}},
+    }
+    notes = [n for n in _workload(prompt).notes if "size as the official templates state it" in n]
+    assert bool(notes) == noted, notes
+    if noted:
+        assert file in notes[0] and "blocks assumed equal" in notes[0]
