@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -52,7 +52,7 @@ def _name(module: object) -> str:
     return type(module).__name__
 
 
-def _carry_function(decoder: nn.Module) -> Callable[..., torch.Tensor]:
+def _carry_function(decoder: Any) -> Callable[..., torch.Tensor]:
     """The host's ``conv_carry_causal_3d``, from the module that defines the decoder (which imports it)."""
     module = sys.modules.get(type(decoder).__module__)
     run = getattr(module, "conv_carry_causal_3d", None)
@@ -61,11 +61,12 @@ def _carry_function(decoder: nn.Module) -> Callable[..., torch.Tensor]:
             "HunyuanVideo 1.5's decoder without a causal carry (the 0.3.x core decodes the whole clip at "
             "once: a tile would hold every frame); ComfyUI decodes it"
         )
-    return run
+    return cast(Callable[..., torch.Tensor], run)
 
 
-def check_decoder(model: nn.Module) -> nn.Module:
-    """The model's HunyuanVideo 1.5 decoder, or Unsupported saying why this engine cannot tile it."""
+def check_decoder(model: nn.Module) -> Any:
+    """The model's HunyuanVideo 1.5 decoder (the host's module, duck-typed: hence Any), or Unsupported
+    saying why this engine cannot tile it."""
     decoder = getattr(model, "decoder", None)
     if decoder is None or _name(decoder) != "Decoder" or not hasattr(decoder, "block_out_channels"):
         raise Unsupported("not HunyuanVideo 1.5's decoder")
@@ -98,7 +99,7 @@ def check_decoder(model: nn.Module) -> nn.Module:
     return decoder
 
 
-def receptive_halo(decoder: nn.Module) -> int:
+def receptive_halo(decoder: Any) -> int:
     """Latent pixels a tile's crop must reach beyond its core for its core to be exact: from conv_out
     back through every level (a pixel shuffle halves what the level before must supply)."""
     need = conv_radius(decoder.conv_out)
@@ -126,7 +127,7 @@ class Hunyuan15TiledDecoder:
         self.carry = _carry_function(self.decoder)
         self.halo = receptive_halo(self.decoder)
         ups = [s.upsample for s in self.decoder.up if getattr(s, "upsample", None) is not None]
-        self.scale = 2 ** len(ups)
+        self.scale = 1 << len(ups)
         self.time_ups = sum(bool(getattr(u, "tus", False)) for u in ups)
         self.mid_channels = self.decoder.block_out_channels[0]
         self.values_per_px = VALUES_PER_CHANNEL * self.decoder.block_out_channels[-1]
@@ -136,7 +137,7 @@ class Hunyuan15TiledDecoder:
     # -- sizing -----------------------------------------------------------------------------------
     def _run_frames_out(self, frames: int) -> int:
         """Output frames of the longest run (all of a clip shorter than one run)."""
-        return (2**self.time_ups) * min(frames, RUN_FRAMES)
+        return (1 << self.time_ups) * min(frames, RUN_FRAMES)
 
     def tile_bytes(
         self, tile: int, dtype_bytes: int, latent_hw: tuple[int, int], frames: int, clips: int = 1
@@ -205,7 +206,7 @@ class Hunyuan15TiledDecoder:
             for b, clips in enumerate(groups):
                 state: dict[str, int] = {}
 
-                def attempt(layout: TileLayout, clips: slice = clips, state: dict = state) -> None:
+                def attempt(layout: TileLayout, clips: slice = clips, state: dict[str, int] = state) -> None:
                     state["tiles"] = self._tiles(head[clips], clips, layout.tile, out, batch, progress)
 
                 used = run_with_oom_retry(attempt, TileLayout(tile), opts, report)
@@ -221,7 +222,8 @@ class Hunyuan15TiledDecoder:
         check()
         x = dec.mid.attn_1(x)
         check()
-        return dec.mid.block_2(x)
+        out: torch.Tensor = dec.mid.block_2(x)
+        return out
 
     def _tiles(
         self,
