@@ -32,7 +32,7 @@ from typing import Protocol, cast
 import torch
 from torch import nn
 
-from .groupnorm import GroupStats, Segments, StatsMerger, apply_group_norm, segment_stats
+from .groupnorm import GroupStats, Segments, StatsMerger, addcmul_is_fma, apply_group_norm, segment_stats
 from .head import SCORE_COPIES, holds_no_scores, slice_count, slice_rows, sliceable, sliced_attention
 from .layout import StageGeometry, TileLayout, run_with_oom_retry
 from .parks import ParkAllocator, live_bytes
@@ -345,21 +345,29 @@ def build_stages(decoder: KLDecoder, act: Callable[[torch.Tensor], torch.Tensor]
 
 
 def estimate_stage(
-    stage: Stage, tile: int, dtype_bytes: int, exact: bool, frames: int = 1, rows: int | None = None
+    stage: Stage,
+    tile: int,
+    dtype_bytes: int,
+    exact: bool,
+    frames: int = 1,
+    rows: int | None = None,
+    device_type: str = "cpu",
 ) -> int:
     """Peak activation bytes of one tile of ``stage`` (``tile`` stage-input pixels a side, or a strip
     ``tile`` wide and ``rows`` high), over ``frames`` input frames (video: the frames of the crop).
 
     Live at the peak: the input crops (on a CUDA device they are copies; on the CPU views of the parked
     activations, so this over-counts there), the body's work (``Stage.work_channels``) and, for video,
-    the padded copy a 3D convolution makes of its input. The exact GroupNorm adds a few float64 channels.
+    the padded copy a 3D convolution makes of its input. The exact GroupNorm adds a few float64 channels
+    where it is emulated (not float32 with a fused ``addcmul`` on ``device_type``: groupnorm.py).
     """
     side = tile + 2 * stage.halo
     height = rows if rows else side
     area = height * side * frames
     per_px = sum(stage.in_channels) + stage.work_channels
     padded = stage.pad_channels * (frames + 2) * (height + 2) * (side + 2)
-    extra = 16 * 3 * 8 * area if exact else 0
+    emulated = exact and not (dtype_bytes == 4 and addcmul_is_fma(device_type))
+    extra = 16 * 3 * 8 * area if emulated else 0
     return int((WORK_FACTOR * per_px * area + padded) * dtype_bytes + extra)
 
 
@@ -416,7 +424,9 @@ class KLTiledDecoder:
         self, stage: Stage, geo: StageGeometry, dtype_bytes: int, clips: int
     ) -> Callable[[int, int], int]:
         def estimate(tile: int, crop_frames: int) -> int:
-            return clips * estimate_stage(stage, tile, dtype_bytes, self.options.exact, crop_frames, geo.rows)
+            return clips * estimate_stage(
+                stage, tile, dtype_bytes, self.options.exact, crop_frames, geo.rows, self.options.device.type
+            )
 
         return estimate
 

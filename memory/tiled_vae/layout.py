@@ -119,6 +119,8 @@ class StageGeometry:
             longest = self.crop_range(chunk)[1]
             per_px = estimate(1, longest) / unit
             tile = tile_for_budget(per_px, self.halo, budget, self.size, self.rows)
+            while tile > MIN_TILE and estimate(tile, longest) > budget:  # per_px rounds down a little
+                tile -= 1
             layout = TileLayout(tile, chunk, self.min_frames)
             size = self.peak(layout, estimate)
             key = (size > budget, size if size > budget else self.work(layout))
