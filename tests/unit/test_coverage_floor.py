@@ -43,6 +43,7 @@ def test_the_floor_is_recorded_and_read_per_host(tmp_path: Path) -> None:
 def _run(project: Path, *args: str, comfyui_root: Path | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("COMFYUI_ROOT", None)
+    env.pop("PYTEST_ADDOPTS", None)  # the caller's options (a --basetemp) are not the inner run's
     if comfyui_root is not None:
         env["COMFYUI_ROOT"] = str(comfyui_root)
     return subprocess.run(
