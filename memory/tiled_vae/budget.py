@@ -52,6 +52,19 @@ def cpu_activation_limit(available_bytes: int, output_bytes: int) -> int:
     return int(available_bytes * CPU_RAM_SHARE) - output_bytes
 
 
+def _most_that_fits(fits: Callable[[int], bool], most: int) -> int:
+    """The largest n in 1..``most`` with ``fits(n)`` (0 when none does), by bisection: a decode's need
+    grows with its size, so ``fits`` holds up to some n and not beyond."""
+    low, high = 0, most  # fits(low) holds (or low == 0), fits(high + 1) does not
+    while low < high:
+        mid = (low + high + 1) // 2
+        if fits(mid):
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
 def largest_latent(
     latent_shape: tuple[int, ...], need: Callable[[tuple[int, ...]], int], limit: int
 ) -> tuple[int, int] | None:
@@ -62,13 +75,7 @@ def largest_latent(
     def shape(h: int) -> tuple[int, ...]:
         return (*latent_shape[:-2], h, max(1, round(width * h / height)))
 
-    low, high = 0, height  # need(shape(low)) fits (or low == 0), need(shape(high + 1)) does not
-    while low < high:
-        mid = (low + high + 1) // 2
-        if need(shape(mid)) <= limit:
-            low = mid
-        else:
-            high = mid - 1
+    low = _most_that_fits(lambda h: need(shape(h)) <= limit, height)
     return None if low == 0 else (low, shape(low)[-1])
 
 
@@ -83,14 +90,7 @@ def largest_clip(
     def shape(frames: int) -> tuple[int, ...]:
         return (*latent_shape[:2], frames, *latent_shape[3:])
 
-    low, high = 0, latent_shape[2]
-    while low < high:
-        mid = (low + high + 1) // 2
-        if need(shape(mid)) <= limit:
-            low = mid
-        else:
-            high = mid - 1
-    return low or None
+    return _most_that_fits(lambda frames: need(shape(frames)) <= limit, latent_shape[2]) or None
 
 
 def too_large_message(
