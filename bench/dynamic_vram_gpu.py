@@ -158,7 +158,9 @@ def _enable_dynamic_vram(host: Any, cap: int) -> int:
     comfy.model_patcher.CoreModelPatcher = comfy.model_patcher.ModelPatcherDynamic
     comfy.memory_management.aimdo_enabled = True
     total = int(mm.get_total_memory(device))
-    control.set_simple_vram_headroom(max(0, total - cap))
+    from headroom_testing.aimdo import set_vram_headroom
+
+    set_vram_headroom(control, max(0, total - cap))
     return total
 
 

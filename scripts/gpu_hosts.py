@@ -32,17 +32,20 @@ RECEIVED = Path("/tmp/headroom-carry")  # on the GPU machine: the loads received
 HOST_2026_PURE = (
     "av==18.1.0", "pydantic==2.14.3", "pydantic_core==2.50.4", "pydantic-settings==2.16.3",
     "annotated-types==0.8.0", "typing-inspection==0.4.5", "python-dotenv==1.2.4", "spandrel==0.4.2",
-    "simpleeval==1.0.8", "blake3==1.0.11", "torchsde==0.2.6", "trampoline==0.1.2",
+    "simpleeval==1.0.8", "blake3==1.0.11", "torchsde==0.2.6", "trampoline==0.1.2", "gguf==0.19.0",
 )  # fmt: skip
 PINNED = ("comfy-aimdo", "comfy-kitchen")  # never pinned by Headroom: the host's requirements say
 EXCLUDE = {".git", "models", "tests", "tests-unit", "input", "output", "user", "__pycache__", ".github"}
+HOSTS = Path("/tmp/headroom-hosts")  # on the GPU machine: unpacked hosts, and packs under packs/
+# Packs the GPU steps load beside the host (bench/gguf_stream_gpu.py: HEADROOM_GGUF_PACK), from ../packs.
+PACKS = {"ComfyUI-GGUF": "HEADROOM_GGUF_PACK"}
 
 
 @dataclass(frozen=True)
 class HostRun:
     """One host and mode the host steps run under."""
 
-    label: str  # e.g. "0.33.0, DynamicVRAM on"
+    label: str  # e.g. "0.33.0 (DynamicVRAM on)": no comma, --only splits on commas
     tag: str  # for file names: "0.33.0-dvram-on"
     env: dict[str, str] = field(default_factory=dict, hash=False)
 
@@ -67,13 +70,10 @@ def host_runs(spec: str) -> list[HostRun]:
         version = host_version(root)
         env = {"COMFYUI_ROOT": str(root)}
         if has_dynamic_vram(root):
-            runs.append(
-                HostRun(
-                    f"{version}, DynamicVRAM on", f"{version}-dvram-on", {**env, "HEADROOM_DYNAMIC_VRAM": "1"}
-                )
-            )
+            on = {**env, "HEADROOM_DYNAMIC_VRAM": "1"}
+            runs.append(HostRun(f"{version} (DynamicVRAM on)", f"{version}-dvram-on", on))
             off = {**env, "HEADROOM_DYNAMIC_VRAM": "0"}
-            runs.append(HostRun(f"{version}, --disable-dynamic-vram", f"{version}-dvram-off", off))
+            runs.append(HostRun(f"{version} (--disable-dynamic-vram)", f"{version}-dvram-off", off))
         else:
             runs.append(HostRun(version, version, env))
     return runs
@@ -101,17 +101,21 @@ def requirement_pins(root: Path) -> list[str]:
     return pins
 
 
-def pack_source(root: Path, dest: Path) -> Path:
-    """The host's source as ``dest/<version>.tar.gz`` (folder name ``comfyui``), no models or tests."""
+def pack_source(root: Path, dest: Path, name: str | None = None, arcname: str = "comfyui") -> Path:
+    """The host's source as ``dest/comfyui-<version>.tar.gz`` (folder ``comfyui``), no models or tests;
+    with ``name``, another source tree (a pack) as ``dest/<name>.tar.gz``."""
     dest.mkdir(parents=True, exist_ok=True)
-    out = dest / f"comfyui-{host_version(root)}.tar.gz"
+    out = dest / (f"{name}.tar.gz" if name else f"comfyui-{host_version(root)}.tar.gz")
 
     def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-        parts = Path(info.name).parts
-        return None if EXCLUDE & set(parts) or info.name.endswith((".pyc", ".safetensors", ".ckpt")) else info
+        parts = Path(info.name).parts  # ("comfyui", top-level name, ...)
+        # Only the top-level folders: comfy/ldm/models is source the host imports.
+        top = parts[1] if len(parts) > 1 else ""
+        dropped = top in EXCLUDE or "__pycache__" in parts or ".git" in parts
+        return None if dropped or info.name.endswith((".pyc", ".safetensors", ".ckpt")) else info
 
     with tarfile.open(out, "w:gz") as tar:
-        tar.add(root, arcname="comfyui", filter=keep)
+        tar.add(root, arcname=arcname, filter=keep)
     return out
 
 
@@ -162,6 +166,11 @@ def prepare_host(root: Path, platforms: tuple[str, ...], python_version: str) ->
     staging = CARRY / "staging"
     staging.mkdir(parents=True, exist_ok=True)
     source = pack_source(root, staging)
+    packs = [
+        pack_source(ROOT.parent / "packs" / pack, staging, f"pack-{pack}", pack)
+        for pack in PACKS
+        if (ROOT.parent / "packs" / pack).is_dir()
+    ]
     wanted = [*requirement_pins(root), *HOST_2026_PURE]
     cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:"]
     cmd += ["--python-version", python_version, "--implementation", "cp", "-d", str(staging)]
@@ -170,7 +179,7 @@ def prepare_host(root: Path, platforms: tuple[str, ...], python_version: str) ->
     print("$ " + " ".join(cmd + wanted), flush=True)
     rc = subprocess.call(cmd + wanted)
     room = LIMIT - repo_bytes() - 2**20  # a MiB of slack for files written meanwhile
-    files = split_large([source, *staging.glob("*.whl")], room)
+    files = split_large([source, *packs, *staging.glob("*.whl")], room)
     for old in CARRY.glob("load*/*"):
         old.unlink()
     for i, load in enumerate(loads(files, room), 1):
@@ -211,6 +220,12 @@ def receive(load: Path, site: Path, hosts: Path) -> list[str]:
         if rc == 0:
             for w in wheels:
                 w.unlink()
+    for tarball in RECEIVED.glob("pack-*.tar.gz"):
+        with tarfile.open(tarball) as tar:
+            tar.extractall(hosts / "packs", filter="data")
+        tarball.unlink()
+        name = tarball.name.removeprefix("pack-").removesuffix(".tar.gz")
+        lines.append(f"pack unpacked: {hosts / 'packs' / name}")
     for tarball in RECEIVED.glob("comfyui-*.tar.gz"):
         dest = hosts / tarball.name.removesuffix(".tar.gz")
         with tarfile.open(tarball) as tar:
@@ -238,3 +253,9 @@ def describe_carry() -> str:
         )
         lines += [f"  {f.name} ({f.stat().st_size / 2**20:.1f} MiB)" for f in files]
     return "\n".join(lines) or f"{CARRY.name}/ holds no loads"
+
+
+def pack_env(hosts: Path = HOSTS) -> dict[str, str]:
+    """The variables that point the steps at the packs received on this machine (none elsewhere)."""
+    found = {pack: hosts / "packs" / pack for pack in PACKS}
+    return {PACKS[pack]: str(path) for pack, path in found.items() if path.is_dir()}

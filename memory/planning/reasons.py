@@ -212,6 +212,12 @@ class _Explainer:
             else:
                 text = f"{WHERE[t]}: in the room the other components of this node leave"
             text += f"; {p.resident_blocks} of {p.total_blocks} blocks resident"
+            if c.id not in streamed and p.total_blocks and p.resident_blocks >= p.total_blocks:
+                # the controller loads it whole (run_log.gpu_part): say that, not "streamed"
+                text = (
+                    f"on GPU whole: all {p.total_blocks} blocks fit in the room the other components of "
+                    "this node leave, so nothing would stream"
+                )
             if p.pinned_bytes and p.capped:
                 text += (
                     f"; pinned cap {format_bytes(self.budget.pinned, 'GiB')}: "

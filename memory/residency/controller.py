@@ -43,7 +43,7 @@ from ..workflow.order import output_signatures, predict_cached
 from . import run_log
 from .prefetch import Prefetcher
 from .ram_guard import RamGuard
-from .run_log import HOST_ACTIONS, Event, HostOps, Managed, Run, ancestors, target_tier, tier_of
+from .run_log import HOST_ACTIONS, Event, HostOps, Managed, Run, ancestors, gpu_part, target_tier, tier_of
 
 _log = logging.getLogger("headroom")
 # where the streamer uploads from for the plan's stream<-pinned, stream<-RAM and stream<-disk
@@ -344,7 +344,7 @@ class Controller:
         reasons = step_reasons(run.workload, run.plan) if managed else []  # each planned move says why
         for s, sp in enumerate(run.plan.steps[start:], start):
             for cid in managed:
-                gpu = target_tier(sp, cid).gpu
+                gpu = gpu_part(sp, cid)
                 action = (
                     "load" if gpu == "G" and not on[cid] else
                     "stream" if gpu == "S" else
@@ -380,10 +380,10 @@ class Controller:
                 nbytes = self.ops.on_gpu(m.handle)
                 self._do(run, node_id, m, "evict", nbytes, functools.partial(self.ops.evict, m.handle))
         for m in managed:
-            tier = target_tier(sp, m.component_id)
-            if tier.gpu == "G" and not self.ops.fully_loaded(m.handle):
+            tier, gpu = target_tier(sp, m.component_id), gpu_part(sp, m.component_id)
+            if gpu == "G" and not self.ops.fully_loaded(m.handle):
                 self._load(run, node_id, m, "load")
-            elif tier.gpu == "S":
+            elif gpu == "S":
                 if tier.host in "RD" and not self.ops.on_gpu(m.handle):  # it streams from where it is
                     self._host_tier(run, node_id, m, tier.host)
                 self._stream(run, sp, m)
@@ -391,7 +391,7 @@ class Controller:
             # where the plan places a live component, and to the user's choice after its last use; an auto
             # one then stays where it is (the next prompt may want it). A streamed one streams from RAM or
             # its file in place (moved there above) or from the streamer's pinned copy.
-            if tier.gpu == "S" or self.ops.on_gpu(m.handle):
+            if gpu == "S" or self.ops.on_gpu(m.handle):
                 continue
             pin = run.workload.component(m.component_id).pin
             if m.component_id in sp.placements:

@@ -118,6 +118,20 @@ def target_tier(sp: StepPlan, component_id: str) -> Tier:
     return placement.tier if placement is not None else Tier.DISK
 
 
+def gpu_part(sp: StepPlan, component_id: str) -> str:
+    """The GPU part the controller applies at the step: the plan's, except that a stream keeping every
+    block resident is a whole load ("G"). Its streamer would stream nothing and the host would load the
+    model whole and keep it, which the plan (a streamer gives its bytes back) never evicted. A Stream
+    Model node's stream stays one: the user asked for it."""
+    placement = sp.placements.get(component_id)
+    if placement is None:
+        return ""
+    whole = placement.total_blocks and placement.resident_blocks >= placement.total_blocks
+    if placement.tier.gpu == "S" and whole and component_id not in dict(sp.step.streamed):
+        return "G"
+    return placement.tier.gpu
+
+
 def stream_budget(workload: Workload, sp: StepPlan, component_id: str, vram: int) -> int:
     """The device bytes the plan leaves a streamed component's weights at its step: the budget ``vram``
     less the step's least activations and what the others hold there (whole weights, a streamed one's

@@ -72,6 +72,8 @@ def place_host_copy(h: Handle, host: str | None = None) -> str:
     host = host if host is not None else CHOICE_HOST.get(h.residency, "")  # "" (auto, gpu): leave it
     if host and dynamic_vram.is_dynamic(h.patcher):  # the host's own unpin and unmap, never our copies
         return dynamic_vram.set_host_tier(h.patcher, host)
+    if host:
+        release_host_pins(h.patcher)
     if host == "D":
         binding = bind(h.module, h.mapped(), h.mapped_names)
         h.mapped_names.update(binding.bound)
@@ -88,6 +90,27 @@ def place_host_copy(h: Handle, host: str | None = None) -> str:
     if host == "R":
         to_pageable(h.module, h.files or ())
     return ""
+
+
+def release_host_pins(patcher: Any) -> int:
+    """Undo the host's own pins of the model's weights, through the host, before a move swaps storages.
+
+    A 0.3.x ModelPatcher pins weights in place (``cudaHostRegister``, kept in ``patcher.pinned`` and
+    ``model_management.PINNED_MEMORY``). A move that swaps such a tensor's storage frees registered
+    memory that the host never unregisters: the host's later unpin finds a pointer it did not pin, and
+    a later non-blocking copy from reused memory fails with CUDA's "invalid argument" (seen on an H200,
+    0.33 with --disable-dynamic-vram). Returns how many weights the host unpinned."""
+    pinned = getattr(patcher, "pinned", None)
+    unpin = getattr(patcher, "unpin_all_weights", None)
+    if not pinned or unpin is None:
+        return 0
+    count = len(pinned)
+    try:
+        unpin()
+    except Exception as exc:  # fail open: the move goes on as before
+        _log.warning("Headroom: the host's unpin_all_weights failed (%r); its pins stay", exc)
+        return 0
+    return count
 
 
 class _HostOps:
@@ -181,6 +204,7 @@ class _HostOps:
     def stream(self, handle: Handle, budget: int, source: str = "P", pinned: int | None = None) -> str:
         if dynamic_vram.is_dynamic(handle.patcher):
             return dynamic_vram.stream_note(True)
+        release_host_pins(handle.patcher)  # the streamer swaps storages too
         # the plan's stream<-pinned uploads from a pinned host copy; from RAM or disk, in place (no copy)
         settings = sampling.StreamSettings(budget, pin=source == "P", pin_bytes=pinned, weights_only=True)
         if handle.kind == "text_encoder":  # hooks the encoder itself: every clone's encode streams

@@ -44,6 +44,12 @@ def test_comfy_aimdos_vram_grows_by_what_a_fault_pages_in(monkeypatch: pytest.Mo
     before, note = host_gauges.aimdo_vram()
     assert before is not None, note
     vbar = model_vbar.ModelVBAR(16 * PAGE, 0)
+    vbar.prioritize()  # as the host's ModelPatcherDynamic does before its faults
+    # and as its executor does after every node (execution.py). With prioritize alone, 0.4.13 answered
+    # VBAR_FAULT_OOM on an idle H200 (2026-11-26); the watermark limit is the likely gate (its library
+    # logs "VBAR Allocation is above watermark"), still to be confirmed on the next GPU run
+    if hasattr(model_vbar, "vbars_reset_watermark_limits"):
+        model_vbar.vbars_reset_watermark_limits()
     alloc = vbar.alloc(4 * PAGE)
     assert model_vbar.vbar_fault(alloc) is not None, "the fault found no room on an idle device"
     after, _ = host_gauges.aimdo_vram()

@@ -67,20 +67,22 @@ def test_streamed_equals_resident_within_budget_and_without_growth(share: float)
     streamer = BlockStreamer(model, layout, choice, "cuda", ledger=DeviceLedger(budget))
     streamer.attach()
     torch.cuda.reset_peak_memory_stats()
+    outs, levels = [], []  # the device bytes held after each step, its output already on the host
     with torch.no_grad():
-        first = model(x)
-        torch.cuda.synchronize()
-        after_first = torch.cuda.memory_allocated()
-        outs = [model(x) for _ in range(3)]
-        torch.cuda.synchronize()
+        for _ in range(4):
+            outs.append(model(x).cpu())
+            torch.cuda.synchronize()
+            levels.append(torch.cuda.memory_allocated())
     weights_peak = streamer.ledger.peak
-    assert torch.cuda.memory_allocated() == after_first, "nothing allocated per step once warm"
+    # After the first step the blocks it leaves uploaded for the next are the most ever held between
+    # steps (on an H200: the same or less at 0.25 and 0.75, 30 MiB less at 0.5): no step adds to them.
+    assert max(levels[1:]) <= levels[0], f"device bytes grew across steps: {levels}"
     streamer.detach(release=True)
-    for out in [first, *outs]:
-        assert torch.equal(out, expected)
+    for out in outs:
+        assert torch.equal(out, expected.cpu())
     assert weights_peak <= budget
     assert all(p.device.type == "cpu" for p in model.parameters())
-    del first, outs
+    del outs, expected
     torch.cuda.synchronize()
     assert torch.cuda.memory_allocated() <= base, "every device byte is returned"
     summary = streamer.summary()

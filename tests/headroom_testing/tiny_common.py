@@ -9,6 +9,7 @@ level; ``comfy.*`` and ``folder_paths`` inside the functions, once a host is on 
 from __future__ import annotations
 
 import math
+import sys
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -101,8 +102,19 @@ def _require_wan() -> None:
 
 def _on_meta(factory: Callable[[], torch.nn.Module]) -> torch.nn.Module:
     # no_grad: the 2024 CLIP copies an identity into its projection in __init__.
-    with torch.device("meta"), torch.no_grad():
-        return factory()
+    # Under DynamicVRAM, 0.33's Linear and Conv leave their weights unmade until a state dict loads
+    # (comfy/ops.py, aimdo_enabled): the builders need every tensor, so they build as without it (on an
+    # H200 the tiny UNet's file held 98 of its 168 tensors and the host could not detect it).
+    cmm = sys.modules.get("comfy.memory_management")
+    lazy = bool(getattr(cmm, "aimdo_enabled", False))
+    try:
+        if lazy:
+            cmm.aimdo_enabled = False  # type: ignore[union-attr]
+        with torch.device("meta"), torch.no_grad():
+            return factory()
+    finally:
+        if lazy:
+            cmm.aimdo_enabled = True  # type: ignore[union-attr]
 
 
 def _key_generator(seed: int, key: str) -> torch.Generator:

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from .tiny_common import _init_state_dict, _save
+from .tiny_common import _init_state_dict, _on_meta, _save
 
 TINY_CLIP = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2, "projection_dim": 32}
 TINY_T5 = {"d_model": 32, "d_ff": 64, "num_heads": 2, "d_kv": 16, "num_layers": 4}
@@ -146,8 +146,7 @@ def tiny_spiece_model() -> torch.Tensor:
 def _clip_g() -> torch.nn.Module:
     import comfy.sdxl_clip
 
-    with torch.device("meta"), torch.no_grad():
-        return comfy.sdxl_clip.SDXLClipG(device="meta")
+    return _on_meta(lambda: comfy.sdxl_clip.SDXLClipG(device="meta"))
 
 
 def load_tiny_clip(host: Any, kind: str, models_dir: Path, seed: int = 0) -> Any:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -49,3 +51,21 @@ def test_builders_say_which_hosts_they_support(host: Host) -> None:
     builders = supported_builders()
     assert "build_tiny_sd_checkpoint" in builders
     assert ("build_tiny_wan" in builders) == (not host.legacy)
+
+
+def test_tiny_models_hold_every_tensor_under_dynamic_vram(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """0.33's DynamicVRAM leaves Linear/Conv weights unmade until a load (comfy/ops.py): a builder run
+    with it on still writes the whole model (the residency benchmark's UNet once lost 70 tensors)."""
+    cmm = pytest.importorskip("comfy.memory_management", reason="this host predates DynamicVRAM (0.3.6x)")
+    from comfy.ldm.modules.diffusionmodules.openaimodel import UNetModel
+
+    from headroom_testing.tiny_common import _on_meta
+    from headroom_testing.tiny_models import TINY_SD15_UNET
+
+    want = set(_on_meta(lambda: UNetModel(**copy.deepcopy(TINY_SD15_UNET))).state_dict())
+    monkeypatch.setattr(cmm, "aimdo_enabled", True, raising=False)
+    got = set(_on_meta(lambda: UNetModel(**copy.deepcopy(TINY_SD15_UNET))).state_dict())
+    assert got == want and len(want) > 100
+    assert cmm.aimdo_enabled is True  # the host's switch is back as it was

@@ -26,7 +26,8 @@ def load(name: str):  # noqa: ANN201
 
 def fake_host(tmp: Path, version: str, dynamic: bool) -> Path:
     root = tmp / version
-    (root / "comfy" / "ldm").mkdir(parents=True)
+    (root / "comfy" / "ldm" / "models").mkdir(parents=True)
+    (root / "comfy" / "ldm" / "models" / "autoencoder.py").write_text("")  # source, not weights
     (root / "nodes.py").write_text("")
     (root / "comfyui_version.py").write_text(f'__version__ = "{version}"\n')
     (root / "comfy" / "cli_args.py").write_text(
@@ -42,7 +43,7 @@ def test_host_steps_run_per_host_and_mode_and_say_which(tmp_path: Path) -> None:
     gpu_check = load("gpu_check")
     hosts = gpu_check.gpu_hosts
     runs = hosts.host_runs(f"{fake_host(tmp_path, '0.3.64', False)},{fake_host(tmp_path, '0.33.0', True)}")
-    assert [r.label for r in runs] == ["0.3.64", "0.33.0, DynamicVRAM on", "0.33.0, --disable-dynamic-vram"]
+    assert [r.label for r in runs] == ["0.3.64", "0.33.0 (DynamicVRAM on)", "0.33.0 (--disable-dynamic-vram)"]
     assert [r.env.get("HEADROOM_DYNAMIC_VRAM") for r in runs] == [None, "1", "0"]
     bench = gpu_check.Step(
         "bench/x_gpu.py", "bench", ["py", "bench/x_gpu.py", "--out", "r/x.md"], 9, "r/x.md"
@@ -63,12 +64,18 @@ def test_prepare_cuts_the_carry_into_loads_and_receive_joins_them(
     source = hosts.pack_source(root, staging)
     with tarfile.open(source) as tar:
         names = tar.getnames()
-    assert "comfyui/nodes.py" in names and not any("models" in n for n in names)
+    assert "comfyui/nodes.py" in names and "comfyui/comfy/ldm/models/autoencoder.py" in names
+    assert not any(n.startswith("comfyui/models") for n in names)  # the host's weights folder stays
+    pack = tmp_path / "ComfyUI-GGUF"
+    (pack / "__pycache__").mkdir(parents=True)
+    (pack / "nodes.py").write_text("")
+    (pack / "__pycache__" / "nodes.cpython-312.pyc").write_bytes(b"")
+    packed = hosts.pack_source(pack, staging, "pack-ComfyUI-GGUF", "ComfyUI-GGUF")
     big = staging / "kitchen.whl"
     payload = bytes(range(256)) * 40  # 10240 bytes
     big.write_bytes(payload)
     (staging / "small.whl").write_bytes(b"s" * 100)
-    files = hosts.split_large([source, big, staging / "small.whl"], limit=4096)
+    files = hosts.split_large([source, packed, big, staging / "small.whl"], limit=4096)
     assert sorted(f.name for f in files if "kitchen" in f.name) == [
         f"kitchen.whl.part{k}-of-3" for k in (1, 2, 3)
     ]
@@ -94,3 +101,9 @@ def test_prepare_cuts_the_carry_into_loads_and_receive_joins_them(
     assert joined == [payload]  # installed once, when its last part came, byte for byte
     assert (tmp_path / "hosts" / "comfyui-0.33.0" / "comfyui" / "nodes.py").is_file()
     assert any("COMFYUI_ROOT=" in line for line in out)
+    assert (tmp_path / "hosts" / "packs" / "ComfyUI-GGUF" / "nodes.py").is_file()
+    assert not (tmp_path / "hosts" / "packs" / "ComfyUI-GGUF" / "__pycache__").exists()
+    assert hosts.pack_env(tmp_path / "hosts") == {
+        "HEADROOM_GGUF_PACK": str(tmp_path / "hosts" / "packs" / "ComfyUI-GGUF")
+    }
+    assert hosts.pack_env(tmp_path / "nowhere") == {}
