@@ -58,12 +58,19 @@ async function placeNode(type) {
   }, type);
 }
 
+// A loaded machine can miss the frontend's hover delay (the pointer's moves arrive late, the canvas
+// redraws late): each miss moves away and hovers again, waiting longer, before it counts as none.
 async function hover(point) {
-  await page.mouse.move(point.x + 30, point.y + 30);
-  await page.mouse.move(point.x, point.y, { steps: 3 });
   const tip = page.locator(".node-tooltip");
-  await tip.waitFor({ timeout: 1500 }).catch(() => {});
-  return (await tip.count()) ? (await tip.innerText()).trim() : "";
+  for (const wait of [1500, 3000, 6000]) {
+    await page.mouse.move(point.x + 30, point.y + 30);
+    await page.mouse.move(point.x, point.y, { steps: 3 });
+    await tip.waitFor({ timeout: wait }).catch(() => {});
+    const text = (await tip.count()) ? (await tip.innerText()).trim() : "";
+    if (text) return text;
+    await page.mouse.move(5, 500);
+  }
+  return "";
 }
 
 try {
