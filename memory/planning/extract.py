@@ -32,6 +32,7 @@ from .activations import activation_bytes, host_reservation
 from .compute import TEXT_TOKENS, call_work, hidden_of, seconds
 from .costmodel import PIN_CHOICES, Hardware
 from .latents import DEFAULT_SHAPE, MEDIA_TYPES, LatentReader, Shape
+from .tiled_decode import TILED_DECODE, TiledDecodeFigures, TiledFigures
 from .workload import Component, Step, Workload, component_id
 
 # Output type -> the component kinds a value of that type can carry.
@@ -207,6 +208,7 @@ class _Extractor:
         self._streamed: dict[Link, dict[str, int | None]] = {}
         self._model_types: dict[str, str] = {}  # an "other" component -> the type its loader outputs
         self.hardware = Hardware.pcie(4)
+        self.tiled = TiledFigures(self.notes, VAE_TILE)
         self.values = Evaluator(graph)
         self.latents = LatentReader(
             graph,
@@ -481,6 +483,13 @@ class _Extractor:
                     "frames": min(frames, 17),
                     "batch": 1,
                 }
+            if info.kind == "vae" and node.class_type == TILED_DECODE:
+                figures = self.tiled(info.file, self.components[cid].label, width, height, frames, batch)
+                if figures is not None:  # the engine's own: whole frame with room, else its least tiles
+                    need, least = figures
+                    activation, activation_min = max(activation, need), max(activation_min, least)
+                    reservation = max(reservation, need)
+                    continue
             try:
                 # activations are in the compute dtype (bf16 on current cards), whatever the weights' dtype
                 family = info.family or "unknown"
@@ -682,6 +691,7 @@ def workload_from_graph(
     models_dir: Path | Sequence[Path] | None = None,
     tflops: float | None = None,
     hardware: Hardware | None = None,
+    tiled_decode: TiledDecodeFigures | None = None,
 ) -> Workload:
     """Components and steps of ``graph`` executed in ``order`` (see the module docstring).
 
@@ -690,6 +700,7 @@ def workload_from_graph(
     """
     ex = _Extractor(graph, order, node_io, models_dir)
     ex.hardware = hardware or Hardware.pcie(4)
+    ex.tiled.source = tiled_decode
     uncounted = []
     for node_id in order:
         node = graph.nodes[node_id]

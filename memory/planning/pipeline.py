@@ -22,6 +22,7 @@ from ..workflow.order import predict_order
 from .costmodel import Budget, Hardware
 from .extract import workload_from_graph
 from .planner import Plan, plan
+from .tiled_decode import TiledDecodeFigures
 from .workload import Workload
 
 # The ordering stage's signature (workflow.order.predict_order): graph, cached ids, output ids.
@@ -51,6 +52,7 @@ def plan_workflow(
     cached: Collection[str] | Callable[[Graph], Collection[str]] = frozenset(),
     order_by: OrderFn = predict_order,
     time_limit_s: float | None = None,
+    tiled_decode: TiledDecodeFigures | None = None,
 ) -> Planned:
     """Plan ``workflow`` (an API prompt or UI workflow, or a Path to one as JSON) under ``budget``.
 
@@ -58,7 +60,8 @@ def plan_workflow(
     sizes from. ``outputs``: the output node ids the host will execute, when it knows them. ``cached``:
     the node ids the host will serve from its cache, or a function of the parsed graph that predicts
     them (they are left out of the order). ``order_by``: the ordering stage (the scaling bench compares
-    the host's per-step scan). ``time_limit_s``: past it, PlanTimeout (None: no limit).
+    the host's per-step scan). ``time_limit_s``: past it, PlanTimeout (None: no limit). ``tiled_decode``:
+    the Tiled VAE Decode's own figures, from the host (tiled_decode.py).
 
     Without a budget the pipeline stops after extraction, for callers that plan the workload themselves:
     under several budgets (the planner bench), or from the tiers the components hold at that moment,
@@ -85,7 +88,9 @@ def plan_workflow(
         held = frozenset(cached(graph) if callable(cached) else cached)
         order = order_by(graph, held, outputs)
         lap("order")
-        workload = workload_from_graph(graph, order, models_dir=models_dir, hardware=hardware)
+        workload = workload_from_graph(
+            graph, order, models_dir=models_dir, hardware=hardware, tiled_decode=tiled_decode
+        )
         lap("extract")
         result = None
         if budget is not None:

@@ -33,6 +33,7 @@ from .pipeline import Planned, plan_workflow
 from .planner import Plan, minimum_vram
 from .records import PlannedNode, PlannedRun, prompt_key
 from .report import plan_json
+from .tiled_decode import TiledDecodeFigures
 from .workload import Step, Workload
 
 # Which Headroom node takes over the work of a component kind that does not fit.
@@ -364,6 +365,7 @@ def plan_prompt(
     time_limit_s: float | None = None,
     card: str | None = None,
     host: HostSettings | None = None,
+    tiled_decode: TiledDecodeFigures | None = None,
 ) -> tuple[PlannedRun | None, Preflight]:
     """Parse, order, extract and plan an API prompt (what POST /prompt carries); never raises on bad input.
 
@@ -371,11 +373,18 @@ def plan_prompt(
     class's OUTPUT_NODE; the node-type table only knows the classes it lists). ``time_limit_s``: past
     it, planning stops and the preflight says so (the prompt runs unplanned). ``card``: the card's name,
     passed on in the verdict for the timeline's header. ``host``: the running host's settings (None: the
-    2026 host's defaults), predicted and advised in the verdict's ``host``.
+    2026 host's defaults), predicted and advised in the verdict's ``host``. ``tiled_decode``: the Tiled
+    VAE Decode's own figures, from the host (tiled_decode.py).
     """
     try:
         planned = plan_workflow(
-            prompt, budget, hardware, models_dir=models_dir, outputs=outputs, time_limit_s=time_limit_s
+            prompt,
+            budget,
+            hardware,
+            models_dir=models_dir,
+            outputs=outputs,
+            time_limit_s=time_limit_s,
+            tiled_decode=tiled_decode,
         )
     except (WorkflowError, ValueError, KeyError, TypeError) as exc:
         return None, Preflight(None, "skipped", f"not planned: {exc}", budget_vram=budget.vram)

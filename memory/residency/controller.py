@@ -37,6 +37,7 @@ from ..planning.costmodel import CHOICE_HOST, Budget, Hardware, Tier
 from ..planning.pipeline import plan_workflow
 from ..planning.planner import Plan, StepPlan, plan
 from ..planning.reasons import step_reasons
+from ..planning.tiled_decode import TiledDecodeFigures
 from ..planning.workload import Workload
 from ..units import format_bytes
 from ..workflow.order import output_signatures, predict_cached
@@ -69,6 +70,7 @@ class Controller:
         self.listeners: list[Callable[[str, Event], None]] = []
         self.ram_guard: RamGuard | None = None  # the host's: RssAnon + pinned within the RAM budget
         self.prefetcher: Prefetcher | None = None  # the host's: prefetch uploads on a side stream
+        self.tiled_decode: TiledDecodeFigures | None = None  # the host's Tiled VAE Decode figures
         self.lock = threading.RLock()
 
     # -- registration (the loader node)
@@ -125,6 +127,7 @@ class Controller:
                 outputs=outputs,
                 cached=lambda graph: predict_cached(graph, self.held),
                 time_limit_s=self.time_limit_s,
+                tiled_decode=self.tiled_decode,
             )
         except (ValueError, KeyError, TypeError, PlanTimeout) as exc:
             _log.info("Headroom: prompt %s is not planned (%s); the host manages its models", prompt_id, exc)

@@ -36,6 +36,7 @@ from .host_flags import running_host_settings
 from .host_gauges import gauges
 from .links import hardware_for, measured_links, record_disk
 from .lookups import host_module, models_dir, output_nodes
+from .vae_plan import tiled_decode_figures
 
 _log = logging.getLogger("headroom")
 RATE_ENV, ASSUME_VRAM_ENV, DISABLE_ENV = "HEADROOM_MONITOR_HZ", "HEADROOM_ASSUME_VRAM", "HEADROOM_MONITOR"
@@ -192,6 +193,7 @@ class Monitor(Subscriber):
             time_limit_s=left,
             card=card,
             host=running_host_settings(),
+            tiled_decode=tiled_decode_figures,
         )
 
     def card_name(self) -> str:

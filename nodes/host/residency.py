@@ -35,6 +35,7 @@ from .events import Subscriber
 from .links import device_name, hardware_for
 from .lookups import host_module, lazy_inputs, models_dir, output_nodes, queued_outputs
 from .prefetch import HostPrefetch
+from .vae_plan import tiled_decode_figures
 
 _log = logging.getLogger("headroom")
 
@@ -300,6 +301,7 @@ class Residency(Subscriber):
         self.ram_guard = RamGuard(_RamOps(ops), RAM.resolve)
         self.controller.ram_guard = self.ram_guard
         self.controller.prefetcher = Prefetcher(HostPrefetch())  # uploads on a side stream (prefetch.py)
+        self.controller.tiled_decode = tiled_decode_figures  # the Tiled VAE Decode's own figures
         self.card_budget = card_budget
         self.moves: list[Callable[[ResidencyEvent], None]] = [on_move] if on_move is not None else []
         self.budget_override: Budget | None = None

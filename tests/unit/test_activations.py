@@ -214,11 +214,23 @@ def test_the_cited_factors_are_the_hosts() -> None:
 
 
 def test_the_cited_vae_formulas_are_the_hosts() -> None:
-    lines = host_file("sd.py").read_text().splitlines()
+    """Each VAE's cited lines, on the host version it cites (no version: 0.3.64, "0.33 sd.py:..."
+    for a family 0.3.64 lacks); the other version's citations are checked with that host."""
+    root = Path(os.environ.get("COMFYUI_ROOT", "/work/comfyui"))
+    found = re.search(r'"([\d.]+)"', (root / "comfyui_version.py").read_text()) if root.is_dir() else None
+    if found is None:
+        pytest.skip("the cited lines are those of ComfyUI 0.3.64 and 0.33; set COMFYUI_ROOT to either")
+    lines = (root / "comfy" / "sd.py").read_text().splitlines()
+    checked = []
     for family, spec in VAES.items():
-        first, last = (int(n) for n in re.match(r"sd\.py:(\d+)-(\d+)", spec.source).groups())
-        text = "\n".join(lines[first - 1 : last])
+        version, first, last = re.fullmatch(r"(?:(\S+) )?sd\.py:(\d+)-(\d+)", spec.source).groups()
+        if found.group(1) != {None: "0.3.64", "0.33": "0.33.0"}.get(version, version):
+            continue
+        text = "\n".join(lines[int(first) - 1 : int(last)])
         assert "memory_used_encode" in text and "memory_used_decode" in text, family
+        checked.append(family)
+    if not checked:
+        pytest.skip(f"no VAE formula cites ComfyUI {found.group(1)}: set COMFYUI_ROOT to 0.3.64 or 0.33")
 
 
 def test_a_step_without_a_split_figure_uses_its_activation() -> None:
