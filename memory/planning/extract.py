@@ -488,7 +488,7 @@ class _Extractor:
                 if figures is not None:  # the engine's own: whole frame with room, else its least tiles
                     need, least = figures
                     activation, activation_min = max(activation, need), max(activation_min, least)
-                    reservation = max(reservation, need)
+                    reservation = max(reservation, least)  # the node reserves its least, then sizes tiles
                     continue
             try:
                 # activations are in the compute dtype (bf16 on current cards), whatever the weights' dtype
