@@ -21,10 +21,12 @@ device peaks): that exercises every path, but its numbers say nothing about a GP
 from __future__ import annotations
 
 import argparse
+import atexit
 import copy
 import datetime
 import json
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -167,7 +169,9 @@ def main() -> int:
     size = args.size or ("sd15" if cuda else "tiny")
     res = args.res or (512 if cuda else 64)
 
-    host = Host(find_host_root(), Path(tempfile.mkdtemp(prefix="headroom-residency-")), cpu=not cuda)
+    work = Path(tempfile.mkdtemp(prefix="headroom-residency-"))  # its models: ~0.5 GB tiny, 4 GB sd15
+    atexit.register(shutil.rmtree, work, ignore_errors=True)
+    host = Host(find_host_root(), work, cpu=not cuda)
     build_models(host, size)
     mm, pack = host.model_management, _pack(host)
     expert = (host.models_dir / "diffusion_models" / EXPERTS[0]).stat().st_size

@@ -20,6 +20,9 @@ Cases (random weights, the host's own classes, tests/headroom_testing/tiny_model
                frame with its causal cache: never cut in time)
   ltxv, ltx2   small LTXV 0.9.1 / LTX-2 VAEs built from config metadata, 21 frames of 384x96,
                runs of at most 8 frames at every stage (ltx2-strips: and strips of 16 px)
+  wan22        full-size Wan 2.2 VAE (48 channels, 16x), 5 frames of 64x128, tiles of 64 px
+  hunyuan15    HunyuanVideo 1.5's VAE at a quarter of its widths, 17 frames of 64x512, strips of 256 px
+               (the host's up path runs 2 latent frames at a time, carrying its causal cache)
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -52,6 +56,8 @@ CASES: dict[str, tuple[tuple[int, ...], dict[str, Any]]] = {
     "hunyuan": ((1, 16, 3, 8, 8), {"frames": 5}),
     "hunyuan-short-runs": ((1, 16, 3, 8, 8), {"tile": 32, "frames": 2}),
     "wan21": ((1, 16, 2, 8, 16), {"tile": 64}),
+    "wan22": ((1, 48, 2, 4, 8), {"tile": 64}),
+    "hunyuan15": ((1, 32, 5, 4, 32), {"tile": 256}),
     "ltxv": ((1, 128, 6, 24, 6), {"frames": 8}),
     "ltx2": ((1, 128, 6, 24, 6), {"frames": 8}),
     "ltx2-strips": ((1, 128, 6, 24, 6), {"tile": 16, "frames": 8}),
@@ -70,13 +76,47 @@ def build(host: Host, name: str) -> Any:
         )
     if name == "flux":
         return comfy.sd.VAE(sd=tm.flux_vae_state_dict(seed=1))
+    if name == "hunyuan15":
+        return hunyuan15_vae()
     if name.startswith("hunyuan"):
         return comfy.sd.VAE(sd=tm.hunyuan_video_vae_state_dict(seed=4))
     if name == "wan21":
         path = tm.build_wan21_vae(host.models_dir, dtype=torch.float32)
         return comfy.sd.VAE(sd=comfy.utils.load_torch_file(str(path)))
+    if name == "wan22":
+        return comfy.sd.VAE(sd=tm.wan22_vae_state_dict(seed=6))
     state_dict, metadata = tm.ltxv_vae("0.9.1" if name == "ltxv" else "2", seed=5)  # ltx2, ltx2-strips
     return comfy.sd.VAE(sd=state_dict, metadata=metadata)
+
+
+# HunyuanVideo 1.5's VAE (comfy/sd.py's config) at a quarter of its widths: 5 levels, 16x in space, 4x
+# in time, 32 latent channels. The full widths (128-1024) take minutes per decode on a CPU.
+HUNYUAN15_CONFIG = {
+    "block_out_channels": [32, 64, 128, 256, 256], "in_channels": 3, "out_channels": 3, "num_res_blocks": 2,
+    "ffactor_spatial": 16, "ffactor_temporal": 4, "downsample_match_channel": True,
+    "upsample_match_channel": True, "z_channels": 32,
+}  # fmt: skip
+
+
+def hunyuan15_vae() -> Any:
+    """The host's HunyuanVideo 1.5 VAE classes at ``HUNYUAN15_CONFIG``, random weights; the host's
+    tiled decode is not timed (comfy.sd.VAE only builds the full-width config)."""
+    import comfy.ldm.hunyuan_video.vae_refiner as module
+    from comfy.ldm.models.autoencoder import AutoencodingEngine
+
+    from headroom_testing.tiny_common import _init_state_dict, _on_meta
+
+    model = _on_meta(
+        lambda: AutoencodingEngine(
+            regularizer_config={"target": "comfy.ldm.models.autoencoder.EmptyRegularizer"},
+            encoder_config={"target": f"{module.__name__}.Encoder", "params": dict(HUNYUAN15_CONFIG)},
+            decoder_config={"target": f"{module.__name__}.Decoder", "params": dict(HUNYUAN15_CONFIG)},
+        )
+    )
+    model.load_state_dict(_init_state_dict(model, 7, torch.float32), assign=True)
+    return SimpleNamespace(
+        first_stage_model=model.eval(), process_output=lambda x: torch.clamp((x + 1.0) / 2.0, 0.0, 1.0)
+    )
 
 
 def host_tiled(vae: Any, z: torch.Tensor) -> torch.Tensor:
@@ -111,6 +151,8 @@ def measure(
             return host_tiled(vae, z).movedim(-1, 1)
         except RuntimeError as exc:  # the small LTXVs: 16x in space, the host tiles for LTXV's 32x
             return f"n/a: the host's tiled decode fails ({str(exc).splitlines()[0][:60]}...)"
+        except AttributeError:  # a model built outside comfy.sd.VAE (hunyuan15): no host tiled decode
+            return "n/a: built outside the host's VAE object"
 
     methods: dict[str, Callable[[], Any]] = {"full": full, "tiled": tiled, "host": host}
     times: dict[str, list[float]] = {k: [] for k in methods}
