@@ -34,7 +34,6 @@ import datetime
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -296,9 +295,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\nnot measured: {why}")
         return 0
 
-    from headroom_testing.harness import Host, find_host_root
+    from headroom_testing.harness import Host, find_host_root, scratch_dir
 
-    work = Path(tempfile.mkdtemp(prefix="headroom-dynvram-"))
+    work = scratch_dir("headroom-dynvram-")
     host = Host(find_host_root(), work, cpu=args.cpu_smoke)
     total = 0 if args.cpu_smoke else _enable_dynamic_vram(host, cap)
     dyn = host.pack_module("nodes.host.dynamic_vram")

@@ -23,7 +23,6 @@ import importlib.util
 import os
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -97,10 +96,10 @@ def _steps(model: torch.nn.Module, inputs: tuple, device: str, steps: int) -> li
 
 
 def run(args: argparse.Namespace) -> list[str]:
-    from headroom_testing.harness import Host
+    from headroom_testing.harness import Host, scratch_dir
     from headroom_testing.tiny_gguf import write_gguf
 
-    work = Path(tempfile.mkdtemp(prefix="headroom_gguf_bench_"))
+    work = scratch_dir("headroom-gguf-bench-")
     host = Host(Path(os.environ["COMFYUI_ROOT"]), work, cpu=args.device == "cpu")
     link = host.pack_dir.parent / "ComfyUI-GGUF"
     link.symlink_to(pack_dir().resolve(), target_is_directory=True)  # type: ignore[union-attr]

@@ -31,7 +31,6 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -223,7 +222,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
 
     h = _host(ram, cap)
-    work = Path(tempfile.mkdtemp(prefix="headroom-repeat-"))
+    from headroom_testing.harness import scratch_dir
+
+    work = scratch_dir("headroom-repeat-")
     models = {c: _build(h, work, c, n, args.width) for c, n in sizes.items()}
     results = {}
     for name, headroom in (("host", False), ("host + Headroom", True), ("host again", False),

@@ -23,7 +23,6 @@ import argparse
 import copy
 import datetime
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from headroom_testing.harness import Host, find_host_root  # noqa: E402
+from headroom_testing.harness import Host, find_host_root, scratch_dir  # noqa: E402
 from headroom_testing.tiny_models import TINY_SD15_UNET, _init_state_dict, _on_meta, _save  # noqa: E402
 
 SD15_UNET = TINY_SD15_UNET | {
@@ -101,7 +100,7 @@ def _compute(device: torch.device, seconds: float, cuda: bool) -> int:
 
 
 def run(args: argparse.Namespace, cuda: bool) -> dict[str, Any]:
-    host = Host(find_host_root(), Path(tempfile.mkdtemp(prefix="headroom-prefetch-")), cpu=not cuda)
+    host = Host(find_host_root(), scratch_dir("headroom-prefetch-"), cpu=not cuda)
     mm = host.model_management
     dtype = torch.float32 if args.dtype == "fp32" else torch.float16
     current = _build(host, "prefetch_current.safetensors", TINY_SD15_UNET, 31, dtype)

@@ -21,15 +21,12 @@ device peaks): that exercises every path, but its numbers say nothing about a GP
 from __future__ import annotations
 
 import argparse
-import atexit
 import copy
 import datetime
 import json
 import platform
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -39,7 +36,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from headroom_testing.harness import Host, find_host_root  # noqa: E402
+from headroom_testing.harness import Host, find_host_root, scratch_dir  # noqa: E402
 from headroom_testing.prompts import offload_loader  # noqa: E402
 from headroom_testing.tiny_models import (  # noqa: E402
     TINY_SD15_UNET,
@@ -169,8 +166,7 @@ def main() -> int:
     size = args.size or ("sd15" if cuda else "tiny")
     res = args.res or (512 if cuda else 64)
 
-    work = Path(tempfile.mkdtemp(prefix="headroom-residency-"))  # its models: ~0.5 GB tiny, 4 GB sd15
-    atexit.register(shutil.rmtree, work, ignore_errors=True)
+    work = scratch_dir("headroom-residency-")
     host = Host(find_host_root(), work, cpu=not cuda)
     build_models(host, size)
     mm, pack = host.model_management, _pack(host)

@@ -34,7 +34,6 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -51,7 +50,7 @@ from comfyui_headroom.memory.tiled_vae.kl import KLTiledDecoder, estimate_head  
 from comfyui_headroom.memory.tiled_vae.ltxv import LTXVTiledDecoder, apply_norm, whole_mean  # noqa: E402
 from comfyui_headroom.memory.tiled_vae.tiles import spans  # noqa: E402
 from headroom_testing.exactness import bitwise_when_split  # noqa: E402
-from headroom_testing.harness import Host, find_host_root  # noqa: E402
+from headroom_testing.harness import Host, find_host_root, scratch_dir  # noqa: E402
 from headroom_testing.measure import PeakLiveBytes  # noqa: E402
 
 MiB = 1 << 20
@@ -298,7 +297,7 @@ def rss_child(args: argparse.Namespace) -> None:
     Building the random-weight VAE peaks higher than the decode may (state dict plus model), so the
     kernel's high-water mark is reset first (``/proc/self/clear_refs`` 5, Linux) and VmHWM read after.
     """
-    host = Host(find_host_root(), Path(tempfile.mkdtemp()))
+    host = Host(find_host_root(), scratch_dir("headroom-tiled-vae-"))
     vae = build_vaes(host, [args.rss_child])[args.rss_child]
     z = make_latent(args.rss_child, json.loads(args.shape))
     gc.collect()
@@ -348,7 +347,7 @@ def is_video(name: str) -> bool:
 
 def run(args: argparse.Namespace) -> str:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    host = Host(find_host_root(), Path(tempfile.mkdtemp()))
+    host = Host(find_host_root(), scratch_dir("headroom-tiled-vae-"))
     if device.type == "cuda":
         pass  # the harness forces --cpu; on a GPU machine run the engine on CUDA with the same modules
     names = [n for n in args.vaes.split(",") if n]

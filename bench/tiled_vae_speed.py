@@ -32,7 +32,6 @@ import datetime
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -45,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from comfyui_headroom.memory.tiled_vae import DecodeOptions, make_tiled_decoder  # noqa: E402
-from headroom_testing.harness import Host, find_host_root  # noqa: E402
+from headroom_testing.harness import Host, find_host_root, scratch_dir  # noqa: E402
 
 MiB = 1 << 20
 # case -> (latent shape, Headroom options beyond device/dtype)
@@ -194,7 +193,7 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    host = Host(find_host_root(), Path(tempfile.mkdtemp()))
+    host = Host(find_host_root(), scratch_dir("headroom-vae-speed-"))
     torch.set_grad_enabled(False)
     lines = [
         f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",

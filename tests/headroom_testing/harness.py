@@ -9,6 +9,7 @@ registry serves). One host per process: both use the top-level names ``comfy``, 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -16,7 +17,9 @@ import importlib.util
 import inspect
 import os
 import re
+import shutil
 import sys
+import tempfile
 import types
 import uuid
 from dataclasses import dataclass, field
@@ -49,6 +52,14 @@ class PromptFailed(AssertionError):
     def __init__(self, message: str, error: dict[str, Any]):
         super().__init__(message)
         self.error = error
+
+
+def scratch_dir(prefix: str = "headroom-") -> Path:
+    """A temporary folder for a benchmark's host and models, removed when the process exits (a bench
+    that left its models behind filled /tmp: 0.5-4 GB a run)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def find_host_root() -> Path:
