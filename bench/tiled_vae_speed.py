@@ -21,8 +21,10 @@ Cases (random weights, the host's own classes, tests/headroom_testing/tiny_model
   ltxv, ltx2   small LTXV 0.9.1 / LTX-2 VAEs built from config metadata, 21 frames of 384x96,
                runs of at most 8 frames at every stage (ltx2-strips: and strips of 16 px)
   wan22        full-size Wan 2.2 VAE (48 channels, 16x), 5 frames of 64x128, tiles of 64 px
-  hunyuan15    HunyuanVideo 1.5's VAE at a quarter of its widths, 17 frames of 64x512, strips of 256 px
-               (the host's up path runs 2 latent frames at a time, carrying its causal cache)
+  wan21-cut, wan22-cut  the same at 4x the width (256 / 512 px) in two tiles across: a spatial cut
+  hunyuan15    HunyuanVideo 1.5's VAE at a quarter of its widths, 17 frames of 64x512, in runs of 2
+               latent frames as the host's up path runs them (its causal cache carried), one tile
+               (hunyuan15-strips: and two strips of 256 px)
 """
 
 from __future__ import annotations
@@ -55,8 +57,11 @@ CASES: dict[str, tuple[tuple[int, ...], dict[str, Any]]] = {
     "hunyuan": ((1, 16, 3, 8, 8), {"frames": 5}),
     "hunyuan-short-runs": ((1, 16, 3, 8, 8), {"tile": 32, "frames": 2}),
     "wan21": ((1, 16, 2, 8, 16), {"tile": 64}),
+    "wan21-cut": ((1, 16, 2, 8, 32), {"tile": 128}),
     "wan22": ((1, 48, 2, 4, 8), {"tile": 64}),
-    "hunyuan15": ((1, 32, 5, 4, 32), {"tile": 256}),
+    "wan22-cut": ((1, 48, 2, 4, 32), {"tile": 256}),
+    "hunyuan15": ((1, 32, 5, 4, 32), {}),
+    "hunyuan15-strips": ((1, 32, 5, 4, 32), {"tile": 256}),
     "ltxv": ((1, 128, 6, 24, 6), {"frames": 8}),
     "ltx2": ((1, 128, 6, 24, 6), {"frames": 8}),
     "ltx2-strips": ((1, 128, 6, 24, 6), {"tile": 16, "frames": 8}),
@@ -75,14 +80,14 @@ def build(host: Host, name: str) -> Any:
         )
     if name == "flux":
         return comfy.sd.VAE(sd=tm.flux_vae_state_dict(seed=1))
-    if name == "hunyuan15":
+    if name.startswith("hunyuan15"):
         return hunyuan15_vae()
     if name.startswith("hunyuan"):
         return comfy.sd.VAE(sd=tm.hunyuan_video_vae_state_dict(seed=4))
-    if name == "wan21":
+    if name.startswith("wan21"):
         path = tm.build_wan21_vae(host.models_dir, dtype=torch.float32)
         return comfy.sd.VAE(sd=comfy.utils.load_torch_file(str(path)))
-    if name == "wan22":
+    if name.startswith("wan22"):
         return comfy.sd.VAE(sd=tm.wan22_vae_state_dict(seed=6))
     state_dict, metadata = tm.ltxv_vae("0.9.1" if name == "ltxv" else "2", seed=5)  # ltx2, ltx2-strips
     return comfy.sd.VAE(sd=state_dict, metadata=metadata)

@@ -44,6 +44,7 @@ def _run(project: Path, *args: str, comfyui_root: Path | None = None) -> subproc
     env = dict(os.environ, PYTHONPATH=str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("COMFYUI_ROOT", None)
     env.pop("PYTEST_ADDOPTS", None)  # the caller's options (a --basetemp) are not the inner run's
+    env.pop("HEADROOM_COVERAGE_RECORD", None)  # nor its recording of floors: the inner run checks them
     if comfyui_root is not None:
         env["COMFYUI_ROOT"] = str(comfyui_root)
     return subprocess.run(
@@ -71,7 +72,10 @@ def _project(tmp_path: Path) -> Path:
     return unit / "test_a.py"
 
 
-def test_a_dropped_test_fails_the_run_and_the_summary_says_what_ran(tmp_path: Path) -> None:
+def test_a_dropped_test_fails_the_run_and_the_summary_says_what_ran(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("COMFYUI_ROOT", raising=False)  # the inner run's host, whatever the caller's
     tests = _project(tmp_path)
     floor = tmp_path / "floor.json"
     floor.write_text(json.dumps({"hosts": {host_label(): {"unit": 2, "gpu": 0}}}))
@@ -107,6 +111,7 @@ def test_with_comfyui_root_the_floor_is_that_hosts_and_a_drop_fails(
 ) -> None:
     """./scripts/test with COMFYUI_ROOT=<a 0.3.64 checkout> holds the run to that host's floor (here 2
     unit tests), not to another host's (1): one test dropped from two fails the run."""
+    monkeypatch.delenv("COMFYUI_ROOT", raising=False)  # the CI host's label, whatever the caller's
     ci = host_label()
     old = _host(tmp_path, "0.3.64")
     monkeypatch.setenv("COMFYUI_ROOT", str(old))
