@@ -105,21 +105,11 @@ HUNYUAN15_CONFIG = {
 def hunyuan15_vae() -> Any:
     """The host's HunyuanVideo 1.5 VAE classes at ``HUNYUAN15_CONFIG``, random weights; the host's
     tiled decode is not timed (comfy.sd.VAE only builds the full-width config)."""
-    import comfy.ldm.hunyuan_video.vae_refiner as module
-    from comfy.ldm.models.autoencoder import AutoencodingEngine
+    from headroom_testing.tiny_video_vaes import hunyuan15_autoencoder
 
-    from headroom_testing.tiny_common import _init_state_dict, _on_meta
-
-    model = _on_meta(
-        lambda: AutoencodingEngine(
-            regularizer_config={"target": "comfy.ldm.models.autoencoder.EmptyRegularizer"},
-            encoder_config={"target": f"{module.__name__}.Encoder", "params": dict(HUNYUAN15_CONFIG)},
-            decoder_config={"target": f"{module.__name__}.Decoder", "params": dict(HUNYUAN15_CONFIG)},
-        )
-    )
-    model.load_state_dict(_init_state_dict(model, 7, torch.float32), assign=True)
+    model = hunyuan15_autoencoder(HUNYUAN15_CONFIG, 7)
     return SimpleNamespace(
-        first_stage_model=model.eval(), process_output=lambda x: torch.clamp((x + 1.0) / 2.0, 0.0, 1.0)
+        first_stage_model=model, process_output=lambda x: torch.clamp((x + 1.0) / 2.0, 0.0, 1.0)
     )
 
 

@@ -68,6 +68,12 @@ class Placement:
         return self.tier.host == "P" and self.tier.gpu == "S" and self.pinned_bytes < self.streamed_bytes
 
     @property
+    def whole(self) -> bool:
+        """A stream that keeps every block resident: nothing would stream, so it is a whole load (the
+        controller applies it as one, the plan's reason says so), unless a Stream Model node asked."""
+        return self.tier.gpu == "S" and 0 < self.total_blocks <= self.resident_blocks
+
+    @property
     def label(self) -> str:
         """The tier's label, with "+ram" where the pinned cap left some streamed blocks pageable."""
         return self.tier.label + ("+ram" if self.capped else "")

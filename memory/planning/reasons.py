@@ -41,6 +41,8 @@ class _Placement(Protocol):
     def reason(self) -> str: ...
     @property
     def capped(self) -> bool: ...
+    @property
+    def whole(self) -> bool: ...
 
 
 class _Prefetch(Protocol):
@@ -212,7 +214,7 @@ class _Explainer:
             else:
                 text = f"{WHERE[t]}: in the room the other components of this node leave"
             text += f"; {p.resident_blocks} of {p.total_blocks} blocks resident"
-            if c.id not in streamed and p.total_blocks and p.resident_blocks >= p.total_blocks:
+            if c.id not in streamed and p.whole:
                 # the controller loads it whole (run_log.gpu_part): say that, not "streamed"
                 text = (
                     f"on GPU whole: all {p.total_blocks} blocks fit in the room the other components of "

@@ -126,8 +126,7 @@ def gpu_part(sp: StepPlan, component_id: str) -> str:
     placement = sp.placements.get(component_id)
     if placement is None:
         return ""
-    whole = placement.total_blocks and placement.resident_blocks >= placement.total_blocks
-    if placement.tier.gpu == "S" and whole and component_id not in dict(sp.step.streamed):
+    if placement.whole and component_id not in dict(sp.step.streamed):
         return "G"
     return placement.tier.gpu
 

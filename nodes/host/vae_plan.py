@@ -20,11 +20,11 @@ import torch
 
 from ...memory.models.catalog import find_model_file
 from ...memory.models.header import ComponentError, read_header
+from ...memory.residency.mapped import TORCH_DTYPES
 from ...memory.tiled_vae import DecodeOptions, Unsupported, make_tiled_decoder
 from .lookups import host_module, models_dir
 
 _log = logging.getLogger("headroom")
-_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 _PREFIXES = ("first_stage_model.", "vae.")  # a checkpoint's VAE part (SD/Flux; LTX-2's all-in-one)
 _WHOLE = 1 << 50  # a budget no frame exceeds: the engine's figure for the whole frame in one tile
 _KEEP = 8  # VAE files kept built (a few bytes each on the meta device)
@@ -41,7 +41,7 @@ def _state_dict(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
             specs = part
             break
     sd = {
-        k: torch.empty(v.shape, dtype=_DTYPES.get(v.dtype, torch.float32), device="meta")
+        k: torch.empty(v.shape, dtype=TORCH_DTYPES.get(v.dtype, torch.float32), device="meta")
         for k, v in specs.items()
     }
     return sd, metadata
@@ -80,10 +80,9 @@ def _find(file: str) -> Path:
     if path.is_absolute():
         return path
     for root in models_dir():
-        for kind in ("vae", "checkpoint"):
-            found = find_model_file(file, kind, root)
-            if found is not None:
-                return found
+        found = find_model_file(file, "vae", root)  # the vae folders first, then every other one
+        if found is not None:
+            return found
     return path
 
 

@@ -13,6 +13,7 @@ import torch
 from comfyui_headroom.memory.streaming import discover_blocks
 from comfyui_headroom.memory.streaming.discovery import module_bytes
 from comfyui_headroom.memory.streaming.storage import packed
+from headroom_testing import fixture_nodes as fx
 
 
 @dataclass
@@ -139,3 +140,32 @@ def budget_gb(diffusion: torch.nn.Module) -> str:
     blocks = discover_blocks(diffusion).block_bytes()
     rest = module_bytes(diffusion) - sum(blocks)
     return f"{(rest + 0.3 * sum(blocks) + 2 * max(blocks) + 1) / 2**30:.12f}"
+
+
+def sampling_sources(model: Any, positive: Any, negative: Any, latent: dict[str, Any]) -> dict[str, Any]:
+    """What a streamed-sampling test prompt reads: the model, its conditionings and latent as fixture
+    source-node keys (``fixture_nodes.put``), and a vram_budget that streams the model."""
+    return {
+        "model": model,
+        "m": fx.put(model),
+        "p": fx.put(positive),
+        "n": fx.put(negative),
+        "l": fx.put(latent),
+        "budget": budget_gb(model.model.diffusion_model),
+    }
+
+
+def tiny_sd_sources(host: Any, name: str, seed: int, text: str) -> dict[str, Any]:
+    """The tiny SD1.5 checkpoint ``name`` loaded by the host's own loader, ``text`` and "" encoded by
+    its CLIP, and an empty 8x8 latent, as ``sampling_sources``. Call ``fixture_nodes.VALUES.clear()``
+    when done (the models' __del__ needs the host before the interpreter's shutdown)."""
+    from headroom_testing.tiny_models import build_tiny_sd_checkpoint
+
+    fx.install(host)
+    build_tiny_sd_checkpoint(host.models_dir, name=name, seed=seed)
+    host.register_models_dir(host.models_dir)
+    with torch.inference_mode():  # as the host's executor runs nodes
+        model, clip, _ = host.node_class("CheckpointLoaderSimple")().load_checkpoint(name)
+        (positive,) = host.node_class("CLIPTextEncode")().encode(clip, text)
+        (negative,) = host.node_class("CLIPTextEncode")().encode(clip, "")
+    return sampling_sources(model, positive, negative, {"samples": torch.zeros(1, 4, 8, 8)})

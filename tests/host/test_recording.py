@@ -19,8 +19,7 @@ import torch
 
 from headroom_testing import fixture_nodes as fx
 from headroom_testing.harness import Host
-from headroom_testing.stream_spy import StreamSpy, budget_gb
-from headroom_testing.tiny_models import build_tiny_sd_checkpoint
+from headroom_testing.stream_spy import StreamSpy, tiny_sd_sources
 
 pytestmark = pytest.mark.host
 
@@ -71,21 +70,7 @@ def capture(host: Host, monkeypatch: pytest.MonkeyPatch) -> Iterator[Capture]:
 
 @pytest.fixture(scope="module")
 def sd(host: Host) -> Iterator[dict[str, Any]]:
-    fx.install(host)
-    build_tiny_sd_checkpoint(host.models_dir, name=CKPT, seed=9)
-    host.register_models_dir(host.models_dir)
-    with torch.inference_mode():
-        model, clip, _ = host.node_class("CheckpointLoaderSimple")().load_checkpoint(CKPT)
-        (positive,) = host.node_class("CLIPTextEncode")().encode(clip, "recorded")
-        (negative,) = host.node_class("CLIPTextEncode")().encode(clip, "")
-    yield {
-        "model": model,
-        "m": fx.put(model),
-        "p": fx.put(positive),
-        "n": fx.put(negative),
-        "l": fx.put({"samples": torch.zeros(1, 4, 8, 8)}),
-        "budget": budget_gb(model.model.diffusion_model),
-    }
+    yield tiny_sd_sources(host, CKPT, 9, "recorded")
     fx.VALUES.clear()
 
 

@@ -24,10 +24,17 @@ import torch
 from headroom_testing import fixture_nodes as fx
 from headroom_testing.harness import Host, PromptFailed
 from headroom_testing.prompts import offload_loader
-from headroom_testing.stream_spy import StreamSpy, assert_restored, assert_streamed, budget_gb, snapshot
+from headroom_testing.stream_spy import (
+    StreamSpy,
+    assert_restored,
+    assert_streamed,
+    budget_gb,
+    sampling_sources,
+    snapshot,
+    tiny_sd_sources,
+)
 from headroom_testing.tiny_models import (
     build_tiny_dit,
-    build_tiny_sd_checkpoint,
     build_tiny_wan_blocks,
     load_tiny_dit,
     tiny_wan_conditioning,
@@ -42,21 +49,7 @@ CKPT = "tiny_sd15_stream_model.safetensors"
 @pytest.fixture(scope="module")
 def sd(host: Host) -> Iterator[dict[str, Any]]:
     """The tiny SD1.5 model, its two conditionings and an empty latent, as source-node keys."""
-    fx.install(host)
-    build_tiny_sd_checkpoint(host.models_dir, name=CKPT, seed=5)
-    host.register_models_dir(host.models_dir)
-    with torch.inference_mode():  # as the host's executor runs nodes
-        model, clip, _ = host.node_class("CheckpointLoaderSimple")().load_checkpoint(CKPT)
-        (positive,) = host.node_class("CLIPTextEncode")().encode(clip, "a streamed model")
-        (negative,) = host.node_class("CLIPTextEncode")().encode(clip, "")
-    yield {
-        "model": model,
-        "m": fx.put(model),
-        "p": fx.put(positive),
-        "n": fx.put(negative),
-        "l": fx.put({"samples": torch.zeros(1, 4, 8, 8)}),
-        "budget": budget_gb(model.model.diffusion_model),
-    }
+    yield tiny_sd_sources(host, CKPT, 5, "a streamed model")
     fx.VALUES.clear()  # release the models before the interpreter's shutdown (their __del__ needs the host)
 
 
@@ -228,14 +221,9 @@ def _flux_conditioning(seed: int) -> list:
 def flux(current: Host) -> dict[str, Any]:
     with torch.inference_mode():
         model = load_tiny_dit(build_tiny_dit(current.models_dir, "flux", seed=3), "flux")
-    yield {
-        "model": model,
-        "m": fx.put(model),
-        "p": fx.put(_flux_conditioning(1)),
-        "n": fx.put(_flux_conditioning(2)),
-        "l": fx.put({"samples": torch.zeros(1, 16, 8, 8)}),
-        "budget": budget_gb(model.model.diffusion_model),
-    }
+    yield sampling_sources(
+        model, _flux_conditioning(1), _flux_conditioning(2), {"samples": torch.zeros(1, 16, 8, 8)}
+    )
 
 
 def _custom_advanced(guider: str, model: list) -> dict[str, dict]:

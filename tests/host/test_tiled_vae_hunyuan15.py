@@ -19,7 +19,7 @@ import torch
 from headroom_testing.exactness import TOLERANCE, assert_exact, max_tiles
 from headroom_testing.harness import Host
 from headroom_testing.tiled_vae_host import engine, latent
-from headroom_testing.tiny_common import _init_state_dict, _on_meta
+from headroom_testing.tiny_video_vaes import hunyuan15_autoencoder
 
 pytestmark = pytest.mark.host
 
@@ -51,17 +51,7 @@ def model(host: Host) -> Any:
 
     if not hasattr(module, "conv_carry_causal_3d"):
         pytest.skip(f"the host ({host.version}) decodes HunyuanVideo 1.5 whole-clip (no causal carry)")
-    from comfy.ldm.models.autoencoder import AutoencodingEngine
-
-    vae = _on_meta(
-        lambda: AutoencodingEngine(
-            regularizer_config={"target": "comfy.ldm.models.autoencoder.EmptyRegularizer"},
-            encoder_config={"target": f"{module.__name__}.Encoder", "params": dict(SMALL_CONFIG)},
-            decoder_config={"target": f"{module.__name__}.Decoder", "params": dict(SMALL_CONFIG)},
-        )
-    )
-    vae.load_state_dict(_init_state_dict(vae, 3, torch.float32), assign=True)
-    return vae.eval()
+    return hunyuan15_autoencoder(SMALL_CONFIG, 3)
 
 
 @pytest.fixture(scope="module")
