@@ -5,7 +5,9 @@
 
 VAEs: sd, flux (KL image), wan21, wan22, hunyuan (HunyuanVideo), ltxv (a small LTXV built from config
 metadata, LTX-Video 0.9.1 layer kinds), ltxv2 (the host's full-size LTXV config "version 2"), ltx2 (a
-small LTX-2 / 2.3 VAE from config metadata, 0.18+ hosts).
+small LTX-2 / 2.3 VAE from config metadata, 0.18+ hosts), hunyuan15 (HunyuanVideo 1.5's VAE, the host's
+classes at a quarter of their widths: comfy.sd.VAE builds only the full widths, so the host's own tiled
+decode is not measured on it; hosts whose up path carries its causal cache).
 
 For each VAE the host builds (random weights, tests/headroom_testing/tiny_models.py) and each size:
 the host's full decode; Headroom exact at the default tile (the "auto" budget) and at a small budget
@@ -46,6 +48,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from comfyui_headroom.memory.tiled_vae import DecodeOptions, make_tiled_decoder  # noqa: E402
 from comfyui_headroom.memory.tiled_vae.budget import CPU_AUTO_ACTIVATION_BYTES  # noqa: E402
 from comfyui_headroom.memory.tiled_vae.groupnorm import GroupStats, apply_group_norm  # noqa: E402
+from comfyui_headroom.memory.tiled_vae.hunyuan15 import Hunyuan15TiledDecoder  # noqa: E402
 from comfyui_headroom.memory.tiled_vae.kl import KLTiledDecoder, estimate_head  # noqa: E402
 from comfyui_headroom.memory.tiled_vae.ltxv import LTXVTiledDecoder, apply_norm, whole_mean  # noqa: E402
 from comfyui_headroom.memory.tiled_vae.tiles import spans  # noqa: E402
@@ -80,8 +83,10 @@ CHANNELS = {
     "ltxv": 128,
     "ltxv2": 128,
     "ltx2": 128,
+    "hunyuan15": 32,
 }
-SPATIAL = {"wan22": 16, "ltxv": 16, "ltxv2": 32, "ltx2": 16}  # output px per latent px where not 8
+# output px per latent px where not 8
+SPATIAL = {"wan22": 16, "ltxv": 16, "ltxv2": 32, "ltx2": 16, "hunyuan15": 16}
 SMALL_BUDGET = 256 * MiB  # activations: forces many tiles at the realistic sizes
 TINY_BUDGET = 16 * MiB
 LONG_BUDGET = 128 * MiB
@@ -101,6 +106,7 @@ def build_vaes(host: Host, names: list[str]) -> dict[str, Any]:
         supported_builders,
         wan22_vae_state_dict,
     )
+    from headroom_testing.tiny_video_vaes import hunyuan15_vae
 
     video = host_video_vaes()
     vaes: dict[str, Any] = {}
@@ -116,6 +122,8 @@ def build_vaes(host: Host, names: list[str]) -> dict[str, Any]:
         vaes["wan22"] = comfy.sd.VAE(sd=wan22_vae_state_dict(seed=3, dtype=torch.bfloat16))
     if "hunyuan" in names and "hunyuan_video" in video:
         vaes["hunyuan"] = comfy.sd.VAE(sd=hunyuan_video_vae_state_dict(seed=4))
+    if "hunyuan15" in names and has_hunyuan15():
+        vaes["hunyuan15"] = hunyuan15_vae(seed=7)
     for name, config in (("ltxv", "0.9.1"), ("ltxv2", 2), ("ltx2", "2")):
         if name in names and "ltxv" in video:
             state_dict, metadata = ltxv_vae(config, seed=5)
@@ -124,6 +132,15 @@ def build_vaes(host: Host, names: list[str]) -> dict[str, Any]:
     if missing:
         print(f"not on this host ({host.version}): {', '.join(missing)}", flush=True)
     return vaes
+
+
+def has_hunyuan15() -> bool:
+    """The host has HunyuanVideo 1.5's VAE with the causal carry the tiled decode follows."""
+    try:
+        import comfy.ldm.hunyuan_video.vae_refiner as module
+    except ImportError:
+        return False
+    return hasattr(module, "conv_carry_causal_3d")
 
 
 def timed(fn: Any) -> tuple[Any, float]:
@@ -235,6 +252,10 @@ def tile_peaks(engine: Any, z: torch.Tensor, dtype: torch.dtype, device: torch.d
         channels = engine.decoder.mid.block_1.in_channels
         head_predicted = z.shape[0] * estimate_head(hw, channels, bytes_, frames)
         return max(worst_measured, meter.peak), max(worst_predicted, head_predicted)
+    if isinstance(engine, Hunyuan15TiledDecoder):  # the whole tiled decode against the engine's figure
+        with torch.no_grad(), PeakLiveBytes(device.type) as meter:
+            engine.decode(z.to(device, dtype))
+        return meter.peak, engine.predicted_peak(tuple(z.shape), bytes_)
     if isinstance(engine, LTXVTiledDecoder):
         shape = tuple(z.shape)
         worst_measured = worst_predicted = 0
@@ -424,6 +445,9 @@ def run(args: argparse.Namespace) -> str:
                         "spread": spread,
                     })  # fmt: skip
                     print(rows[-1], flush=True)
+                if not hasattr(vae, "decode_tiled"):  # hunyuan15: built outside comfy.sd.VAE
+                    rows.append({"case": label, "method": "full decode (s)", "time": t_full})
+                    continue
                 with torch.no_grad():
                     torch.manual_seed(SEED)
                     (tiled, rows_h, cols_h), t = timed(lambda vae=vae, zd=zd: host_tiled(host, vae, zd))

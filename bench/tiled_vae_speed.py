@@ -37,7 +37,6 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -73,6 +72,7 @@ def build(host: Host, name: str) -> Any:
     import comfy.utils
 
     from headroom_testing import tiny_models as tm
+    from headroom_testing.tiny_video_vaes import hunyuan15_vae
 
     if name.startswith("sd"):
         return comfy.sd.VAE(
@@ -81,7 +81,7 @@ def build(host: Host, name: str) -> Any:
     if name == "flux":
         return comfy.sd.VAE(sd=tm.flux_vae_state_dict(seed=1))
     if name.startswith("hunyuan15"):
-        return hunyuan15_vae()
+        return hunyuan15_vae(7)
     if name.startswith("hunyuan"):
         return comfy.sd.VAE(sd=tm.hunyuan_video_vae_state_dict(seed=4))
     if name.startswith("wan21"):
@@ -91,26 +91,6 @@ def build(host: Host, name: str) -> Any:
         return comfy.sd.VAE(sd=tm.wan22_vae_state_dict(seed=6))
     state_dict, metadata = tm.ltxv_vae("0.9.1" if name == "ltxv" else "2", seed=5)  # ltx2, ltx2-strips
     return comfy.sd.VAE(sd=state_dict, metadata=metadata)
-
-
-# HunyuanVideo 1.5's VAE (comfy/sd.py's config) at a quarter of its widths: 5 levels, 16x in space, 4x
-# in time, 32 latent channels. The full widths (128-1024) take minutes per decode on a CPU.
-HUNYUAN15_CONFIG = {
-    "block_out_channels": [32, 64, 128, 256, 256], "in_channels": 3, "out_channels": 3, "num_res_blocks": 2,
-    "ffactor_spatial": 16, "ffactor_temporal": 4, "downsample_match_channel": True,
-    "upsample_match_channel": True, "z_channels": 32,
-}  # fmt: skip
-
-
-def hunyuan15_vae() -> Any:
-    """The host's HunyuanVideo 1.5 VAE classes at ``HUNYUAN15_CONFIG``, random weights; the host's
-    tiled decode is not timed (comfy.sd.VAE only builds the full-width config)."""
-    from headroom_testing.tiny_video_vaes import hunyuan15_autoencoder
-
-    model = hunyuan15_autoencoder(HUNYUAN15_CONFIG, 7)
-    return SimpleNamespace(
-        first_stage_model=model, process_output=lambda x: torch.clamp((x + 1.0) / 2.0, 0.0, 1.0)
-    )
 
 
 def host_tiled(vae: Any, z: torch.Tensor) -> torch.Tensor:

@@ -74,7 +74,7 @@ BENCH_ARGS = {
     # every family in float32 and bfloat16 on CUDA (HunyuanVideo also stands for Kandinsky 5's video VAE)
     "bench/tiled_vae.py": [
         "--vaes",
-        "sd,flux,wan21,wan22,hunyuan,ltxv,ltx2",
+        "sd,flux,wan21,wan22,hunyuan,hunyuan15,ltxv,ltx2",
         "--sizes",
         "tiny,realistic",
         "--out",
@@ -93,7 +93,7 @@ TIMEOUTS = {
     "tests/gpu/test_residency_gpu.py": 420,
     "bench/streaming_gpu.py": 300,
     "bench/residency_gpu.py": 360,
-    "bench/tiled_vae.py": 480,  # 7 VAE families x 2 sizes x float32 and bfloat16
+    "bench/tiled_vae.py": 540,  # 8 VAE families x 2 sizes x float32 and bfloat16
     "bench/dynamic_vram_gpu.py": 420,
     "bench/host_repeat_gpu.py": 420,  # COMFYUI_ROOT=ComfyUI 0.33: ~10.5 GiB of weights, 2 modes x 2 x 4 runs
     "bench/gpu_throughput_gpu.py": 120,  # writes ~10.5 GB of weights, then 4 modes x 4 runs

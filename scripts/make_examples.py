@@ -4,6 +4,10 @@ VRAM/RAM Headroom's plan needs), and its thumbnail <title>.jpg, a screenshot of 
 
     COMFYUI_ROOT=/path/to/ComfyUI .venv/bin/python scripts/make_examples.py [TITLE ...]
 
+Each node is measured on every frontend of HEADROOM_EXAMPLE_FRONTENDS (default 1.41.21,1.49.6,1.58.1),
+in the classic and the Vue renderer, and laid out with the largest size, so an example overlaps on none;
+the thumbnails come from the last.
+
 Needs what the browser tests need (tests/headroom_testing/browser_server.py): a current ComfyUI, the
 PyPI frontend, Chromium and `npm ci` in tests/e2e. ComfyUI's Browse Templates shows a custom node's
 examples by file name, with <name>.jpg as the thumbnail, so the file names are the titles.
@@ -12,6 +16,7 @@ examples by file name, with <name>.jpg as the thumbnail, so the file names are t
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -143,7 +148,7 @@ def browser(base: str, mode: str, files: list[Path], out: Path) -> dict:
 
 def main(titles: list[str]) -> None:
     """Regenerate every example, or only those ``titles`` name."""
-    from headroom_testing.browser_server import start_server
+    from headroom_testing.browser_server import FRONTEND_ENV, start_server
 
     apis = sorted(p for p in (EXAMPLES / "api").glob("*.json") if not titles or p.stem in titles)
     notes = {api.stem: note(api.stem, api) for api in apis}
@@ -151,14 +156,24 @@ def main(titles: list[str]) -> None:
         ui = convert(json.loads(api.read_text()), note=notes[api.stem])
         (EXAMPLES / api.name).write_text(json.dumps(ui, indent=1, ensure_ascii=False) + "\n")
     uis = [EXAMPLES / api.name for api in apis]
-    with tempfile.TemporaryDirectory() as tmp, start_server(Path(tmp)) as server:
-        measured = browser(server.base, "measure", uis, Path(tmp))["sizes"]
-        for api in apis:
-            sizes = measured[api.stem]
-            ui = convert(json.loads(api.read_text()), sizes=sizes, note=notes[api.stem])
-            (EXAMPLES / api.name).write_text(json.dumps(ui, indent=1, ensure_ascii=False) + "\n")
-            print(f"{api.stem}: {len(sizes)} nodes measured")
-        browser(server.base, "thumbnail", uis, EXAMPLES)
+    frontends = os.environ.get("HEADROOM_EXAMPLE_FRONTENDS", "1.41.21,1.49.6,1.58.1").split(",")
+    measured: dict[str, dict[str, list[int]]] = {}
+    for frontend in frontends:
+        os.environ[FRONTEND_ENV] = frontend.strip()
+        with tempfile.TemporaryDirectory() as tmp, start_server(Path(tmp)) as server:
+            for title, sizes in browser(server.base, "measure", uis, Path(tmp))["sizes"].items():
+                largest = measured.setdefault(title, {})
+                for node, size in sizes.items():
+                    largest[node] = [max(a, b) for a, b in zip(largest.get(node, size), size, strict=True)]
+            print(f"measured on frontend {frontend}")
+            if frontend != frontends[-1]:
+                continue
+            for api in apis:
+                sizes = measured[api.stem]
+                ui = convert(json.loads(api.read_text()), sizes=sizes, note=notes[api.stem])
+                (EXAMPLES / api.name).write_text(json.dumps(ui, indent=1, ensure_ascii=False) + "\n")
+                print(f"{api.stem}: {len(sizes)} nodes measured")
+            browser(server.base, "thumbnail", uis, EXAMPLES)
     print(f"wrote {len(uis)} workflows and thumbnails to {EXAMPLES}")
 
 

@@ -160,15 +160,20 @@ try {
     const nodes = window.app.graph.nodes.filter((n) => n.has_errors).map((n) => ({ id: String(n.id), type: n.type, title: n.title }));
     return { started, errors, nodesWithErrors: nodes };
   }, apiPrompt);
-  result.validation.dialog = (await page.locator(".p-dialog").allInnerTexts()).join("\n").slice(0, 2000);
-  // 1.49+ shows no dialog: an "errors found" toast whose "View details" opens the Workflow Overview's
-  // errors, one row per rejected input ("<node title> - <input>")
+  // 1.27 shows PrimeVue's dialog (1.41 once showed a plain role=dialog "Prompt execution failed" one)
+  const refusal = page.locator(".p-dialog, [role=dialog]").filter({ hasText: "vram_budget" });
+  result.validation.dialog = (await refusal.allInnerTexts()).join("\n").slice(0, 2000);
+  // 1.41+ show no dialog: an errors popover or toast whose "See Errors" (1.41) or "View details" (1.49+)
+  // opens the Workflow Overview's errors: one row per rejected input ("<node title> - <input>" on 1.49+;
+  // 1.41's tab has no error groups: "<input> - <node title>: <reason>" in the panel)
   result.validation.panel = "";
   if (!result.validation.dialog) {
     const group = page.locator("[data-testid=error-group-execution]");
-    if (!(await group.count())) await page.getByRole("button", { name: /view details/i }).first().click({ timeout: 15_000 }).catch(() => {});
-    await group.first().waitFor({ timeout: 15_000 }).catch(() => {});
-    result.validation.panel = (await group.allInnerTexts()).join("\n").slice(0, 2000);
+    const panel = page.locator("[data-testid=properties-panel]").filter({ hasText: "vram_budget" });
+    if (!(await group.count())) await page.getByRole("button", { name: /view details|see errors/i }).first().click({ timeout: 15_000 }).catch(() => {});
+    await group.or(panel).first().waitFor({ timeout: 15_000 }).catch(() => {});
+    const shown = (await group.count()) ? group : panel;
+    result.validation.panel = (await shown.allInnerTexts()).join("\n").slice(0, 2000);
   }
   await page.screenshot({ path: `${artifacts}/bad-vram-budget.png` });
   result.steps.push("validation");

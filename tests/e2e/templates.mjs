@@ -13,7 +13,13 @@ const { page, result, finish } = await openComfy(base, { artifacts });
 await page.route("**/templates/index.json", (route) => route.fulfill({ json: [] }));
 
 async function openCategory() {
-  await page.getByRole("button", { name: "Templates" }).first().click();
+  // 1.41 opens the templates dialog by itself at a first visit, and its mask takes the button's click
+  for (let attempt = 1; ; attempt++) {
+    await closeDialogs(page);
+    const clicked = await page.getByRole("button", { name: "Templates" }).first().click({ timeout: 10_000 })
+      .then(() => true, (error) => { if (attempt === 3) throw error; return false; });
+    if (clicked) break;
+  }
   await page.waitForSelector("[data-testid^=template-workflow-]", { timeout: 60_000 });
   // in the dialog: on 1.58 the nodes on the canvas carry badges with the pack's name too
   await page.locator("[role=dialog], .p-dialog").getByText(pack, { exact: true }).first().click();
@@ -34,13 +40,21 @@ function canvasState() {
   });
 }
 
-// The missing models as the frontend offers them: the missing-models dialog (1.27-1.4x), or (1.49+) the
+// The missing models as the frontend offers them: the missing-models dialog (1.27; 1.41 has its own), or (1.49+) the
 // "errors found" toast whose "View details" opens the Workflow Overview's Missing Models group, where each
 // file has a Download button and its URL behind "Copy URL" (read from the clipboard call).
 async function missingModels(shot) {
   const OLD = ".comfy-missing-models";
-  const shown = page.locator(`${OLD}, [data-testid=missing-model-download]`).or(page.getByRole("button", { name: /view details/i }));
+  const GLOBAL = "[aria-labelledby=global-missing-models-warning]"; // 1.41's dialog: a row per file
+  const shown = page.locator(`${OLD}, ${GLOBAL}, [data-testid=missing-model-download]`).or(page.getByRole("button", { name: /view details/i }));
   await shown.first().waitFor({ timeout: 15_000 }).catch(() => {});
+  if (await page.locator(GLOBAL).count()) {
+    if (shot) await page.screenshot({ path: shot });
+    return page.evaluate((dialog) => [...document.querySelectorAll(`${dialog} span[title]`)].map((name) => {
+      const download = name.parentElement.parentElement.querySelector("button[title]");
+      return { label: name.textContent.trim(), url: download?.getAttribute("title"), download: Boolean(download && !download.disabled) };
+    }), GLOBAL);
+  }
   if (await page.locator(OLD).count()) {
     if (shot) await page.screenshot({ path: shot });
     return page.evaluate(() => [...document.querySelectorAll(".comfy-missing-models [role=option]")].map((option) => ({
@@ -83,7 +97,8 @@ try {
     const card = cardsShown.nth(i);
     await card.scrollIntoViewIfNeeded();
     result.cards.push(await card.evaluate(async (el) => {
-      const loaded = () => [...el.querySelectorAll("img")].every((img) => img.complete && (img.currentSrc || img.src));
+      // (1.41 puts the img in only once the card is in view: none yet is not loaded)
+      const loaded = () => el.querySelector("img") && [...el.querySelectorAll("img")].every((img) => img.complete && (img.currentSrc || img.src));
       for (let t = 0; t < 100 && !loaded(); t++) await new Promise((done) => setTimeout(done, 100));
       return {
         name: el.dataset.testid.replace(/^template-workflow-/, ""),

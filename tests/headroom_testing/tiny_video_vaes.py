@@ -4,6 +4,7 @@ builds them (current hosts only; ``host_video_vaes`` says which this host has).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -195,3 +196,22 @@ def hunyuan15_autoencoder(config: dict[str, Any], seed: int) -> torch.nn.Module:
     )
     model.load_state_dict(_init_state_dict(model, seed, torch.float32), assign=True)
     return model.eval()
+
+
+# HunyuanVideo 1.5's VAE (comfy/sd.py's config) at a quarter of its widths: 5 levels, 16x in space, 4x
+# in time, 32 latent channels. The full widths (128-1024) take minutes per decode on a CPU.
+HUNYUAN15_QUARTER_CONFIG = {
+    "block_out_channels": [32, 64, 128, 256, 256], "in_channels": 3, "out_channels": 3, "num_res_blocks": 2,
+    "ffactor_spatial": 16, "ffactor_temporal": 4, "downsample_match_channel": True,
+    "upsample_match_channel": True, "z_channels": 32,
+}  # fmt: skip
+
+
+def hunyuan15_vae(seed: int) -> Any:
+    """What the benchmarks use as a host VAE object (``first_stage_model``, ``process_output``) for
+    HunyuanVideo 1.5: the host's classes at ``HUNYUAN15_QUARTER_CONFIG``, random weights. It has no
+    ``decode_tiled``: the host's own tiled decode is not measured on it."""
+    model = hunyuan15_autoencoder(HUNYUAN15_QUARTER_CONFIG, seed)
+    return SimpleNamespace(
+        first_stage_model=model, process_output=lambda x: torch.clamp((x + 1.0) / 2.0, 0.0, 1.0)
+    )

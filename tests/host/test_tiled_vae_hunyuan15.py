@@ -133,3 +133,22 @@ def test_the_tile_estimate_covers_the_measured_peak_and_not_the_clip_length(host
     assert estimates[0] == estimates[1]
     assert peaks[1] <= 1.1 * peaks[0]
     assert max(peaks) <= estimates[0], f"measured {peaks} B, estimated {estimates[0]} B"
+
+
+def test_the_gpu_runbooks_bench_step_decodes_hunyuan15(host: Host, model: Any, tmp_path: Any) -> None:
+    """`scripts/gpu-check` runs bench/tiled_vae.py with hunyuan15 among its VAEs (bfloat16 on the GPU);
+    here the same step on the CPU, in float32: every Headroom row is exact to the host's full decode."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "tiled_vae.md"
+    command = [sys.executable, str(root / "bench" / "tiled_vae.py"), "--vaes", "hunyuan15", "--sizes", "tiny"]
+    env = {**os.environ, "COMFYUI_ROOT": str(host.root)}
+    subprocess.run([*command, "--out", str(out)], check=True, env=env, capture_output=True, timeout=600)
+    rows = [line.split("|")[1:-1] for line in out.read_text().splitlines() if line.startswith("| hunyuan15 ")]
+    ours = [cells for cells in rows if cells[1].strip().startswith("Headroom exact")]
+    assert len(ours) == 2 and any("full decode" in cells[1] for cells in rows), rows
+    assert all(float(cells[4]) <= TOLERANCE for cells in ours), ours

@@ -159,3 +159,11 @@ def test_a_part_is_parsed_and_a_bad_one_refused(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     bad = run_script("--dry-run", "--part", "x", tmp_path=tmp_path)
     assert bad.returncode == 2 and "--part" in bad.stderr
+
+
+def test_the_tiled_vae_step_decodes_every_family_of_issue_32() -> None:
+    """bf16 on the GPU for every family: the runbook's tiled-VAE step names each VAE bench/tiled_vae.py
+    builds for the 2026 video families (HunyuanVideo 1.5 included), not only the older ones."""
+    args = load_module().BENCH_ARGS["bench/tiled_vae.py"]
+    families = set(args[args.index("--vaes") + 1].split(","))
+    assert {"sd", "flux", "wan21", "wan22", "hunyuan", "hunyuan15", "ltxv", "ltx2"} <= families
