@@ -22,6 +22,8 @@ Cases (random weights, the host's own classes, tests/headroom_testing/tiny_model
                runs of at most 8 frames at every stage (ltx2-strips: and strips of 16 px)
   wan22        full-size Wan 2.2 VAE (48 channels, 16x), 5 frames of 64x128, tiles of 64 px
   wan21-cut, wan22-cut  the same at 4x the width (256 / 512 px) in two tiles across: a spatial cut
+  wan21-480p-cut  one 832x480 frame (Wan decodes frame by frame, so a frame's ratio is a clip's) in
+               tiles of 512 px, two across: a spatial cut at a real frame size, where a GPU budget cuts
   hunyuan15    HunyuanVideo 1.5's VAE at a quarter of its widths, 17 frames of 64x512, in runs of 2
                latent frames as the host's up path runs them (its causal cache carried), one tile
                (hunyuan15-strips: and two strips of 256 px)
@@ -57,6 +59,7 @@ CASES: dict[str, tuple[tuple[int, ...], dict[str, Any]]] = {
     "hunyuan-short-runs": ((1, 16, 3, 8, 8), {"tile": 32, "frames": 2}),
     "wan21": ((1, 16, 2, 8, 16), {"tile": 64}),
     "wan21-cut": ((1, 16, 2, 8, 32), {"tile": 128}),
+    "wan21-480p-cut": ((1, 16, 1, 60, 104), {"tile": 512}),
     "wan22": ((1, 48, 2, 4, 8), {"tile": 64}),
     "wan22-cut": ((1, 48, 2, 4, 32), {"tile": 256}),
     "hunyuan15": ((1, 32, 5, 4, 32), {}),

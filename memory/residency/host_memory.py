@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..streaming import file_reads
 from ..streaming.storage import storage_bytes
 from .mapped import MappedFile, _named_tensors
 
@@ -70,7 +71,7 @@ def pin(module: torch.nn.Module, cap: int | None = None) -> tuple[int, str]:
         if cap is not None and done + n > cap:
             return done, f"pinned-memory cap reached after {done} bytes"
         try:
-            t.data = t.data.pin_memory()
+            t.data = private_copy(t, pin=True)
         except RuntimeError as exc:  # the driver refused (locked-memory limit, WSL): stay pageable
             return done, f"pinning failed: {exc}"
         done += n
@@ -87,6 +88,19 @@ def to_pageable(module: torch.nn.Module, files: Iterable[MappedFile] = ()) -> in
         if t.device.type != "cpu":
             continue
         if _is_pinned(t) or any(f.owns(t) for f in files):
-            t.data = torch.empty_like(t, device="cpu").copy_(t)
+            t.data = private_copy(t)
             done += t.numel() * t.element_size()
     return done
+
+
+def private_copy(t: torch.Tensor, pin: bool = False) -> torch.Tensor:
+    """A private copy of CPU tensor ``t`` (pinned with ``pin``). A view of a mapped file is read through
+    the file, never its pages: a file shortened meanwhile raises FileChanged instead of SIGBUS."""
+    read = file_reads.file_read(t.data)
+    if read is None:  # (in its own layout, as before)
+        return t.data.pin_memory() if pin else torch.empty_like(t, device="cpu").copy_(t)
+    out = torch.empty(t.shape, dtype=t.dtype, pin_memory=pin)  # contiguous, as every file_read is
+    file_reads.check([read])
+    file_reads.copy(out, read)
+    file_reads.check([read])  # rewritten while it was read: refused rather than half old, half new
+    return out

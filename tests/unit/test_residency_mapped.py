@@ -178,3 +178,50 @@ def test_read_ahead_advises_each_file_and_does_nothing_where_the_os_cannot(
         assert advised == [mmap.MADV_WILLNEED] * 2
     monkeypatch.delattr(mmap, "MADV_WILLNEED", raising=False)
     mapped.read_ahead([tmp_path / "absent"])  # not opened: no advice to give
+
+
+# A tier move (disk -> RAM) of a module whose file is truncated after the move checked it (the race a
+# re-download opens): run in a child, where a SIGBUS shows as its exit signal.
+TRUNCATED_DURING_MOVE = r"""
+import os, sys
+import torch
+from safetensors.torch import save_file
+from comfyui_headroom.memory.residency import host_memory, mapped
+from comfyui_headroom.memory.residency.mapped import FileChanged, MappedFile, bind
+
+path, through = sys.argv[1], sys.argv[2]
+if through == "mapping":  # the copies as they were: straight from the mapping's pages
+    host_memory.file_reads.file_read = lambda t: None
+torch.manual_seed(0)
+module = torch.nn.Linear(1024, 1024)
+save_file({k: v.contiguous() for k, v in module.state_dict().items()}, path)
+mf = MappedFile(path)
+assert bind(module, [mf]).kept == {}
+checks = iter([True])
+mapped.MappedFile.check = lambda self: next(checks, None) and os.truncate(path, 4096)
+try:
+    host_memory.to_pageable(module, [mf])
+except FileChanged as exc:
+    print("FileChanged:", exc)
+    sys.exit(0)
+print("no error")
+sys.exit(3)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SIGBUS semantics: Linux")
+@pytest.mark.parametrize("through", ["file", "mapping"])
+def test_a_file_truncated_during_a_tier_move_is_an_error_not_sigbus(tmp_path: Path, through: str) -> None:
+    """to_pageable (and pin) read a mapped tensor through the file: truncated after the move's check, the
+    move raises FileChanged naming the file. Copying from the mapping's pages, as before, is SIGBUS."""
+    import signal
+
+    child = subprocess.run(
+        [sys.executable, "-c", TRUNCATED_DURING_MOVE, str(tmp_path / "m.safetensors"), through],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    if through == "mapping":
+        assert child.returncode == -signal.SIGBUS, (child.returncode, child.stdout, child.stderr[-2000:])
+        return
+    assert child.returncode == 0, (child.returncode, child.stdout, child.stderr[-2000:])
+    assert "FileChanged: m.safetensors ends at byte" in child.stdout
