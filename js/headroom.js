@@ -10,7 +10,7 @@ import { Latest, coalesce, liveReport } from "./lib/live.js";
 import { FitStore, fitAnswer } from "./lib/fit.js";
 import { EVENTS, ROUTES, route } from "./lib/names.js";
 import { TEXT_NODES, TextStore, addTextWidget, messageText, showText } from "./lib/nodetext.js";
-import { hostSettingsToast, preflightToast } from "./lib/preflight.js";
+import { hostSettingsToast, preflightToast, repeatsShown, shownToast } from "./lib/preflight.js";
 import { ramBudgetToast, ramBudgetValue } from "./lib/ram.js";
 import { SampleHistory, dueForRedraw } from "./lib/samples.js";
 import { MonitorPanel, TimelinePanel } from "./views.js";
@@ -47,6 +47,7 @@ const state = {
   lastDraw: 0,
   info: "",
   toasts: [],
+  shownToast: null, // the last fit or preflight toast shown ({key, summary, detail, until}): not twice
   running: null, // the prompt the host is executing, while it does
   reports: new Latest(),
   ramBudget: null, // the server's answer to the RAM budget setting: {budget, setting, env, note} or {error}
@@ -215,6 +216,7 @@ async function checkFit() {
   state.fits.set(answer, key);
   if (answer.nodes?.length) state.toasts.push(answer);
   app.extensionManager?.toast?.add(toastOf(answer));
+  state.shownToast = shownToast(answer, key);
   redraw(true);
   return answer;
 }
@@ -301,7 +303,9 @@ function listen() {
     if (!toast || !setting(TOASTS, true)) return;
     state.toasts.push(toast);
     if (state.toasts.length > 20) state.toasts.shift(); // kept for the browser test and debugging
+    if (repeatsShown(state.shownToast, toast, workflowKey())) return; // "Will it fit?" just said it
     app.extensionManager?.toast?.add(toastOf(toast));
+    state.shownToast = shownToast(toast, workflowKey());
   });
   for (const event of ["execution_success", "execution_error", "execution_interrupted"]) {
     api.addEventListener(event, ({ detail }) => {

@@ -37,3 +37,17 @@ export function hostSettingsToast(event) {
   if (!lines.length) return null;
   return { severity: "info", summary: `Headroom: for ${event.host.settings}`, detail: lines.join("\n"), life: 12000 };
 }
+
+/** Whether `toast` repeats one still on screen: the same summary and detail shown for the same workflow
+ * (`key`) less than its life ago. A "Will it fit?" answer followed by Run gives the preflight's identical
+ * warning; the second toast says nothing new (the sidebar keeps the verdict). `shown`: {key, summary,
+ * detail, until} of the last toast, or null. */
+export function repeatsShown(shown, toast, key, now = Date.now()) {
+  return Boolean(shown && toast && shown.key === key && now < shown.until
+    && shown.summary === toast.summary && shown.detail === toast.detail);
+}
+
+/** What `repeatsShown` compares later: the toast just shown for workflow `key`. */
+export function shownToast(toast, key, now = Date.now()) {
+  return { key, summary: toast.summary, detail: toast.detail, until: now + (toast.life ?? 12000) };
+}

@@ -235,12 +235,17 @@ try {
   });
   // its preflight when queued (posted as the Run button would; the host then refuses the missing files)
   await step("N2 N10 preflight of B", async () => {
+    const toasts = await page.evaluate(() => window.headroom.toasts.length);
     await postPrompt(page, big);
     if (!(await until(() => document.querySelector(".headroom-toast-link"), null, 30_000))) result.steps.push("no toast button");
     result.toastButtons = await page.locator(".headroom-toast-link").allTextContents();
     await shot("toast-show-buttons");
     await until(() => document.querySelector(".headroom-fit")?.dataset.fits === "false", null, 10_000);
     result.afterPreflightB = await seen();
+    // the preflight's warning repeats the fit check's (shown moments ago): one toast of it on screen
+    await until((n) => window.headroom.toasts.length > n, toasts, 30_000);
+    const summary = await page.evaluate(() => window.headroom.toasts.at(-1)?.summary ?? "");
+    result.sameWarningToasts = (await toastTexts()).filter((t) => summary && t.includes(summary)).length;
   });
   // N16: our buttons look like buttons on every frontend (rounded, a border, a pointer)
   result.buttons = await page.evaluate(() => [".headroom-free", ".headroom-check-fit", ".headroom-toast-link"].map((sel) => {

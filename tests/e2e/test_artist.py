@@ -121,6 +121,11 @@ def test_the_preflight_toast_has_show_buttons(seen: dict[str, Any]) -> None:
     assert any(b.startswith("Show ") for b in field(seen, "toastButtons")), seen["steps"]
 
 
+def test_run_after_a_fit_check_does_not_repeat_its_warning(seen: dict[str, Any]) -> None:
+    """On 1.58 "Will it fit?" and then Run showed the same warning in two toasts at once."""
+    assert field(seen, "sameWarningToasts") == 1, seen["steps"]
+
+
 def test_show_puts_the_node_above_the_open_bottom_panel(seen: dict[str, Any]) -> None:
     """N14: the node found from the timeline lands in the middle of the canvas area the open panel leaves
     visible (centerOnNode alone centres it on the whole canvas, which runs under the panel)."""

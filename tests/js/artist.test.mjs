@@ -4,6 +4,7 @@ import { test } from "node:test";
 import { FitStore, fitAnswer } from "../../js/lib/fit.js";
 import { compactText, meterParts } from "../../js/lib/meter.js";
 import { clearOfPanel } from "../../js/lib/nodes.js";
+import { preflightToast, repeatsShown, shownToast } from "../../js/lib/preflight.js";
 import { rowState } from "../../js/lib/timeline.js";
 
 const GiB = 2 ** 30;
@@ -76,4 +77,17 @@ test("a new node grows to show its text; a loaded one keeps its saved size (N8)"
   loaded.size = [300, 200]; // the saved size
   await Promise.resolve();
   assert.deepEqual(loaded.size, [300, 200]);
+});
+
+test("Run right after a 'will it fit?' that said no shows no second toast with the same text", () => {
+  const verdict = { fits: false, level: "warn", node: "3", class_type: "KSampler", message: "needs 9 GiB" };
+  const fit = fitAnswer({ verdict }, "check", { graph: null });
+  const shown = shownToast(fit, "wf-1", 1000);
+  const again = preflightToast(verdict, { graph: null });
+  assert.equal(repeatsShown(shown, again, "wf-1", 5000), true);
+  assert.equal(repeatsShown(shown, again, "wf-2", 5000), false); // another workflow's run
+  assert.equal(repeatsShown(shown, again, "wf-1", 1000 + 12000), false); // the first toast is gone
+  const other = preflightToast({ ...verdict, message: "needs 10 GiB" }, { graph: null });
+  assert.equal(repeatsShown(shown, other, "wf-1", 5000), false); // new figures: said again
+  assert.equal(repeatsShown(null, again, "wf-1", 5000), false);
 });
