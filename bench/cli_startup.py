@@ -26,6 +26,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from headroom_testing import pack_copy  # noqa: E402
+
 EXAMPLE = "example_workflows/api/Flux Dev text to image.json"
 COMMANDS: dict[str, list[str] | None] = {
     "plan": ["plan", EXAMPLE, "--vram", "8GB"],
@@ -40,9 +43,7 @@ if __package__:
 
     install_monitor()
 """
-SKIP = shutil.ignore_patterns(
-    ".venv", ".git", "tests", "bench", "__pycache__", "*.egg-info", ".*_cache", "node_modules", "assets"
-)
+SKIP = pack_copy.ignore("tests", "bench", "assets")
 
 
 def make_copy(parent: Path, eager: bool) -> Path:

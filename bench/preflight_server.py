@@ -31,12 +31,11 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
 from planner_scaling import prompt_of_size  # noqa: E402
 
+from headroom_testing import pack_copy  # noqa: E402
 from headroom_testing.prompts import hostile_prompt  # noqa: E402
 
 LAUNCHER = ROOT / "tests" / "headroom_testing" / "launch_comfyui.py"
-IGNORE = shutil.ignore_patterns(
-    ".venv", ".git", "__pycache__", "*.egg-info", ".*_cache", ".hypothesis", "node_modules"
-)
+IGNORE = pack_copy.ignore()
 
 
 def start(host: Path, tmp: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:

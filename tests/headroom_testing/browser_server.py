@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from . import pack_copy
 from .harness import stop_server, wait_for_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,10 +151,7 @@ def start_server(home: Path, env: dict[str, str] | None = None) -> Iterator[Serv
     """Start ComfyUI with the pack and tiny models under ``home``; stop it on exit. ``env``: variables
     that replace the defaults below (a test module that needs another server, e.g. another card)."""
     root = modern_root()
-    ignore = shutil.ignore_patterns(
-        ".venv", ".git", "__pycache__", "*.egg-info", ".*_cache", ".hypothesis", "node_modules"
-    )
-    shutil.copytree(PACK, home / "custom_nodes" / "comfyui-headroom", ignore=ignore)
+    shutil.copytree(PACK, home / "custom_nodes" / "comfyui-headroom", ignore=pack_copy.ignore())
     build_tiny_models(root, home / "models")
     config = home / "extra_model_paths.yaml"
     folders = "\n".join(f"  {name}: models/{name}" for name in ("checkpoints",))

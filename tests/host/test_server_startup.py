@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from headroom_testing import pack_copy
 from headroom_testing.harness import NODE_IDS, PACK_ROOT, stop_server, wait_for_server
 
 pytestmark = pytest.mark.host
@@ -30,10 +31,7 @@ def free_port() -> int:
 
 def copy_pack(dest: Path) -> None:
     """What a git clone into custom_nodes/ holds: the tracked tree, no virtualenv or caches."""
-    ignore = shutil.ignore_patterns(
-        ".venv", ".git", "__pycache__", "*.egg-info", ".*_cache", ".hypothesis", "node_modules"
-    )
-    shutil.copytree(PACK_ROOT, dest, ignore=ignore)
+    shutil.copytree(PACK_ROOT, dest, ignore=pack_copy.ignore())
 
 
 def get_json(url: str) -> dict:

@@ -23,15 +23,14 @@ from pathlib import Path
 
 import pytest
 
+from headroom_testing import pack_copy
+
 ROOT = Path(__file__).resolve().parents[2]
 # README: python -m comfyui_headroom plan "example_workflows/HunyuanVideo 1.5 720p text to video.json" ...
 README_EXAMPLE = ROOT / "example_workflows" / "HunyuanVideo 1.5 720p text to video.json"
 README_ARGS = ("--vram", "12GB", "--ram", "32GB", "--gpu", "RTX 4070")
 ROOT_MODULES = ("__init__.py", "__main__.py", "cli.py", "version.py")
-NOT_COPIED = shutil.ignore_patterns(
-    ".venv", ".git", "tests", "bench", "scripts", "assets", "__pycache__", "*.egg-info", "build", "dist",
-    ".*_cache", ".hypothesis", "node_modules", ".gpu-*",
-)  # fmt: skip
+NOT_COPIED = pack_copy.ignore("tests", "bench", "scripts", "assets")
 
 
 def package_folders() -> list[str]:
