@@ -189,18 +189,23 @@ from safetensors.torch import save_file
 from comfyui_headroom.memory.residency import host_memory, mapped
 from comfyui_headroom.memory.residency.mapped import FileChanged, MappedFile, bind
 
-path, through = sys.argv[1], sys.argv[2]
-if through == "mapping":  # the copies as they were: straight from the mapping's pages
+path, through, what = sys.argv[1], sys.argv[2], sys.argv[3]
+if through == "mapping":  # the reads as they were: straight from the mapping's pages
     host_memory.file_reads.file_read = lambda t: None
+    mapped.file_reads.file_read = lambda t: None
 torch.manual_seed(0)
 module = torch.nn.Linear(1024, 1024)
 save_file({k: v.contiguous() for k, v in module.state_dict().items()}, path)
 mf = MappedFile(path)
-assert bind(module, [mf]).kept == {}
+if what == "move":
+    assert bind(module, [mf]).kept == {}
 checks = iter([True])
 mapped.MappedFile.check = lambda self: next(checks, None) and os.truncate(path, 4096)
 try:
-    host_memory.to_pageable(module, [mf])
+    if what == "move":
+        host_memory.to_pageable(module, [mf])
+    else:  # bind compares the module's RAM copy with the file's bytes
+        bind(module, [mf])
 except FileChanged as exc:
     print("FileChanged:", exc)
     sys.exit(0)
@@ -210,14 +215,18 @@ sys.exit(3)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SIGBUS semantics: Linux")
+@pytest.mark.parametrize("what", ["move", "bind"])
 @pytest.mark.parametrize("through", ["file", "mapping"])
-def test_a_file_truncated_during_a_tier_move_is_an_error_not_sigbus(tmp_path: Path, through: str) -> None:
-    """to_pageable (and pin) read a mapped tensor through the file: truncated after the move's check, the
-    move raises FileChanged naming the file. Copying from the mapping's pages, as before, is SIGBUS."""
+def test_a_file_truncated_during_a_tier_move_is_an_error_not_sigbus(
+    tmp_path: Path, through: str, what: str
+) -> None:
+    """to_pageable (and pin) and bind's comparison read a mapped tensor through the file: truncated after
+    their check, they raise FileChanged naming the file. Reading the mapping's pages, as before, is
+    SIGBUS."""
     import signal
 
     child = subprocess.run(
-        [sys.executable, "-c", TRUNCATED_DURING_MOVE, str(tmp_path / "m.safetensors"), through],
+        [sys.executable, "-c", TRUNCATED_DURING_MOVE, str(tmp_path / "m.safetensors"), through, what],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     if through == "mapping":
