@@ -26,7 +26,8 @@ Cases (random weights, the host's own classes, tests/headroom_testing/tiny_model
                tiles of 512 px, two across: a spatial cut at a real frame size, where a GPU budget cuts
   hunyuan15    HunyuanVideo 1.5's VAE at a quarter of its widths, 17 frames of 64x512, in runs of 2
                latent frames as the host's up path runs them (its causal cache carried), one tile
-               (hunyuan15-strips: and two strips of 256 px)
+               (hunyuan15-strips: and two strips of 256 px; hunyuan15-480p-strips: one 832x480 frame in
+               two strips of 512 px, a spatial cut at a real frame size)
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ CASES: dict[str, tuple[tuple[int, ...], dict[str, Any]]] = {
     "wan22-cut": ((1, 48, 2, 4, 32), {"tile": 256}),
     "hunyuan15": ((1, 32, 5, 4, 32), {}),
     "hunyuan15-strips": ((1, 32, 5, 4, 32), {"tile": 256}),
+    "hunyuan15-480p-strips": ((1, 32, 1, 30, 52), {"tile": 512}),
     "ltxv": ((1, 128, 6, 24, 6), {"frames": 8}),
     "ltx2": ((1, 128, 6, 24, 6), {"frames": 8}),
     "ltx2-strips": ((1, 128, 6, 24, 6), {"tile": 16, "frames": 8}),
