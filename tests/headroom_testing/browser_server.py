@@ -158,6 +158,11 @@ def start_server(home: Path, env: dict[str, str] | None = None) -> Iterator[Serv
     config.write_text(f"headroom_e2e:\n  base_path: {home}\n  custom_nodes: custom_nodes\n{folders}\n")
     for name in ("output", "input", "temp", "user", "cwd"):
         (home / name).mkdir()
+    # A user past the first visit: at a first visit 1.41+ open Browse Templates by themselves, a moment
+    # after the app is up, and that dialog then takes a test's first clicks (which test met it first
+    # depended on the order the files ran in).
+    (home / "user" / "default").mkdir()
+    (home / "user" / "default" / "comfy.settings.json").write_text('{"Comfy.TutorialCompleted": true}\n')
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     args = ["--cpu", "--listen", "127.0.0.1", "--port", str(port), "--extra-model-paths-config", str(config)]
