@@ -39,6 +39,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 STARTUP_DEADLINE_S = 300
 SCRIPT_TIMEOUT_S = 900
 TINY_CHECKPOINT = "headroom_tiny_sd15.safetensors"
+ENOMEM_CHECKPOINT = "headroom_tiny_sd15_enomem.safetensors"  # the faults pack cannot map it: ENOMEM
 # The frontend to serve: a version from PyPI ("1.49.6", installed once into FRONTEND_CACHE), or a folder
 # that holds its static files. Unset: the version the host's requirements.txt names.
 FRONTEND_ENV = "HEADROOM_E2E_FRONTEND"
@@ -153,6 +154,10 @@ def start_server(home: Path, env: dict[str, str] | None = None) -> Iterator[Serv
     root = modern_root()
     shutil.copytree(PACK, home / "custom_nodes" / "comfyui-headroom", ignore=pack_copy.ignore())
     build_tiny_models(root, home / "models")
+    # the machine faults a user meets, on files named for them (tests/e2e/faults; never shipped)
+    shutil.copytree(ROOT / "tests" / "e2e" / "faults", home / "custom_nodes", dirs_exist_ok=True)
+    checkpoints = home / "models" / "checkpoints"
+    os.link(checkpoints / TINY_CHECKPOINT, checkpoints / ENOMEM_CHECKPOINT)  # the same bytes, no copy
     config = home / "extra_model_paths.yaml"
     folders = "\n".join(f"  {name}: models/{name}" for name in ("checkpoints",))
     config.write_text(f"headroom_e2e:\n  base_path: {home}\n  custom_nodes: custom_nodes\n{folders}\n")
