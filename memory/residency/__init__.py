@@ -2,6 +2,7 @@
 (pinned RAM, pageable RAM, memory-mapped safetensors) it moves components between, and the RAM guard
 (``ram_budget``, ``ram_guard``) that keeps the process's private RAM within its budget."""
 
+from . import read_through
 from .controller import Controller
 from .host_memory import Footprint, can_pin, footprint, pin, to_pageable
 from .mapped import Binding, FileChanged, MappedFile, bind, file_identity, live_mappings, open_mapped
@@ -9,5 +10,6 @@ from .run_log import Event, HostOps, Run
 
 __all__ = [
     "Binding", "Controller", "Event", "FileChanged", "Footprint", "HostOps", "MappedFile", "Run", "bind",
-    "can_pin", "file_identity", "footprint", "live_mappings", "open_mapped", "pin", "to_pageable",
+    "can_pin", "file_identity", "footprint", "live_mappings", "open_mapped", "pin", "read_through",
+    "to_pageable",
 ]  # fmt: skip

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from ...memory.deadline import HOST_PLAN_LIMIT_S
 from ...memory.names import OFFLOAD_LOADER
 from ...memory.planning.costmodel import CHOICE_HOST, Budget, Hardware
-from ...memory.residency import Controller, MappedFile, bind, footprint, pin, to_pageable
+from ...memory.residency import Controller, MappedFile, bind, footprint, pin, read_through, to_pageable
 from ...memory.residency.mapped import read_ahead
 from ...memory.residency.prefetch import Prefetcher
 from ...memory.residency.ram_budget import RAM, RamReading, read_process, release_heap, release_pinned_cache
@@ -75,9 +75,12 @@ def place_host_copy(h: Handle, host: str | None = None) -> str:
         return dynamic_vram.set_host_tier(h.patcher, host)
     if host:
         release_host_pins(h.patcher)
+        read_through.remove(h.module)  # (put back where its forward left it: the mapping's views)
     if host == "D":
         binding = bind(h.module, h.mapped(), h.mapped_names)
         h.mapped_names.update(binding.bound)
+        if computes_on_cpu():  # the compute reads the file, never its pages: no SIGBUS mid-node
+            read_through.install(h.module)
         if binding.kept_bytes >= 2**20:  # below a MiB: buffers the file does not hold (sigmas, scales)
             sample = next(iter(binding.kept.items()))
             return (
@@ -272,8 +275,13 @@ class _RamOps:
         return release_heap() or pinned
 
     def computes_on_cpu(self) -> bool:
-        mm = sys.modules.get("comfy.model_management")  # no host loaded (tests, the CLI): no device yet
-        return mm is not None and getattr(mm.get_torch_device(), "type", "cpu") == "cpu"
+        return computes_on_cpu()
+
+
+def computes_on_cpu() -> bool:
+    """The host computes on the CPU (``--cpu``, or no accelerator)."""
+    mm = sys.modules.get("comfy.model_management")  # no host loaded (tests, the CLI): no device yet
+    return mm is not None and getattr(mm.get_torch_device(), "type", "cpu") == "cpu"
 
 
 _EVENT_TIERS = {  # controller action -> the monitor's (tier_from, tier_to)

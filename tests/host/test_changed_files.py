@@ -99,6 +99,37 @@ def test_a_truncated_file_is_a_clear_error_and_the_next_run_works(host: Host, fi
     assert torch.equal(image(repaired), image(host.run(stock("changing_b.safetensors", seed=6))))
 
 
+def test_a_file_truncated_while_a_node_computes_from_it_is_a_clear_error(
+    host: Host, files: dict[str, Path]
+) -> None:
+    """On a CPU host a "disk" model's weights are its file's pages: each module reads its own through the
+    file as its forward begins (memory.residency.read_through), so a file truncated in the middle of the
+    sampling is an error naming it, not SIGBUS, and the picture is the stock loader's bit for bit."""
+    target = files["target"]
+    shutil.copyfile(files["changing_a.safetensors"], target)
+    first = host.run(offloaded(target.name, seed=7))
+    patcher = first.outputs["31"][0][0]  # the loader's model, which the host keeps cached for the next run
+    read_through = host.pack_module("memory.residency.read_through")
+    assert read_through.installed(patcher.model)  # else the truncation below would kill this process
+    # a ResBlock (the UNet calls each layer of its input blocks, not the block: hooks go on layers)
+    block = patcher.model.diffusion_model.input_blocks[1][0]
+
+    def truncate(*_: object) -> None:  # (a forward hook's return value would replace the output)
+        os.truncate(target, target.stat().st_size // 2)
+
+    cut = block.register_forward_hook(truncate)
+    try:
+        with pytest.raises(PromptFailed, match=r"changing_target\.safetensors") as failed:
+            host.run(offloaded(target.name, seed=8))  # the loader is cached: the sampling reads the file
+    finally:
+        cut.remove()
+    assert "ends at byte" in str(failed.value) or "changed on disk" in str(failed.value)
+    assert torch.equal(image(first), image(host.run(stock("changing_a.safetensors", seed=7))))
+    shutil.copyfile(files["changing_b.safetensors"], target)  # repaired: loaded again, whole
+    repaired = host.run(offloaded(target.name, seed=8))
+    assert torch.equal(image(repaired), image(host.run(stock("changing_b.safetensors", seed=8))))
+
+
 def test_a_mapping_that_changed_is_never_read_again(
     host: Host, files: dict[str, Path], tmp_path: Path
 ) -> None:

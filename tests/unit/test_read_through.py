@@ -1,0 +1,105 @@
+"""The disk tier on a CPU compute device: each module reads its mapped weights through the file as its
+forward begins (memory.residency.read_through), so a file truncated while a node computes is an error
+naming it, not SIGBUS, and the result is bit for bit the mapping's."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from comfyui_headroom.memory.residency import MappedFile, bind, footprint, read_through
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    blocks = [torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU()) for _ in range(4)]
+    return torch.nn.Sequential(*blocks, torch.nn.LayerNorm(64)).eval()
+
+
+def _mapped(tmp_path: Path) -> tuple[torch.nn.Module, MappedFile]:
+    model = _model()
+    path = tmp_path / "m.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    mf = MappedFile(path)
+    assert bind(model, [mf]).kept == {}
+    return model, mf
+
+
+def test_forward_reads_through_the_file_and_leaves_the_mapping_as_it_was(tmp_path: Path) -> None:
+    model, mf = _mapped(tmp_path)
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        want = model(x)
+    assert read_through.install(model) == 5  # four Linears and the LayerNorm hold weights of their own
+    seen = []  # (a hook registered after install's runs after it)
+    model[1][0].register_forward_pre_hook(lambda m, a: seen.append(mf.owns(m.weight)))
+    with torch.inference_mode():  # as the host's executor runs nodes
+        got = model(x)
+    assert torch.equal(got, want)
+    assert seen == [False]  # while it computed, block 1's weight was a private copy, not the pages
+    assert footprint(model, [mf]).ram == 0 and footprint(model, [mf]).mapped > 0  # the views are back
+    assert read_through.remove(model) and not read_through.installed(model)
+    assert not read_through.remove(model)
+
+
+def test_a_forward_that_fails_gives_its_copies_back(tmp_path: Path) -> None:
+    model, mf = _mapped(tmp_path)
+    read_through.install(model)
+
+    def fail(*_: object) -> None:
+        raise RuntimeError("interrupted")
+
+    model[2].register_forward_pre_hook(fail)
+    with pytest.raises(RuntimeError, match="interrupted"), torch.no_grad():
+        model(torch.randn(1, 64))
+    assert footprint(model, [mf]).ram == 0
+
+
+# A node computing on the CPU from a disk component whose file is truncated (a copy or a re-download over
+# it) after block 1: run in a child, where SIGBUS shows as its exit signal.
+TRUNCATED_MID_NODE = r"""
+import os, sys
+import torch
+sys.path.insert(0, sys.argv[1])
+from unit.test_read_through import _mapped
+from pathlib import Path
+from comfyui_headroom.memory.residency import read_through
+from comfyui_headroom.memory.residency.mapped import FileChanged
+
+tmp, through = Path(sys.argv[2]), sys.argv[3]
+model, mf = _mapped(tmp)
+if through == "file":
+    read_through.install(model)
+model[1].register_forward_hook(lambda *a: os.truncate(mf.path, 1024))
+try:
+    with torch.no_grad():
+        model(torch.randn(2, 64))
+except FileChanged as exc:
+    print("FileChanged:", exc)
+    sys.exit(0)
+print("no error")
+sys.exit(3)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SIGBUS semantics: Linux")
+@pytest.mark.parametrize("through", ["file", "pages"])
+def test_a_file_truncated_mid_node_is_an_error_not_sigbus(tmp_path: Path, through: str) -> None:
+    """Read through the file, the next module's forward raises FileChanged naming the file; computing from
+    the pages, as before, the process is killed by SIGBUS."""
+    tests = str(Path(__file__).resolve().parents[1])
+    child = subprocess.run(
+        [sys.executable, "-c", TRUNCATED_MID_NODE, tests, str(tmp_path), through],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    if through == "pages":
+        assert child.returncode == -signal.SIGBUS, (child.returncode, child.stdout, child.stderr[-2000:])
+        return
+    assert child.returncode == 0, (child.returncode, child.stdout, child.stderr[-2000:])
+    assert "FileChanged: m.safetensors" in child.stdout
