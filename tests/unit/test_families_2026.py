@@ -13,7 +13,7 @@ from comfyui_headroom.memory.models.components import describe_tensors
 from comfyui_headroom.memory.models.header import TensorSpec
 from comfyui_headroom.memory.models.info import Block, ComponentInfo
 from comfyui_headroom.memory.planning.costmodel import Budget
-from comfyui_headroom.memory.planning.extract import as_role
+from comfyui_headroom.memory.planning.loaders import as_role
 from comfyui_headroom.memory.planning.pipeline import plan_workflow
 from comfyui_headroom.memory.units import GiB
 

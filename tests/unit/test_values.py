@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from comfyui_headroom.memory.planning.extract import DEFAULT_STEPS, _Extractor, node_io, workload_from_graph
+from comfyui_headroom.memory.planning.extract import DEFAULT_STEPS, _Extractor, workload_from_graph
 from comfyui_headroom.memory.planning.latents import Shape
+from comfyui_headroom.memory.planning.loaders import node_io
 from comfyui_headroom.memory.workflow.graph import Link, parse_workflow
 from comfyui_headroom.memory.workflow.order import predict_order
 from comfyui_headroom.memory.workflow.values import MATH_FUNCTIONS, Evaluator, Value, math_expression
