@@ -33,10 +33,6 @@ const workflowKey = () => {
   return id && id !== NIL_ID ? id : `path:${app.extensionManager?.workflow?.activeWorkflow?.path ?? ""}`;
 };
 const serverWorkflow = (id) => (id && id !== NIL_ID ? id : null);
-// The key of a workflow not known yet: a graph without an id in a tab without a path. 1.41 gives a graph
-// loaded from API JSON no id and its tab a path only after the run's first events: what those events
-// left under this key is moved to the workflow's key once it is known (adoptUnknown).
-const UNKNOWN_KEY = "path:";
 
 // One state for the page; exposed on window for debugging and for the browser test.
 const state = {
@@ -268,13 +264,6 @@ function badgeFor(node) {
 
 // The socket opens before extensions' setup(): listening from the import on means no message of ours
 // arrives unheard (the frontend warns "Unknown message type" for those).
-function adoptUnknown(promptId) {
-  const key = String(workflowKey());
-  if (key === UNKNOWN_KEY) return;
-  state.badges.rekey(UNKNOWN_KEY, key, promptId);
-  state.fits.rekey(UNKNOWN_KEY, key, promptId);
-}
-
 function listen() {
   api.addEventListener(EVENTS.sample, ({ detail }) => {
     watchRenderer();
@@ -283,7 +272,6 @@ function listen() {
     redraw();
   });
   api.addEventListener(EVENTS.node, ({ detail }) => {
-    adoptUnknown(detail?.prompt_id);
     state.badges.add({ ...detail, workflow_id: serverWorkflow(detail?.workflow_id) });
     app.graph?.setDirtyCanvas(true, false);
     bumpBadges();
@@ -309,10 +297,7 @@ function listen() {
     const tip = hostSettingsToast(detail); // the host's own settings that fit this workflow better
     if (tip && setting(TOASTS, true)) app.extensionManager?.toast?.add(tip);
     // the verdict of the workflow just queued (the open one) stays in the sidebar until the next check
-    adoptUnknown(detail?.prompt_id);
-    if (detail?.fits === true || detail?.fits === false) {
-      state.fits.set({ ...fitAnswer({ verdict: detail }, "run", app), promptId: detail.prompt_id ?? null });
-    }
+    if (detail?.fits === true || detail?.fits === false) state.fits.set(fitAnswer({ verdict: detail }, "run", app));
     redraw(true);
     const toast = preflightToast(detail);
     if (!toast || !setting(TOASTS, true)) return;
@@ -324,7 +309,6 @@ function listen() {
   });
   for (const event of ["execution_success", "execution_error", "execution_interrupted"]) {
     api.addEventListener(event, ({ detail }) => {
-      adoptUnknown(detail?.prompt_id);
       if (state.running === detail?.prompt_id) state.running = null;
       loadReport(detail?.prompt_id);
     });

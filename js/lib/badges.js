@@ -45,20 +45,6 @@ export class BadgeStore {
     return cleared;
   }
 
-  /** Move prompt `promptId`'s records kept under `from` (a workflow whose key was not known yet: 1.41
-   * gives a graph loaded from API JSON no id, and its tab a path only after the run's first events) to
-   * `to`, before the records `to` holds of that prompt. Returns whether anything moved. */
-  rekey(from, to, promptId) {
-    const [a, b] = [this.workflows.get(String(from)), this.workflows.get(String(to))];
-    if (!a || !promptId || a.promptId !== promptId || String(from) === String(to)) return false;
-    this.workflows.delete(String(from));
-    const records = new Map(a.records);
-    if (b?.promptId === promptId) for (const [node, record] of b.records) records.set(node, record);
-    this.workflows.delete(String(to));
-    this.workflows.set(String(to), { promptId, records });
-    return true;
-  }
-
   /** The server's kept runs (GET /headroom/runs, oldest first): each workflow's last run again. Runs
    * queued without a workflow (scripts) are left out: nothing says which workflow they belong to. */
   restore(runs) {

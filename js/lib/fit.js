@@ -52,14 +52,4 @@ export class FitStore {
   get(workflowId = this.current()) {
     return this.byWorkflow.get(String(workflowId ?? "")) ?? null;
   }
-
-  /** Move the answer kept under `from` for prompt `promptId` (its preflight, heard before the workflow's
-   * key was known) to `to`, unless `to` has a newer one. Returns whether it moved. */
-  rekey(from, to, promptId) {
-    const answer = this.byWorkflow.get(String(from));
-    if (!answer || !promptId || answer.promptId !== promptId || String(from) === String(to)) return false;
-    this.byWorkflow.delete(String(from));
-    if ((this.byWorkflow.get(String(to))?.at ?? 0) <= answer.at) this.byWorkflow.set(String(to), answer);
-    return true;
-  }
 }

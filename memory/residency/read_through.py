@@ -12,14 +12,20 @@ private copy, and as it ends the module points back at the mapping and the copie
 module's weights at a time beside the page cache; each forward reads its weights once more (from the
 page cache after the first step). ``remove`` undoes it, as a move off the disk tier does.
 
-What a module reads of another module's weights outside that module's forward (a tied embedding, a
-weight passed to a functional call) still reads the pages: those are rare in the host's models.
+The host's own move of such a module (``Module.to``: its whole load onto a GPU, or a dtype cast) reads
+through the file the same way, one module at a time (``_apply``, which ``to`` runs on every module, is
+wrapped on the instance), on any device.
+
+What still reads the pages: a module's weights read outside its forward and its ``_apply`` (a tied
+embedding, a weight passed to a functional call, the host casting a low-VRAM layer's weight to the GPU
+inside a forward on a GPU host, the host patching a LoRA into a weight): rare, or the host's.
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 from torch import nn
@@ -28,7 +34,8 @@ from torch.utils.hooks import RemovableHandle
 from ..streaming import file_reads
 from ..streaming.host_buffer import direct, set_weight
 
-_Held = list[tuple[str, bool, torch.Tensor]]  # (name, is_param, the mapped view put back after forward)
+# (name, is_param, the mapped view put back after, the private copy in its place meanwhile)
+_Held = list[tuple[str, bool, torch.Tensor, torch.Tensor]]
 
 
 class _Hooks:
@@ -36,6 +43,7 @@ class _Hooks:
 
     def __init__(self) -> None:
         self.handles: list[RemovableHandle] = []
+        self.applied: list[nn.Module] = []  # modules whose _apply reads through the file
         self.held: dict[int, _Held] = {}  # id(module) -> its mapped views, while their copies are in use
         self.depth: dict[int, int] = {}  # id(module) -> forwards in progress (a module called in itself)
 
@@ -57,7 +65,7 @@ class _Hooks:
             file_reads.copy(copy, read)
             file_reads.check([read])  # rewritten while it was read: refused, not half old, half new
             set_weight(module, name, is_param, copy)
-            held.append((name, is_param, data))
+            held.append((name, is_param, data, copy))
         if held:
             self.held[key] = held
 
@@ -66,13 +74,35 @@ class _Hooks:
         self.depth[key] = max(0, self.depth.get(key, 1) - 1)
         if self.depth[key]:
             return
-        for name, is_param, view in self.held.pop(key, ()):
-            set_weight(module, name, is_param, view)
+        for name, is_param, view, copy in self.held.pop(key, ()):
+            current = module._parameters[name] if is_param else module._buffers[name]
+            # (``.data`` is a new object each time: the storage tells whether the copy is still there)
+            still = current is not None and current.device == copy.device
+            if still and current.data_ptr() == copy.data_ptr():
+                set_weight(module, name, is_param, view)  # (a move put another tensor there: it stays)
+
+    def wrap_apply(self, module: nn.Module) -> None:
+        """Read through the file when the host moves or converts the module (``Module.to`` and the
+        like run ``_apply`` on each module): the copy it makes is of the private copies."""
+        original = module._apply
+
+        def apply(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            self.before(module)
+            try:
+                return original(fn, *args, **kwargs)
+            finally:
+                self.after(module)
+
+        module.__dict__["_apply"] = apply  # an instance attribute over the class's method
+        self.applied.append(module)
 
     def remove(self, modules: Iterable[nn.Module]) -> None:
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
+        for module in self.applied:
+            module.__dict__.pop("_apply", None)
+        self.applied.clear()
         for module in modules:  # a forward that never ended (an interrupt): its copies go too
             self.depth.pop(id(module), None)
             self.after(module)
@@ -81,20 +111,23 @@ class _Hooks:
 _INSTALLED: weakref.WeakKeyDictionary[nn.Module, _Hooks] = weakref.WeakKeyDictionary()
 
 
-def install(module: nn.Module) -> int:
-    """Hook every module of ``module`` that holds mapped tensors of its own (see the module docstring);
-    returns how many are hooked. Installing again first removes the hooks before."""
+def install(module: nn.Module, forward: bool = True) -> int:
+    """Make every module of ``module`` that holds mapped tensors of its own read them through the file
+    when the host moves or converts it and, with ``forward`` (a CPU compute device), when it computes
+    (see the module docstring); returns how many modules. Installing again first removes the hooks."""
     remove(module)
     hooks = _Hooks()
     for sub in module.modules():
         mapped = [t for _, _, is_param, t in direct(sub) if file_reads.file_read(t.data if is_param else t)]
         if not mapped:
             continue
-        hooks.handles.append(sub.register_forward_pre_hook(hooks.before))
-        hooks.handles.append(sub.register_forward_hook(hooks.after, always_call=True))
-    if hooks.handles:
+        hooks.wrap_apply(sub)
+        if forward:
+            hooks.handles.append(sub.register_forward_pre_hook(hooks.before))
+            hooks.handles.append(sub.register_forward_hook(hooks.after, always_call=True))
+    if hooks.applied:
         _INSTALLED[module] = hooks
-    return len(hooks.handles) // 2
+    return len(hooks.applied)
 
 
 def remove(module: nn.Module) -> bool:

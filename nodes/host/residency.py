@@ -79,8 +79,8 @@ def place_host_copy(h: Handle, host: str | None = None) -> str:
     if host == "D":
         binding = bind(h.module, h.mapped(), h.mapped_names)
         h.mapped_names.update(binding.bound)
-        if computes_on_cpu():  # the compute reads the file, never its pages: no SIGBUS mid-node
-            read_through.install(h.module)
+        # the host's moves (and on a CPU its compute) read the file, never its pages: no SIGBUS mid-node
+        read_through.install(h.module, forward=computes_on_cpu())
         if binding.kept_bytes >= 2**20:  # below a MiB: buffers the file does not hold (sigmas, scales)
             sample = next(iter(binding.kept.items()))
             return (

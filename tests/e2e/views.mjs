@@ -4,7 +4,7 @@
 // records what it found rather than failing, so a run against the old pack (HEADROOM_E2E_PACK) reports
 // what is missing. tests/e2e/test_views.py asserts on the JSON line.
 import { readFileSync } from "node:fs";
-import { LONG, openComfy, postPrompt } from "./lib/page.mjs";
+import { LONG, loadApiPrompt, openComfy, postPrompt } from "./lib/page.mjs";
 
 const [base, artifacts, promptPath, preflightPath] = process.argv.slice(2);
 const prompt = JSON.parse(readFileSync(promptPath, "utf8"));
@@ -74,14 +74,14 @@ try {
   result.steps.push("free");
 
   // A run of a workflow whose nodes have titles of their own.
-  await page.evaluate(async (apiPrompt) => {
+  await loadApiPrompt(page, prompt, "headroom-views.json");
+  await page.evaluate(async () => {
     const { api } = window.comfyAPI.api;
     const ended = new Promise((resolve) => api.addEventListener("execution_success", resolve, { once: true }));
     window.headroom.report = null;
-    await window.app.loadApiJson(apiPrompt, "headroom-views.json");
     await window.app.queuePrompt(0, 1);
     await ended;
-  }, prompt);
+  });
   await page.waitForFunction(() => (window.headroom.report?.nodes?.length ?? 0) >= 3, null, { timeout: LONG });
   await page.waitForFunction(() => document.querySelectorAll(".headroom-node-row").length >= 3, null, { timeout: 60_000 });
   await page.waitForFunction(() => Number(document.querySelector(".headroom-monitor")?.dataset.samples) >= 8, null, { timeout: 60_000 });

@@ -91,26 +91,3 @@ test("Run right after a 'will it fit?' that said no shows no second toast with t
   assert.equal(repeatsShown(shown, other, "wf-1", 5000), false); // new figures: said again
   assert.equal(repeatsShown(null, again, "wf-1", 5000), false);
 });
-
-test("a run's first events, heard before its workflow had a key, join the workflow once it has one (1.41)", async () => {
-  const { BadgeStore } = await import("../../js/lib/badges.js");
-  let key = "path:"; // 1.41 right after loadApiJson: no graph id, no tab path yet
-  const badges = new BadgeStore(() => key);
-  const fits = new FitStore(() => key);
-  fits.set({ fits: true, text: "Fits", promptId: "p1" });
-  badges.add({ prompt_id: "p1", node: "1", class_type: "EmptyImage", status: "done" });
-  key = "path:workflows/views.json";
-  assert.equal(badges.rekey("path:", key, "p0"), false); // another prompt's records stay where they are
-  assert.equal(badges.rekey("path:", key, "p1"), true);
-  assert.equal(fits.rekey("path:", key, "p1"), true);
-  badges.add({ prompt_id: "p1", node: "2", class_type: "HeadroomMemoryMonitor", status: "done" });
-  assert.deepEqual([...badges.records.keys()], ["1", "2"]);
-  assert.equal(fits.get().text, "Fits");
-  assert.equal(badges.recordsOf("path:").size, 0);
-  // a workflow that already has this prompt's later records keeps them, after the earlier ones
-  key = "path:";
-  badges.add({ prompt_id: "p2", node: "1", status: "done" });
-  badges.add({ prompt_id: "p2", node: "3", status: "done" }, "wf-b");
-  assert.equal(badges.rekey("path:", "wf-b", "p2"), true);
-  assert.deepEqual([...badges.recordsOf("wf-b").keys()], ["1", "3"]);
-});

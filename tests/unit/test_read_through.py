@@ -103,3 +103,69 @@ def test_a_file_truncated_mid_node_is_an_error_not_sigbus(tmp_path: Path, throug
         return
     assert child.returncode == 0, (child.returncode, child.stdout, child.stderr[-2000:])
     assert "FileChanged: m.safetensors" in child.stdout
+
+
+def test_a_move_or_cast_by_the_host_reads_through_the_file(tmp_path: Path) -> None:
+    """``Module.to`` runs ``_apply`` on every module: with the hooks it copies from private copies read
+    through the file; a move to where the weights are (the CPU) leaves the mapping's views in place."""
+    model, mf = _mapped(tmp_path)
+    want = {k: v.double() for k, v in model.state_dict().items()}
+    assert read_through.install(model, forward=False) == 5
+    model.to("cpu")
+    assert footprint(model, [mf]).ram == 0  # nothing moved: the views are back
+    model.to(torch.float64)
+    assert all(torch.equal(v, want[k]) for k, v in model.state_dict().items())
+    assert footprint(model, [mf]).mapped == 0  # a cast: private float64 copies, as without the hooks
+    read_through.remove(model)
+    assert "_apply" not in model[0][0].__dict__
+
+
+# The host moving a disk component (its whole load onto a GPU; a cast here) while the file is truncated
+# after the first module: run in a child, where SIGBUS shows as its exit signal.
+TRUNCATED_MID_MOVE = r"""
+import os, sys
+import torch
+sys.path.insert(0, sys.argv[1])
+from unit.test_read_through import _mapped
+from pathlib import Path
+from comfyui_headroom.memory.residency import read_through
+from comfyui_headroom.memory.residency.mapped import FileChanged
+
+tmp, through = Path(sys.argv[2]), sys.argv[3]
+model, mf = _mapped(tmp)
+if through == "file":
+    read_through.install(model, forward=False)
+calls = []
+
+def to_double(t):
+    out = t.double()
+    calls.append(1)
+    if len(calls) == 1:
+        os.truncate(mf.path, 1024)
+    return out
+
+try:
+    model._apply(to_double)
+except FileChanged as exc:
+    print("FileChanged:", exc)
+    sys.exit(0)
+print("no error")
+sys.exit(3)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SIGBUS semantics: Linux")
+@pytest.mark.parametrize("through", ["file", "pages"])
+def test_a_file_truncated_while_the_host_moves_the_model_is_an_error_not_sigbus(
+    tmp_path: Path, through: str
+) -> None:
+    tests = str(Path(__file__).resolve().parents[1])
+    child = subprocess.run(
+        [sys.executable, "-c", TRUNCATED_MID_MOVE, tests, str(tmp_path), through],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    if through == "pages":
+        assert child.returncode == -signal.SIGBUS, (child.returncode, child.stdout, child.stderr[-2000:])
+        return
+    assert child.returncode == 0, (child.returncode, child.stdout, child.stderr[-2000:])
+    assert "FileChanged: m.safetensors" in child.stdout

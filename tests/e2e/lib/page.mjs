@@ -52,20 +52,29 @@ export async function closeDialogs(page) {
   }
 }
 
-// Load an API-format prompt into the canvas and queue it as the Run button does; resolves with the
+// Load an API-format prompt into the canvas as a new tab, and wait for its tab as a user sees it before
+// pressing Run: 1.41 opens the tab a moment after the graph (meanwhile the old tab is the active one, so
+// a run queued at once is the old tab's to the page).
+export async function loadApiPrompt(page, apiPrompt, filename = "headroom-e2e.json") {
+  await page.evaluate(async ({ apiPrompt, filename }) => window.app.loadApiJson(apiPrompt, filename), { apiPrompt, filename });
+  await page.waitForFunction((stem) => (window.app.extensionManager.workflow?.activeWorkflow?.path ?? "").includes(stem),
+    filename.replace(/\.json$/, ""), { timeout: 10_000 }).catch(() => {}); // (frontends that name it otherwise)
+}
+
+// Load an API-format prompt (loadApiPrompt) and queue it as the Run button does; resolves with the
 // prompt id once the run has ended (success, error or interrupt).
 export async function runApiPrompt(page, apiPrompt, filename = "headroom-e2e.json") {
-  return page.evaluate(async ({ apiPrompt, filename }) => {
+  await loadApiPrompt(page, apiPrompt, filename);
+  return page.evaluate(async () => {
     const { api } = window.comfyAPI.api;
     const ended = new Promise((resolve) => {
       for (const name of ["execution_success", "execution_error", "execution_interrupted"]) {
         api.addEventListener(name, ({ detail }) => resolve({ event: name, promptId: detail?.prompt_id }), { once: true });
       }
     });
-    await window.app.loadApiJson(apiPrompt, filename);
     await window.app.queuePrompt(0, 1);
     return ended;
-  }, { apiPrompt, filename });
+  });
 }
 
 // Load a UI-format workflow (what a user opens from a file or a template).
