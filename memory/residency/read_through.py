@@ -43,7 +43,9 @@ class _Hooks:
 
     def __init__(self) -> None:
         self.handles: list[RemovableHandle] = []
-        self.applied: list[nn.Module] = []  # modules whose _apply reads through the file
+        # modules whose _apply reads through the file, held weakly: the registry's value must not keep
+        # its key (the component's module) alive once the host drops it
+        self.applied: list[weakref.ref[nn.Module]] = []
         self.held: dict[int, _Held] = {}  # id(module) -> its mapped views, while their copies are in use
         self.depth: dict[int, int] = {}  # id(module) -> forwards in progress (a module called in itself)
 
@@ -84,24 +86,29 @@ class _Hooks:
     def wrap_apply(self, module: nn.Module) -> None:
         """Read through the file when the host moves or converts the module (``Module.to`` and the
         like run ``_apply`` on each module): the copy it makes is of the private copies."""
-        original = module._apply
+        original = type(module)._apply
+        ref = weakref.ref(module)
 
         def apply(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-            self.before(module)
+            owner = ref()  # (a closure over the module itself would be a cycle through its __dict__)
+            assert owner is not None  # called through the module, which is alive
+            self.before(owner)
             try:
-                return original(fn, *args, **kwargs)
+                return original(owner, fn, *args, **kwargs)
             finally:
-                self.after(module)
+                self.after(owner)
 
         module.__dict__["_apply"] = apply  # an instance attribute over the class's method
-        self.applied.append(module)
+        self.applied.append(ref)
 
     def remove(self, modules: Iterable[nn.Module]) -> None:
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
-        for module in self.applied:
-            module.__dict__.pop("_apply", None)
+        for ref in self.applied:
+            module = ref()
+            if module is not None:
+                module.__dict__.pop("_apply", None)
         self.applied.clear()
         for module in modules:  # a forward that never ended (an interrupt): its copies go too
             self.depth.pop(id(module), None)

@@ -169,3 +169,17 @@ def test_a_file_truncated_while_the_host_moves_the_model_is_an_error_not_sigbus(
         return
     assert child.returncode == 0, (child.returncode, child.stdout, child.stderr[-2000:])
     assert "FileChanged: m.safetensors" in child.stdout
+
+
+def test_a_hooked_module_the_host_drops_is_collected(tmp_path: Path) -> None:
+    """The registry holds the component weakly: hooking it keeps nothing alive once the host lets go."""
+    import gc
+    import weakref
+
+    model, mf = _mapped(tmp_path)
+    norm = model[4]  # a component whose own module holds mapped weights (the registry's key among them)
+    assert read_through.install(norm) == 1
+    gone = weakref.ref(norm)
+    del model, norm
+    gc.collect()
+    assert gone() is None
