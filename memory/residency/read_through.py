@@ -79,14 +79,17 @@ class _Hooks:
         for name, is_param, view, copy in self.held.pop(key, ()):
             current = module._parameters[name] if is_param else module._buffers[name]
             # (``.data`` is a new object each time: the storage tells whether the copy is still there)
-            still = current is not None and current.device == copy.device
-            if still and current.data_ptr() == copy.data_ptr():
+            if (
+                current is not None
+                and current.device == copy.device
+                and current.data_ptr() == copy.data_ptr()
+            ):
                 set_weight(module, name, is_param, view)  # (a move put another tensor there: it stays)
 
     def wrap_apply(self, module: nn.Module) -> None:
         """Read through the file when the host moves or converts the module (``Module.to`` and the
         like run ``_apply`` on each module): the copy it makes is of the private copies."""
-        original = type(module)._apply
+        original: Callable[..., Any] = type(module)._apply
         ref = weakref.ref(module)
 
         def apply(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
