@@ -48,13 +48,6 @@ async function missingModels(shot) {
   const GLOBAL = "[aria-labelledby=global-missing-models-warning]"; // 1.41's dialog: a row per file
   const shown = page.locator(`${OLD}, ${GLOBAL}, [data-testid=missing-model-download]`).or(page.getByRole("button", { name: /view details/i }));
   await shown.first().waitFor({ timeout: 15_000 }).catch(() => {});
-  if (await page.locator(GLOBAL).count()) {
-    if (shot) await page.screenshot({ path: shot });
-    return page.evaluate((dialog) => [...document.querySelectorAll(`${dialog} span[title]`)].map((name) => {
-      const download = name.parentElement.parentElement.querySelector("button[title]");
-      return { label: name.textContent.trim(), url: download?.getAttribute("title"), download: Boolean(download && !download.disabled) };
-    }), GLOBAL);
-  }
   if (await page.locator(OLD).count()) {
     if (shot) await page.screenshot({ path: shot });
     return page.evaluate(() => [...document.querySelectorAll(".comfy-missing-models [role=option]")].map((option) => ({
@@ -62,6 +55,14 @@ async function missingModels(shot) {
       url: option.querySelector("span[title]")?.getAttribute("title"),
       download: [...option.querySelectorAll("button")].some((b) => /download/i.test(b.textContent) && !b.disabled),
     })));
+  }
+  // 1.41's dialog carries the same global dialog id as 1.27's: 1.27's rows are read above
+  if (await page.locator(GLOBAL).count()) {
+    if (shot) await page.screenshot({ path: shot });
+    return page.evaluate((dialog) => [...document.querySelectorAll(`${dialog} span[title]`)].map((name) => {
+      const download = name.parentElement.parentElement.querySelector("button[title]");
+      return { label: name.textContent.trim(), url: download?.getAttribute("title"), download: Boolean(download && !download.disabled) };
+    }), GLOBAL);
   }
   if (!(await page.locator("[data-testid=error-group-missing-model]").count())) {
     await page.getByRole("button", { name: /view details/i }).first().click({ timeout: 10_000 }).catch(() => {});
