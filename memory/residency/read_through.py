@@ -33,6 +33,7 @@ from torch.utils.hooks import RemovableHandle
 
 from ..streaming import file_reads
 from ..streaming.host_buffer import direct, set_weight
+from .host_memory import private_copy
 
 # (name, is_param, the mapped view put back after, the private copy in its place meanwhile)
 _Held = list[tuple[str, bool, torch.Tensor, torch.Tensor]]
@@ -59,13 +60,9 @@ class _Hooks:
             data = tensor.data if is_param else tensor
             if type(data) is not torch.Tensor:  # a quantized subclass: its own storage, left as it is
                 continue
-            read = file_reads.file_read(data)
-            if read is None:  # not a view of a mapped file (a private copy, a device tensor)
+            if file_reads.file_read(data) is None:  # not a view of a mapped file (a copy, a device tensor)
                 continue
-            copy = torch.empty(data.shape, dtype=data.dtype)
-            file_reads.check([read])
-            file_reads.copy(copy, read)
-            file_reads.check([read])  # rewritten while it was read: refused, not half old, half new
+            copy = private_copy(data)  # checked before and after: no SIGBUS, never half old, half new
             set_weight(module, name, is_param, copy)
             held.append((name, is_param, data, copy))
         if held:
