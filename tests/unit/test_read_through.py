@@ -4,8 +4,6 @@ naming it, not SIGBUS, and the result is bit for bit the mapping's."""
 
 from __future__ import annotations
 
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import torch
 from safetensors.torch import save_file
 
 from comfyui_headroom.memory.residency import MappedFile, bind, footprint, read_through
+from headroom_testing.sigbus import assert_sigbus_or_file_changed, run_child
 
 
 def _model() -> torch.nn.Module:
@@ -70,21 +69,14 @@ sys.path.insert(0, sys.argv[1])
 from unit.test_read_through import _mapped
 from pathlib import Path
 from comfyui_headroom.memory.residency import read_through
-from comfyui_headroom.memory.residency.mapped import FileChanged
+from headroom_testing.sigbus import report
 
 tmp, through = Path(sys.argv[2]), sys.argv[3]
 model, mf = _mapped(tmp)
 if through == "file":
     read_through.install(model)
 model[1].register_forward_hook(lambda *a: os.truncate(mf.path, 1024))
-try:
-    with torch.no_grad():
-        model(torch.randn(2, 64))
-except FileChanged as exc:
-    print("FileChanged:", exc)
-    sys.exit(0)
-print("no error")
-sys.exit(3)
+report(lambda: model(torch.randn(2, 64)))
 """
 
 
@@ -93,16 +85,8 @@ sys.exit(3)
 def test_a_file_truncated_mid_node_is_an_error_not_sigbus(tmp_path: Path, through: str) -> None:
     """Read through the file, the next module's forward raises FileChanged naming the file; computing from
     the pages, as before, the process is killed by SIGBUS."""
-    tests = str(Path(__file__).resolve().parents[1])
-    child = subprocess.run(
-        [sys.executable, "-c", TRUNCATED_MID_NODE, tests, str(tmp_path), through],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    if through == "pages":
-        assert child.returncode == -signal.SIGBUS, (child.returncode, child.stdout, child.stderr[-2000:])
-        return
-    assert child.returncode == 0, (child.returncode, child.stdout, child.stderr[-2000:])
-    assert "FileChanged: m.safetensors" in child.stdout
+    child = run_child(TRUNCATED_MID_NODE, str(Path(__file__).resolve().parents[1]), str(tmp_path), through)
+    assert_sigbus_or_file_changed(child, through == "pages", "FileChanged: m.safetensors")
 
 
 def test_a_move_or_cast_by_the_host_reads_through_the_file(tmp_path: Path) -> None:
@@ -129,7 +113,7 @@ sys.path.insert(0, sys.argv[1])
 from unit.test_read_through import _mapped
 from pathlib import Path
 from comfyui_headroom.memory.residency import read_through
-from comfyui_headroom.memory.residency.mapped import FileChanged
+from headroom_testing.sigbus import report
 
 tmp, through = Path(sys.argv[2]), sys.argv[3]
 model, mf = _mapped(tmp)
@@ -144,13 +128,7 @@ def to_double(t):
         os.truncate(mf.path, 1024)
     return out
 
-try:
-    model._apply(to_double)
-except FileChanged as exc:
-    print("FileChanged:", exc)
-    sys.exit(0)
-print("no error")
-sys.exit(3)
+report(lambda: model._apply(to_double))
 """
 
 
@@ -159,16 +137,8 @@ sys.exit(3)
 def test_a_file_truncated_while_the_host_moves_the_model_is_an_error_not_sigbus(
     tmp_path: Path, through: str
 ) -> None:
-    tests = str(Path(__file__).resolve().parents[1])
-    child = subprocess.run(
-        [sys.executable, "-c", TRUNCATED_MID_MOVE, tests, str(tmp_path), through],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    if through == "pages":
-        assert child.returncode == -signal.SIGBUS, (child.returncode, child.stdout, child.stderr[-2000:])
-        return
-    assert child.returncode == 0, (child.returncode, child.stdout, child.stderr[-2000:])
-    assert "FileChanged: m.safetensors" in child.stdout
+    child = run_child(TRUNCATED_MID_MOVE, str(Path(__file__).resolve().parents[1]), str(tmp_path), through)
+    assert_sigbus_or_file_changed(child, through == "pages", "FileChanged: m.safetensors")
 
 
 def test_a_hooked_module_the_host_drops_is_collected(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from safetensors.torch import load_file, save_file
 
 from comfyui_headroom.memory.models.header import ComponentError
 from comfyui_headroom.memory.residency import MappedFile, bind, footprint, pin, to_pageable
+from headroom_testing.sigbus import assert_sigbus_or_file_changed, run_child
 
 
 def _model() -> torch.nn.Module:
@@ -187,7 +188,9 @@ import os, sys
 import torch
 from safetensors.torch import save_file
 from comfyui_headroom.memory.residency import host_memory, mapped
-from comfyui_headroom.memory.residency.mapped import FileChanged, MappedFile, bind
+from comfyui_headroom.memory.residency.mapped import MappedFile, bind
+sys.path.insert(0, sys.argv[4])
+from headroom_testing.sigbus import report
 
 path, through, what = sys.argv[1], sys.argv[2], sys.argv[3]
 if through == "mapping":  # the reads as they were: straight from the mapping's pages
@@ -201,16 +204,8 @@ if what == "move":
     assert bind(module, [mf]).kept == {}
 checks = iter([True])
 mapped.MappedFile.check = lambda self: next(checks, None) and os.truncate(path, 4096)
-try:
-    if what == "move":
-        host_memory.to_pageable(module, [mf])
-    else:  # bind compares the module's RAM copy with the file's bytes
-        bind(module, [mf])
-except FileChanged as exc:
-    print("FileChanged:", exc)
-    sys.exit(0)
-print("no error")
-sys.exit(3)
+# bind compares the module's RAM copy with the file's bytes
+report(lambda: host_memory.to_pageable(module, [mf]) if what == "move" else bind(module, [mf]))
 """
 
 
@@ -223,14 +218,6 @@ def test_a_file_truncated_during_a_tier_move_is_an_error_not_sigbus(
     """to_pageable (and pin) and bind's comparison read a mapped tensor through the file: truncated after
     their check, they raise FileChanged naming the file. Reading the mapping's pages, as before, is
     SIGBUS."""
-    import signal
-
-    child = subprocess.run(
-        [sys.executable, "-c", TRUNCATED_DURING_MOVE, str(tmp_path / "m.safetensors"), through, what],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    if through == "mapping":
-        assert child.returncode == -signal.SIGBUS, (child.returncode, child.stdout, child.stderr[-2000:])
-        return
-    assert child.returncode == 0, (child.returncode, child.stdout, child.stderr[-2000:])
-    assert "FileChanged: m.safetensors ends at byte" in child.stdout
+    tests = str(Path(__file__).resolve().parents[1])
+    child = run_child(TRUNCATED_DURING_MOVE, str(tmp_path / "m.safetensors"), through, what, tests)
+    assert_sigbus_or_file_changed(child, through == "mapping", "FileChanged: m.safetensors ends at byte")
