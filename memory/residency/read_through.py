@@ -92,6 +92,8 @@ class _Hooks:
         def apply(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
             owner = ref()  # (a closure over the module itself would be a cycle through its __dict__)
             assert owner is not None  # called through the module, which is alive
+            if not _copies(fn, owner):  # a move to where the weights are (the host's unload to the CPU)
+                return original(owner, fn, *args, **kwargs)
             self.before(owner)
             try:
                 return original(owner, fn, *args, **kwargs)
@@ -113,6 +115,20 @@ class _Hooks:
         for module in modules:  # a forward that never ended (an interrupt): its copies go too
             self.depth.pop(id(module), None)
             self.after(module)
+
+
+def _copies(fn: Callable[..., Any], module: nn.Module) -> bool:
+    """Whether ``fn`` (what ``Module._apply`` applies to each tensor) copies a CPU tensor of the module's
+    dtypes: ``Module.to`` of the device and dtype a tensor has returns the tensor itself, and reading the
+    file for it would be work for nothing (and a FileChanged where nothing is read)."""
+    for dtype in {t.dtype for _, _, _, t in direct(module)}:
+        probe = torch.empty(0, dtype=dtype)
+        try:
+            if fn(probe) is not probe:
+                return True
+        except Exception:  # an fn that cannot take the probe: assume it copies
+            return True
+    return False
 
 
 _INSTALLED: weakref.WeakKeyDictionary[nn.Module, _Hooks] = weakref.WeakKeyDictionary()
