@@ -106,7 +106,7 @@ def build_vaes(host: Host, names: list[str]) -> dict[str, Any]:
         supported_builders,
         wan22_vae_state_dict,
     )
-    from headroom_testing.tiny_video_vaes import hunyuan15_vae
+    from headroom_testing.tiny_video_vaes import hunyuan15_missing, hunyuan15_vae
 
     video = host_video_vaes()
     vaes: dict[str, Any] = {}
@@ -122,7 +122,7 @@ def build_vaes(host: Host, names: list[str]) -> dict[str, Any]:
         vaes["wan22"] = comfy.sd.VAE(sd=wan22_vae_state_dict(seed=3, dtype=torch.bfloat16))
     if "hunyuan" in names and "hunyuan_video" in video:
         vaes["hunyuan"] = comfy.sd.VAE(sd=hunyuan_video_vae_state_dict(seed=4))
-    if "hunyuan15" in names and has_hunyuan15():
+    if "hunyuan15" in names and hunyuan15_missing() is None:
         vaes["hunyuan15"] = hunyuan15_vae(seed=7)
     for name, config in (("ltxv", "0.9.1"), ("ltxv2", 2), ("ltx2", "2")):
         if name in names and "ltxv" in video:
@@ -132,15 +132,6 @@ def build_vaes(host: Host, names: list[str]) -> dict[str, Any]:
     if missing:
         print(f"not on this host ({host.version}): {', '.join(missing)}", flush=True)
     return vaes
-
-
-def has_hunyuan15() -> bool:
-    """The host has HunyuanVideo 1.5's VAE with the causal carry the tiled decode follows."""
-    try:
-        import comfy.ldm.hunyuan_video.vae_refiner as module
-    except ImportError:
-        return False
-    return hasattr(module, "conv_carry_causal_3d")
 
 
 def timed(fn: Any) -> tuple[Any, float]:

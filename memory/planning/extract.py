@@ -45,7 +45,7 @@ from .loaders import (
     generic_loader,
     model_type,
     node_io,
-)  # fmt: skip
+)
 from .tiled_decode import TILED_DECODE, TiledDecodeFigures, TiledFigures
 from .workload import Component, Step, Workload, component_id
 

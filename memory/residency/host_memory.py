@@ -100,7 +100,5 @@ def private_copy(t: torch.Tensor, pin: bool = False) -> torch.Tensor:
     if read is None:  # (in its own layout, as before)
         return t.data.pin_memory() if pin else torch.empty_like(t, device="cpu").copy_(t)
     out = torch.empty(t.shape, dtype=t.dtype, pin_memory=pin)  # contiguous, as every file_read is
-    file_reads.check([read])
-    file_reads.copy(out, read)
-    file_reads.check([read])  # rewritten while it was read: refused rather than half old, half new
+    file_reads.checked_copy(out, read)
     return out

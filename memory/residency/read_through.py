@@ -141,8 +141,7 @@ def install(module: nn.Module, forward: bool = True) -> int:
     remove(module)
     hooks = _Hooks()
     for sub in module.modules():
-        mapped = [t for _, _, is_param, t in direct(sub) if file_reads.file_read(t.data if is_param else t)]
-        if not mapped:
+        if not any(file_reads.file_read(t.data if is_param else t) for _, _, is_param, t in direct(sub)):
             continue
         hooks.wrap_apply(sub)
         if forward:

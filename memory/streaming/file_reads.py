@@ -79,6 +79,14 @@ def copy(dst: torch.Tensor, read: FileRead) -> None:
     dst.copy_(staging.view(dst.dtype).reshape(dst.shape))  # from pageable memory: staged when it returns
 
 
+def checked_copy(dst: torch.Tensor, read: FileRead) -> None:
+    """``copy`` between two checks of the file: a file changed before the read is refused unread, one
+    rewritten while it was read is refused rather than copied half old, half new."""
+    check([read])
+    copy(dst, read)
+    check([read])
+
+
 def _writable(t: torch.Tensor) -> memoryview:
     """``t``'s bytes as a writable buffer (no copy; ``t`` must be contiguous and in host memory)."""
     nbytes = t.numel() * t.element_size()

@@ -27,8 +27,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from .file_reads import check, file_read
-from .file_reads import copy as read_file
+from .file_reads import checked_copy, file_read
 from .storage import Packed, as_parameter, packed
 
 log = logging.getLogger(__name__)
@@ -273,9 +272,7 @@ def _fill_one(dst: torch.Tensor, src: torch.Tensor) -> None:
     if read is None:
         dst.copy_(src)
         return
-    check([read])
-    read_file(dst, read)
-    check([read])
+    checked_copy(dst, read)
 
 
 def view(buffer: torch.Tensor, offset: int, e: Entry | Part) -> torch.Tensor:

@@ -43,7 +43,7 @@ from torch.utils.hooks import RemovableHandle
 
 from ..units import format_bytes
 from .discovery import BlockLayout
-from .file_reads import FileRead, check, file_read
+from .file_reads import FileRead, check, checked_copy, file_read
 from .file_reads import copy as read_file
 from .host_buffer import (
     Entry,
@@ -194,9 +194,7 @@ class BlockStreamer:
         if read is None:
             return t.to(self.device)
         out = torch.empty(t.shape, dtype=t.dtype, device=self.device)
-        check([read])
-        read_file(out, read)
-        check([read])
+        checked_copy(out, read)
         return out
 
     def _build_host_buffer(self) -> None:

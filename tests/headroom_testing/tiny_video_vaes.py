@@ -180,6 +180,22 @@ def ltxv_vae(
     return state_dict, metadata
 
 
+def hunyuan15_missing() -> str | None:
+    """Why this host has no HunyuanVideo 1.5 VAE as the tiled decode follows it (None: it has one)."""
+    import importlib
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("comfy.ldm.hunyuan_video.vae_refiner") is not None
+    except ModuleNotFoundError:  # the host has no comfy.ldm.hunyuan_video at all
+        found = False
+    if not found:
+        return "no HunyuanVideo 1.5 VAE"
+    if not hasattr(importlib.import_module("comfy.ldm.hunyuan_video.vae_refiner"), "conv_carry_causal_3d"):
+        return "decodes HunyuanVideo 1.5 whole-clip (no causal carry)"
+    return None
+
+
 def hunyuan15_autoencoder(config: dict[str, Any], seed: int) -> torch.nn.Module:
     """HunyuanVideo 1.5's VAE (the host's ``comfy.ldm.hunyuan_video.vae_refiner`` classes) at ``config``'s
     widths, random weights, in eval mode. ``comfy.sd.VAE`` builds only the full-width config, so the

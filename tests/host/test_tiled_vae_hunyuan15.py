@@ -10,7 +10,6 @@ tests show both fail by far.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ import torch
 from headroom_testing.exactness import TOLERANCE, assert_exact, max_tiles
 from headroom_testing.harness import Host
 from headroom_testing.tiled_vae_host import engine, latent
-from headroom_testing.tiny_video_vaes import hunyuan15_autoencoder
+from headroom_testing.tiny_video_vaes import hunyuan15_autoencoder, hunyuan15_missing
 
 pytestmark = pytest.mark.host
 
@@ -41,16 +40,9 @@ def no_grad() -> Any:
 
 @pytest.fixture(scope="module")
 def model(host: Host) -> Any:
-    try:
-        found = importlib.util.find_spec("comfy.ldm.hunyuan_video.vae_refiner") is not None
-    except ModuleNotFoundError:  # the host has no comfy.ldm.hunyuan_video at all
-        found = False
-    if not found:
-        pytest.skip(f"the host ({host.version}) has no HunyuanVideo 1.5 VAE")
-    import comfy.ldm.hunyuan_video.vae_refiner as module
-
-    if not hasattr(module, "conv_carry_causal_3d"):
-        pytest.skip(f"the host ({host.version}) decodes HunyuanVideo 1.5 whole-clip (no causal carry)")
+    missing = hunyuan15_missing()
+    if missing:
+        pytest.skip(f"the host ({host.version}) {missing}")
     return hunyuan15_autoencoder(SMALL_CONFIG, 3)
 
 
