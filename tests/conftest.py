@@ -8,14 +8,19 @@ checks them against tests/coverage_floor.json.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
 import pytest
 
-# the links a test run "measures" (nodes/host/links.py) never reach the user's own cache
-os.environ.setdefault("HEADROOM_CACHE_DIR", tempfile.mkdtemp(prefix="headroom-cache-"))
+# the links a test run "measures" (nodes/host/links.py) never reach the user's own cache; the
+# session that made the folder removes it (servers the tests start inherit it and end before)
+if "HEADROOM_CACHE_DIR" not in os.environ:
+    os.environ["HEADROOM_CACHE_DIR"] = tempfile.mkdtemp(prefix="headroom-cache-")
+    atexit.register(shutil.rmtree, os.environ["HEADROOM_CACHE_DIR"], ignore_errors=True)
 
 from headroom_testing.coverage import pytest_addoption, pytest_configure  # noqa: F401 (hooks)
 from headroom_testing.harness import Host, HostUnavailable, find_host_root

@@ -5,7 +5,7 @@
 // Usage: node artist.mjs BASE_URL ARTIFACTS_DIR PROMPT.json BIG_PROMPT.json RENDERER(classic|vue) EXAMPLE.json...
 // Prints one JSON line with what it saw; tests/e2e/test_artist.py asserts on it.
 import { readFileSync } from "node:fs";
-import { closeDialogs, gotoComfy, openComfy, postPrompt } from "./lib/page.mjs";
+import { closeDialogs, gotoComfy, openComfy, postPrompt, setRenderer } from "./lib/page.mjs";
 
 const LONG = 180_000;
 const [base, artifacts, promptPath, bigPath, renderer] = process.argv.slice(2);
@@ -13,7 +13,7 @@ const prompt = JSON.parse(readFileSync(promptPath, "utf8"));
 const big = JSON.parse(readFileSync(bigPath, "utf8"));
 const examples = Object.fromEntries(process.argv.slice(7).map((f) => [f.split("/").pop(), JSON.parse(readFileSync(f, "utf8"))]));
 const vue = renderer === "vue";
-const { page, result, finish } = await openComfy(base, { artifacts });
+const { page, result, finish } = await openComfy(base, { artifacts, vue });
 const shot = (name) => page.screenshot({ path: `${artifacts}/${name}-${renderer}.png` });
 const command = (id) => page.evaluate((id) => window.app.extensionManager.command.execute(id), id);
 
@@ -107,7 +107,6 @@ async function toastTexts() {
 }
 
 try {
-  await page.evaluate((on) => window.app.extensionManager.setting.set("Comfy.VueNodes.Enabled", on), vue);
   result.frontend = await page.evaluate(() => window.__COMFYUI_FRONTEND_VERSION__ ?? null);
   result.renderer = renderer;
   await step("N8 new VRAM Stats size", async () => {
@@ -284,12 +283,10 @@ try {
     await gotoComfy(page, base);
     await until(monitorText, null, 20_000);
     result.textAfterReload = await textOf10();
-    await page.evaluate((on) => window.app.extensionManager.setting.set("Comfy.VueNodes.Enabled", on), !vue);
-    await until((on) => window.app.extensionManager.setting.get("Comfy.VueNodes.Enabled") === on, !vue, 10_000);
+    await setRenderer(page, !vue);
     await until(monitorText, null, 20_000);
     result.textAfterToggle = await textOf10();
-    await page.evaluate((on) => window.app.extensionManager.setting.set("Comfy.VueNodes.Enabled", on), vue);
-    await until((on) => window.app.extensionManager.setting.get("Comfy.VueNodes.Enabled") === on, vue, 10_000);
+    await setRenderer(page, vue);
   });
 
   // N6: the examples laid out for both renderers (no two nodes overlap on screen)

@@ -2,7 +2,7 @@
 // Usage: node browser.mjs BASE_URL ARTIFACTS_DIR PROMPT.json PREFLIGHT_PROMPT.json
 // Prints one JSON line with what it saw; tests/e2e/test_browser.py asserts on it.
 import { readFileSync } from "node:fs";
-import { openComfy, postPrompt } from "./lib/page.mjs";
+import { openComfy, postPrompt, setRenderer } from "./lib/page.mjs";
 
 const LONG = 180_000;
 const [base, artifacts, promptPath, preflightPath] = process.argv.slice(2);
@@ -41,9 +41,9 @@ try {
   }
 
   // The new (Vue) node renderer first, then the classic canvas, which the screenshot shows.
-  await page.evaluate(() => window.app.extensionManager.setting.set("Comfy.VueNodes.Enabled", true));
+  await setRenderer(page, true);
   result.vue = await runPrompt("Vue node renderer");
-  await page.evaluate(() => window.app.extensionManager.setting.set("Comfy.VueNodes.Enabled", false));
+  await setRenderer(page, false);
   result.classic = await runPrompt("classic renderer");
   await page.waitForFunction(() => Number(document.querySelector(".headroom-monitor")?.dataset.samples) >= 2, null, { timeout: 60_000 });
   result.samples = await page.evaluate(() => Number(document.querySelector(".headroom-monitor").dataset.samples));

@@ -3,9 +3,9 @@
 // the help page from the selection toolbox's info button, and a bad vram_budget refused at queue time.
 // argv: BASE ARTIFACTS PROMPT_JSON (an API prompt whose sampler has vram_budget "lots").
 import { readFileSync } from "node:fs";
-import { closeDialogs, gotoComfy, openComfy } from "./lib/page.mjs";
+import { closeDialogs, gotoComfy, openComfy, setRenderer } from "./lib/page.mjs";
 
-const [base, artifacts, promptFile, only = "tooltips,search,help,validation"] = process.argv.slice(2);
+const [base, artifacts, promptFile, only = "tooltips,vuetips,search,help,validation"] = process.argv.slice(2);
 const run = new Set(only.split(","));
 const TYPES = [
   "HeadroomOffloadLoader",
@@ -88,6 +88,51 @@ try {
     await page.screenshot({ path: `${artifacts}/node-${type}.png`, clip: { x: 150, y: 100, width: 600, height: 520 } });
   }
   result.steps.push("tooltips");
+
+  // The same in the Vue node renderer, where each input's and output's label is a DOM element with its
+  // own tooltip (1.41+; 1.27's Vue renderer was a preview without them).
+  const version = await page.evaluate(() => window.__COMFYUI_FRONTEND_VERSION__ ?? "0");
+  result.frontend = version;
+  result.vueTips = null;
+  if (run.has("vuetips") && Number(version.split(".")[1]) >= 41 && Number(version.split(".")[0]) >= 1) {
+    await setRenderer(page, true);
+    result.vueTips = {};
+    for (const type of TYPES) {
+      const names = await page.evaluate((type) => {
+        const app = window.app;
+        app.graph.clear();
+        app.canvas.ds.offset = [0, 0];
+        app.canvas.ds.scale = 1;
+        const node = window.LiteGraph.createNode(type);
+        node.pos = [200, 150];
+        app.graph.add(node);
+        const declared = node.constructor.nodeData?.inputs ?? {};
+        return [...new Set([...(node.widgets ?? []).map((w) => w.name).filter((n) => n in declared),
+          ...node.inputs.map((i) => i.name), ...node.outputs.map((o) => o.label ?? o.name)])];
+      }, type);
+      const vueNode = page.locator("[data-node-id]").first();
+      await vueNode.waitFor({ timeout: 20_000 });
+      await page.waitForTimeout(300);
+      const tips = {};
+      for (const name of names) {
+        tips[name] = [];
+        const labels = vueNode.getByText(name, { exact: true });
+        for (let i = 0; i < (await labels.count()); i++) {
+          const box = await labels.nth(i).boundingBox();
+          if (!box) continue;
+          await page.mouse.move(5, 500);
+          await page.mouse.move(box.x + Math.min(5, box.width / 2), box.y + box.height / 2, { steps: 3 });
+          const tip = page.locator("[role=tooltip]").filter({ visible: true }).first();
+          await tip.waitFor({ timeout: 3000 }).catch(() => {});
+          tips[name].push((await tip.count()) ? (await tip.innerText()).trim() : "");
+        }
+      }
+      result.vueTips[type] = tips;
+    }
+    await page.mouse.move(5, 500);
+    await setRenderer(page, false);
+  }
+  result.steps.push("vuetips");
 
   // The node search, as a double click on the empty canvas opens it.
   result.search = {};

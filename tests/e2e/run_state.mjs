@@ -3,7 +3,7 @@
 // Usage: node run_state.mjs BASE_URL ARTIFACTS_DIR PROMPT.json OTHER_WORKFLOW.json
 // Prints one JSON line with what it saw; tests/e2e/test_run_state.py asserts on it.
 import { readFileSync } from "node:fs";
-import { closeDialogs, gotoComfy, loadWorkflow, openComfy } from "./lib/page.mjs";
+import { closeDialogs, gotoComfy, loadWorkflow, openComfy, setRenderer } from "./lib/page.mjs";
 
 const LONG = 180_000;
 const [base, artifacts, promptPath, otherPath] = process.argv.slice(2);
@@ -149,7 +149,7 @@ try {
   await page.evaluate(() => { // the same seed on the re-run, so the host can serve the sampler from its cache
     for (const n of window.app.graph.nodes) for (const w of n.widgets ?? []) if (w.name === "control_after_generate") w.value = "fixed";
   });
-  await page.evaluate(() => window.app.extensionManager.setting.set("Comfy.VueNodes.Enabled", true));
+  await setRenderer(page, true);
   await page.waitForFunction(() => document.querySelectorAll("[data-node-id]").length >= 8, null, { timeout: 60_000 });
   await recordTimeline();
   result.run1 = await queueAndWait();
@@ -166,7 +166,7 @@ try {
     .catch(() => result.steps.push("the Vue sampler's text box is not on screen"));
   await page.screenshot({ path: `${artifacts}/node-text-vue.png` });
   // The classic canvas: node text there too.
-  await page.evaluate(() => window.app.extensionManager.setting.set("Comfy.VueNodes.Enabled", false));
+  await setRenderer(page, false);
   await page.waitForFunction(() => !document.querySelector("[data-node-id]"), null, { timeout: 60_000 });
   result.run1.classic = { 3: await classicBoxes(3) };
   await page.screenshot({ path: `${artifacts}/node-text-sampler.png` });

@@ -1,7 +1,8 @@
 """The nodes' own texts as a user meets them in the real frontend (#16 items 9, 13, 16 and the help
-pages): every title whole at the default width, a tooltip on every input and output, "vram" and
-"offload" in the node search, a help page behind the info button, and a bad vram_budget refused when
-the prompt is queued, before any node runs (node_texts.mjs collects it all in one browser session)."""
+pages): every title whole at the default width, a tooltip on every input and output in both
+renderers, "vram" and "offload" in the node search, a help page behind the info button, and a bad
+vram_budget refused when the prompt is queued, before any node runs (node_texts.mjs collects it all in
+one browser session)."""
 
 from __future__ import annotations
 
@@ -81,6 +82,18 @@ def test_every_input_and_output_shows_a_tooltip_on_hover(seen: dict[str, Any]) -
     assert "default" in sampler["steps"].lower() and "default" in sampler["vram_budget"].lower()
     loader = {t["name"]: t["text"] for t in seen["nodes"]["HeadroomOffloadLoader"]["tooltips"]}
     assert "text encoders live between" in loader["text_encoder_residency"]
+
+
+def test_every_input_and_output_shows_a_tooltip_in_the_vue_renderer(seen: dict[str, Any]) -> None:
+    if seen["vueTips"] is None:
+        pytest.skip(f"frontend {seen['frontend']}: its Vue renderer (a preview before 1.41) has no tooltips")
+    for node_id in NODES:
+        tips = seen["vueTips"][node_id]
+        assert tips, node_id
+        missing = [name for name, texts in tips.items() if not texts or min(map(len, texts)) < 15]
+        assert not missing, f"{node_id}: no tooltip in the Vue renderer on {missing}"
+    loader = seen["vueTips"]["HeadroomOffloadLoader"]
+    assert "text encoders live between" in loader["text_encoder_residency"][0]
 
 
 def test_the_node_search_finds_the_nodes_by_vram_and_offload(seen: dict[str, Any]) -> None:

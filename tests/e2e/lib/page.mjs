@@ -8,7 +8,10 @@ export const LONG = 180_000;
 const FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
   "--disable-background-networking", "--disable-component-update", "--disable-sync"];
 
-export async function openComfy(base, { viewport = { width: 1600, height: 1000 }, artifacts = "." } = {}) {
+// `vue`: the renderer the script starts in. The setting lives in the server's user settings, so a
+// script that left the Vue renderer on would otherwise hand it to every later script of the session
+// (the classic canvas's hover tooltips then never show: the pointer is over Vue's DOM nodes).
+export async function openComfy(base, { viewport = { width: 1600, height: 1000 }, artifacts = ".", vue = false } = {}) {
   const result = { errors: [], consoleHeadroom: [], steps: [] };
   const browser = await chromium.launch({ executablePath: "/usr/bin/chromium", args: FLAGS, headless: true });
   const page = await browser.newPage({ viewport });
@@ -23,6 +26,7 @@ export async function openComfy(base, { viewport = { width: 1600, height: 1000 }
     if (/headroom/i.test(String(error.stack || error))) result.errors.push(String(error));
   });
   await gotoComfy(page, base);
+  await setRenderer(page, vue);
   result.steps.push("loaded");
   async function finish(error) {
     if (error) {
@@ -40,6 +44,12 @@ export async function gotoComfy(page, base) {
   await page.goto(base, { timeout: LONG });
   await page.waitForFunction(() => window.app?.graph && window.headroom && window.app.extensionManager, null, { timeout: LONG });
   await closeDialogs(page);
+}
+
+// Switch the node renderer (Vue when `vue`) and wait until the frontend has it.
+export async function setRenderer(page, vue) {
+  await page.evaluate((on) => window.app.extensionManager.setting.set("Comfy.VueNodes.Enabled", on), vue);
+  await page.waitForFunction((on) => window.app.extensionManager.setting.get("Comfy.VueNodes.Enabled") === on, vue, { timeout: 10_000 });
 }
 
 // PrimeVue's dialogs (frontend 1.27-1.5x) and the reka-ui dialogs of later ones (the templates browser).
