@@ -97,6 +97,8 @@ TIMEOUTS = {
     "bench/dynamic_vram_gpu.py": 420,
     "bench/host_repeat_gpu.py": 420,  # COMFYUI_ROOT=ComfyUI 0.33: ~10.5 GiB of weights, 2 modes x 2 x 4 runs
     "bench/gpu_throughput_gpu.py": 120,  # writes ~10.5 GB of weights, then 4 modes x 4 runs
+    "tests/gpu/test_read_through_gpu.py": 120,  # three small models, two in child processes
+    "bench/read_through_gpu.py": 120,  # one 1.7 GiB file, 3 ways x 6 forwards
 }
 DEFAULT_TEST_TIMEOUT, DEFAULT_BENCH_TIMEOUT = 240, 300
 HOST_MARKERS = ("find_host_root", "headroom_testing.harness", "import_host(")

@@ -1,24 +1,27 @@
-"""Compute from a mapped file without reading its pages: the "disk" tier on a CPU compute device.
+"""Compute from a mapped file without reading its pages: the "disk" tier.
 
-On a GPU a "disk" component's weights are uploaded before they are used, and every upload Headroom makes
-reads the file (``streaming.file_reads``). On a CPU the compute device is the host: the weights are the
-file's pages, read by the kernels themselves, so a file truncated while a node computes from it kills the
-process (SIGBUS) and one overwritten in place mixes old and new bytes.
+Every upload Headroom itself makes reads the file (``streaming.file_reads``). What else computes from a
+"disk" component's weights reads the file's pages: on a CPU compute device the kernels themselves, on a
+GPU host without DynamicVRAM the host's low-VRAM layers, whose forward casts each CPU weight to the GPU.
+A file truncated meanwhile kills the process (SIGBUS); one overwritten in place mixes old and new bytes.
 
 ``install`` hooks every module of a component that holds mapped tensors of its own. As a module's
 forward begins, each of those tensors is read through the file (``pread``: a short file raises
 FileChanged naming it; the file is checked before and after, so new bytes are refused too) into a
 private copy, and as it ends the module points back at the mapping and the copies go. RAM holds one
 module's weights at a time beside the page cache; each forward reads its weights once more (from the
-page cache after the first step). ``remove`` undoes it, as a move off the disk tier does.
+page cache after the first step). With ``pin`` (a CUDA compute device) the copies are pinned, so the
+host's cast copies them to the GPU by DMA (the caching host allocator keeps a block until the copies
+queued from it are done, so letting a copy go as the forward ends is safe with non_blocking casts).
+``remove`` undoes it, as a move off the disk tier does.
 
 The host's own move of such a module (``Module.to``: its whole load onto a GPU, or a dtype cast) reads
 through the file the same way, one module at a time (``_apply``, which ``to`` runs on every module, is
 wrapped on the instance), on any device.
 
 What still reads the pages: a module's weights read outside its forward and its ``_apply`` (a tied
-embedding, a weight passed to a functional call, the host casting a low-VRAM layer's weight to the GPU
-inside a forward on a GPU host, the host patching a LoRA into a weight): rare, or the host's.
+embedding, a weight passed to a functional call, the host patching a LoRA into a weight): rare, or the
+host's.
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ _Held = list[tuple[str, bool, torch.Tensor, torch.Tensor]]
 class _Hooks:
     """The hooks on one component, and what each module holds of its own while its forward runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, pin: bool = False) -> None:
+        self.pin = pin  # pinned copies: the compute device is a CUDA GPU
         self.handles: list[RemovableHandle] = []
         # modules whose _apply reads through the file, held weakly: the registry's value must not keep
         # its key (the component's module) alive once the host drops it
@@ -62,7 +66,8 @@ class _Hooks:
                 continue
             if file_reads.file_read(data) is None:  # not a view of a mapped file (a copy, a device tensor)
                 continue
-            copy = private_copy(data)  # checked before and after: no SIGBUS, never half old, half new
+            # checked before and after: no SIGBUS, never half old, half new
+            copy = private_copy(data, self.pin)
             set_weight(module, name, is_param, copy)
             held.append((name, is_param, data, copy))
         if held:
@@ -134,12 +139,13 @@ def _copies(fn: Callable[..., Any], module: nn.Module) -> bool:
 _INSTALLED: weakref.WeakKeyDictionary[nn.Module, _Hooks] = weakref.WeakKeyDictionary()
 
 
-def install(module: nn.Module, forward: bool = True) -> int:
+def install(module: nn.Module, forward: bool = True, pin: bool = False) -> int:
     """Make every module of ``module`` that holds mapped tensors of its own read them through the file
-    when the host moves or converts it and, with ``forward`` (a CPU compute device), when it computes
-    (see the module docstring); returns how many modules. Installing again first removes the hooks."""
+    when the host moves or converts it and, with ``forward``, when it computes; with ``pin`` into pinned
+    copies (see the module docstring). Returns how many modules. Installing again first removes the
+    hooks."""
     remove(module)
-    hooks = _Hooks()
+    hooks = _Hooks(pin)
     for sub in module.modules():
         if not any(file_reads.file_read(t.data if is_param else t) for _, _, is_param, t in direct(sub)):
             continue
@@ -163,3 +169,9 @@ def remove(module: nn.Module) -> bool:
 
 def installed(module: nn.Module) -> bool:
     return module in _INSTALLED
+
+
+def pins(module: nn.Module) -> bool:
+    """Whether ``module``'s hooks make pinned copies (installed for a CUDA compute device)."""
+    hooks = _INSTALLED.get(module)
+    return hooks is not None and hooks.pin

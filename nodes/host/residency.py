@@ -79,8 +79,9 @@ def place_host_copy(h: Handle, host: str | None = None) -> str:
     if host == "D":
         binding = bind(h.module, h.mapped(), h.mapped_names)
         h.mapped_names.update(binding.bound)
-        # the host's moves (and on a CPU its compute) read the file, never its pages: no SIGBUS mid-node
-        read_through.install(h.module, forward=computes_on_cpu())
+        # the host's moves and its compute (a CPU's kernels, a GPU host's low-VRAM casts) read the file,
+        # never its pages: no SIGBUS mid-node; pinned copies where the casts go to a CUDA GPU
+        read_through.install(h.module, pin=casts_to_cuda())
         if binding.kept_bytes >= 2**20:  # below a MiB: buffers the file does not hold (sigmas, scales)
             sample = next(iter(binding.kept.items()))
             return (
@@ -278,10 +279,19 @@ class _RamOps:
         return computes_on_cpu()
 
 
+def _compute_device_type() -> str:
+    mm = sys.modules.get("comfy.model_management")  # no host loaded (tests, the CLI): no device yet
+    return "" if mm is None else str(getattr(mm.get_torch_device(), "type", "cpu"))
+
+
+def casts_to_cuda() -> bool:
+    """The host computes on a CUDA GPU (weights kept on the CPU are cast to it, fastest from pinned RAM)."""
+    return _compute_device_type() == "cuda"
+
+
 def computes_on_cpu() -> bool:
     """The host computes on the CPU (``--cpu``, or no accelerator)."""
-    mm = sys.modules.get("comfy.model_management")  # no host loaded (tests, the CLI): no device yet
-    return mm is not None and getattr(mm.get_torch_device(), "type", "cpu") == "cpu"
+    return _compute_device_type() == "cpu"
 
 
 _EVENT_TIERS = {  # controller action -> the monitor's (tier_from, tier_to)

@@ -235,3 +235,32 @@ def test_a_soak_of_20_loaders_keeps_one_mapping_a_flat_address_space_and_gives_t
     print(
         f"soak: RssAnon {base_rss >> 20} MiB before, {rss >> 20} MiB after the loader-less prompt and /free"
     )
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_the_disk_tier_reads_through_the_file_on_any_compute_device(
+    host: Host, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, device: str
+) -> None:
+    """On a GPU host without DynamicVRAM the host's low-VRAM layers cast their CPU weights to the GPU in
+    their forward: the forward hooks go on there too, with pinned copies (the cast is then a DMA). The
+    CUDA run is tests/gpu/test_read_through_gpu.py; here the host's device is a stand-in."""
+    from types import SimpleNamespace
+
+    import comfy.model_management as mm
+
+    from headroom_testing.cast_models import mapped_cast_model
+
+    residency = host.pack_module("nodes.host.residency")
+    read_through = host.pack_module("memory.residency.read_through")
+    model, mf = mapped_cast_model(tmp_path, residency=host.pack_module("memory.residency"))
+    monkeypatch.setattr(mm, "get_torch_device", lambda: torch.device(device))
+    handle = SimpleNamespace(
+        patcher=SimpleNamespace(model=model), module=model, files=[mf], residency="disk", mapped_names={},
+        mapped=lambda: [mf],
+    )  # fmt: skip
+    residency.place_host_copy(handle, "D")
+    try:
+        assert read_through.installed(model) and read_through.pins(model) == (device == "cuda")
+        assert model[0][0]._forward_pre_hooks, "the forward reads through the file on every device"
+    finally:
+        read_through.remove(model)
