@@ -19,9 +19,11 @@ The host's own move of such a module (``Module.to``: its whole load onto a GPU, 
 through the file the same way, one module at a time (``_apply``, which ``to`` runs on every module, is
 wrapped on the instance), on any device.
 
-What still reads the pages: a module's weights read outside its forward and its ``_apply`` (a tied
-embedding, a weight passed to a functional call, the host patching a LoRA into a weight): rare, or the
-host's.
+The host patching a LoRA into a weight reads it outside both: ``borrow`` lends it as a private copy
+read through the file for that call (nodes/host/lora_reads.py wraps the host's patch call with it).
+
+What still reads the pages: a module's weights read outside its forward, its ``_apply`` and the host's
+patch call (a tied embedding, a weight passed to a functional call): rare.
 """
 
 from __future__ import annotations
@@ -175,3 +177,52 @@ def pins(module: nn.Module) -> bool:
     """Whether ``module``'s hooks make pinned copies (installed for a CUDA compute device)."""
     hooks = _INSTALLED.get(module)
     return hooks is not None and hooks.pin
+
+
+class Borrowed:
+    """A mapped weight lent out as a private copy read through the file while the host computes from it
+    (``borrow``); ``give_back`` points it at the mapping again unless the host patched the copy in place."""
+
+    def __init__(
+        self, module: nn.Module, name: str, is_param: bool, view: torch.Tensor, holder: torch.Tensor
+    ) -> None:
+        self.module, self.name, self.is_param, self.view = module, name, is_param, view
+        self.holder = holder  # the Parameter (or buffer) object whose storage is the private copy now
+
+    def give_back(self, in_place: bool) -> None:
+        """``in_place``: the host may have written its result into the copy (kept, as the stock write into
+        the mapping would have kept a private page); else the copy goes, wherever the object is now (the
+        host's backup of the unpatched weight holds the same object: it points at the mapping again)."""
+        current = (
+            self.module._parameters.get(self.name) if self.is_param else self.module._buffers.get(self.name)
+        )
+        if in_place and current is self.holder:
+            return
+        if self.is_param:
+            self.holder.data = self.view
+        elif current is self.holder:
+            self.module._buffers[self.name] = self.view
+
+
+def borrow(model: nn.Module, key: str) -> Borrowed | None:
+    """Put a private copy, read through the file, in place of ``model``'s weight ``key`` (a dotted path)
+    when that weight is a view of a mapped file; None for any other weight (left as it is)."""
+    path, _, name = key.rpartition(".")
+    try:
+        module = model.get_submodule(path) if path else model
+    except AttributeError:
+        return None
+    is_param = name in module._parameters
+    holder = module._parameters.get(name) if is_param else module._buffers.get(name)
+    if holder is None:
+        return None
+    data = holder.data if is_param else holder
+    if type(data) is not torch.Tensor or file_reads.file_read(data) is None:
+        return None
+    copy = private_copy(data)  # checked before and after: FileChanged, never SIGBUS or a mix
+    if is_param:
+        holder.data = copy
+    else:
+        module._buffers[name] = copy
+        holder = copy
+    return Borrowed(module, name, is_param, data, holder)

@@ -30,7 +30,7 @@ from ...memory.residency.ram_guard import RamGuard
 from ...memory.residency.run_log import Streamed
 from ...memory.telemetry.runs import ResidencyEvent
 from ...memory.units import format_bytes
-from . import dynamic_vram, legacy_2024, recording, sampling, text_encoders
+from . import dynamic_vram, legacy_2024, lora_reads, recording, sampling, text_encoders
 from .events import Subscriber
 from .links import device_name, hardware_for
 from .lookups import host_module, lazy_inputs, models_dir, output_nodes, queued_outputs
@@ -82,6 +82,7 @@ def place_host_copy(h: Handle, host: str | None = None) -> str:
         # the host's moves and its compute (a CPU's kernels, a GPU host's low-VRAM casts) read the file,
         # never its pages: no SIGBUS mid-node; pinned copies where the casts go to a CUDA GPU
         read_through.install(h.module, pin=casts_to_cuda())
+        lora_reads.install()  # and its LoRA patches (on clones of the patcher: wrapped on the class)
         if binding.kept_bytes >= 2**20:  # below a MiB: buffers the file does not hold (sigmas, scales)
             sample = next(iter(binding.kept.items()))
             return (

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import save_file
 
 from .tiny_common import _init_state_dict, _on_meta, _require_wan, _save
 
@@ -259,3 +260,18 @@ def build_tiny_wan_blocks(
         state_dict["scaled_fp8"] = torch.tensor([], dtype=torch.float8_e4m3fn)
     kind = "wan21_t2v_scaled_fp8" if scaled_fp8 else "wan21_t2v"
     return _save(state_dict, models_dir, "diffusion_models", name, kind)
+
+
+def build_lora(models_dir: Path, name: str = "tiny_lora.safetensors") -> str:
+    """A kohya-style LoRA on one attention projection of the tiny UNet, strong enough to matter."""
+    gen = torch.Generator().manual_seed(7)
+    base = "lora_unet_input_blocks_1_1_transformer_blocks_0_attn1_to_q"
+    tensors = {
+        f"{base}.lora_down.weight": torch.randn(4, 320, generator=gen) * 0.5,
+        f"{base}.lora_up.weight": torch.randn(320, 4, generator=gen) * 0.5,
+        f"{base}.alpha": torch.tensor(4.0),
+    }
+    path = models_dir / "loras" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(path))
+    return name

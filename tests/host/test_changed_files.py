@@ -17,6 +17,7 @@ import torch
 from headroom_testing.harness import Host, PromptFailed
 from headroom_testing.prompts import offload_loader
 from headroom_testing.tiny_models import build_tiny_sd_checkpoint
+from headroom_testing.tiny_stock import build_lora
 
 pytestmark = pytest.mark.host
 
@@ -47,6 +48,20 @@ def stock(name: str, seed: int) -> dict[str, Any]:
     return {"131": loader, **workflow(["131", 0], ["131", 1], ["131", 2], seed)}
 
 
+def with_lora(prompt: dict[str, Any], loader: str, strength: float = 1.0) -> dict[str, Any]:
+    """``prompt`` with a stock LoRA loader (node "32") between ``loader``'s model and the sampler."""
+    lora = {"model": [loader, 0], "lora_name": LORA, "strength_model": strength}
+    prompt["32"] = {"class_type": "LoraLoaderModelOnly", "inputs": lora}
+    prompt["5"]["inputs"]["model"] = ["32", 0]
+    return prompt
+
+
+LORA = "tiny_lora.safetensors"
+LORA_KEY = (
+    "diffusion_model.input_blocks.1.1.transformer_blocks.0.attn1.to_q.weight"  # what build_lora patches
+)
+
+
 def image(result: Any) -> torch.Tensor:
     return result.outputs["6"][0][0]
 
@@ -60,6 +75,7 @@ def files(host: Host) -> dict[str, Path]:
     for name, seed in (("changing_a.safetensors", 31), ("changing_b.safetensors", 32)):
         out[name] = build_tiny_sd_checkpoint(host.models_dir, name=name, seed=seed, dtype=torch.float32)
     out["target"] = folder / "changing_target.safetensors"
+    build_lora(host.models_dir, LORA)
     host.register_models_dir(host.models_dir)
     return out
 
@@ -264,3 +280,51 @@ def test_the_disk_tier_reads_through_the_file_on_any_compute_device(
         assert model[0][0]._forward_pre_hooks, "the forward reads through the file on every device"
     finally:
         read_through.remove(model)
+
+
+def test_a_lora_on_a_disk_model_reads_its_weight_through_the_file(host: Host, files: dict[str, Path]) -> None:
+    """The host patches a LoRA into a "disk" model's weight from a private copy read through the file
+    (nodes/host/lora_reads.py): the stock picture bit for bit, and the host's backup of the unpatched
+    weight is the mapping again, not a copy in RAM."""
+    target = files["target"]
+    shutil.copyfile(files["changing_a.safetensors"], target)
+    ours = host.run(with_lora(offloaded(target.name, seed=9), "31"))
+    stock_lora = host.run(with_lora(stock("changing_a.safetensors", seed=9), "131"))
+    assert torch.equal(image(ours), image(stock_lora))
+    assert not torch.equal(image(ours), image(host.run(stock("changing_a.safetensors", seed=9))))  # it acted
+    patch = host.pack_module("nodes.host.patches").REGISTRY.find(
+        host.pack_module("nodes.host.lora_reads").NAME
+    )
+    assert patch is not None and patch.fired > 0
+    file_reads = host.pack_module("memory.streaming.file_reads")
+    backup = ours.outputs["32"][0][0].backup.get(LORA_KEY)
+    assert backup is not None, "the host patched the weight while loading (its backup is the unpatched one)"
+    assert file_reads.file_read(backup.weight.data) is not None  # a view of the file, as without the wrapper
+
+
+def test_a_file_truncated_as_the_host_patches_a_lora_into_it_is_a_clear_error(
+    host: Host, files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Truncated just before the host reads the weight to patch it: a FileChanged naming the file (the
+    host's own read of the mapping's pages, without the wrapper, dies of SIGBUS: see the closing note of
+    #31), and the next run, from the repaired file, works."""
+    target = files["target"]
+    shutil.copyfile(files["changing_a.safetensors"], target)
+    host.run(with_lora(offloaded(target.name, seed=10), "31"))
+    lora_reads = host.pack_module("nodes.host.lora_reads")
+    borrow = lora_reads._borrow
+
+    def truncate_then_borrow(patcher: Any, key: str) -> Any:
+        if target.stat().st_size > 1024:
+            os.truncate(target, 1024)
+        return borrow(patcher, key)
+
+    monkeypatch.setattr(lora_reads, "_borrow", truncate_then_borrow)
+    with pytest.raises(PromptFailed, match=r"changing_target\.safetensors"):
+        host.run(with_lora(offloaded(target.name, seed=10), "31", strength=0.5))  # the LoRA patched anew
+    monkeypatch.undo()
+    shutil.copyfile(files["changing_b.safetensors"], target)
+    repaired = host.run(with_lora(offloaded(target.name, seed=11), "31"))
+    assert torch.equal(
+        image(repaired), image(host.run(with_lora(stock("changing_b.safetensors", seed=11), "131")))
+    )

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from safetensors.torch import save_file
 
 from comfyui_headroom.memory.units import parse_bytes
 from comfyui_headroom.nodes.common import node_vram_budget
 from headroom_testing.harness import Host, PromptInvalid
 from headroom_testing.tiny_models import build_tiny_sd_checkpoint
+from headroom_testing.tiny_stock import build_lora
 
 pytestmark = pytest.mark.host
 
@@ -49,21 +48,6 @@ def prompt(sampler: str, seed: int = 3, lora: str | None = None, **extra: object
     nodes["6"] = {"class_type": "VAEDecode", "inputs": {"samples": [sid, 0], "vae": ["1", 2]}}
     nodes["7"] = {"class_type": "PreviewImage", "inputs": {"images": ["6", 0]}}
     return nodes
-
-
-def build_lora(models_dir: Path, name: str = "tiny_lora.safetensors") -> str:
-    """A kohya-style LoRA on one attention projection of the tiny UNet, strong enough to matter."""
-    gen = torch.Generator().manual_seed(7)
-    base = "lora_unet_input_blocks_1_1_transformer_blocks_0_attn1_to_q"
-    tensors = {
-        f"{base}.lora_down.weight": torch.randn(4, 320, generator=gen) * 0.5,
-        f"{base}.lora_up.weight": torch.randn(320, 4, generator=gen) * 0.5,
-        f"{base}.alpha": torch.tensor(4.0),
-    }
-    path = models_dir / "loras" / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(path))
-    return name
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ naming it, not SIGBUS, and the result is bit for bit the mapping's."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import torch
 from safetensors.torch import save_file
 
 from comfyui_headroom.memory.residency import MappedFile, bind, footprint, read_through
+from comfyui_headroom.memory.residency.mapped import FileChanged
 from headroom_testing.sigbus import assert_sigbus_or_file_changed, run_child
 
 
@@ -153,3 +155,45 @@ def test_a_hooked_module_the_host_drops_is_collected(tmp_path: Path) -> None:
     del model, norm
     gc.collect()
     assert gone() is None
+
+
+# The host patching a LoRA into a disk component's weight (nodes/host/lora_reads.py borrows it).
+def test_a_borrowed_weight_is_a_private_copy_until_given_back(tmp_path: Path) -> None:
+    model, mf = _mapped(tmp_path)
+    param = model[1][0].weight
+    lent = read_through.borrow(model, "1.0.weight")
+    assert lent is not None and not mf.owns(param) and torch.equal(param, lent.view)
+    lent.give_back(in_place=False)
+    assert mf.owns(param) and param is model[1][0].weight  # the same Parameter, on the mapping again
+
+
+def test_a_weight_the_host_replaced_leaves_its_backup_on_the_mapping(tmp_path: Path) -> None:
+    """The host's backup of the unpatched weight is the Parameter it read; the patched one replaces it."""
+    model, mf = _mapped(tmp_path)
+    backup = model[2][0].weight
+    lent = read_through.borrow(model, "2.0.weight")
+    assert lent is not None
+    model[2][0].weight = torch.nn.Parameter(backup.data + 1.0, requires_grad=False)  # set_attr_param
+    lent.give_back(in_place=False)
+    assert mf.owns(backup) and not mf.owns(model[2][0].weight)
+
+
+def test_a_weight_patched_in_place_keeps_its_copy(tmp_path: Path) -> None:
+    model, mf = _mapped(tmp_path)
+    lent = read_through.borrow(model, "0.0.bias")
+    assert lent is not None
+    with torch.no_grad():
+        model[0][0].bias.add_(1.0)  # the host's copy_to_param (weight_inplace_update)
+    lent.give_back(in_place=True)
+    assert not mf.owns(model[0][0].bias) and torch.equal(model[0][0].bias, lent.view + 1.0)
+    assert torch.equal(lent.view, _model()[0][0].bias)  # the file's bytes, untouched
+
+
+def test_only_mapped_weights_are_borrowed_and_a_changed_file_is_refused(tmp_path: Path) -> None:
+    model, mf = _mapped(tmp_path)
+    assert read_through.borrow(_model(), "1.0.weight") is None  # RAM weights: the host reads them itself
+    assert read_through.borrow(model, "9.weight") is None  # no such module
+    assert read_through.borrow(model, "1.0.nothing") is None
+    os.truncate(mf.path, 1024)  # (borrow reads through the file: no SIGBUS in this process)
+    with pytest.raises(FileChanged, match="m.safetensors"):
+        read_through.borrow(model, "3.0.weight")
