@@ -45,4 +45,8 @@ def test_panel_badges_timeline_and_preflight_in_a_real_browser(comfy_server: Ser
     screenshot = comfy_server.artifacts / "headroom-monitor.png"
     assert screenshot.is_file() and screenshot.stat().st_size > 10_000
     server_log = comfy_server.log()
-    assert "Traceback" not in "\n".join(b for b in server_log.split("\n\n") if "headroom" in b.lower())
+    # a traceback through the pack's files (the host's own, e.g. 0.18's OpenGL nodes failing to import on
+    # a machine without OpenGL, are not the pack's, though the log's frontend path names headroom-e2e)
+    ours = ("comfyui-headroom", "Headroom:")
+    pack_tracebacks = [b for b in server_log.split("\n\n") if "Traceback" in b and any(o in b for o in ours)]
+    assert not pack_tracebacks, pack_tracebacks
