@@ -131,7 +131,7 @@ try {
             .then((handle) => handle.jsonValue()).catch(() => "");
           tips[name].push(text);
           if (type === TYPES[0] && name === "model_residency") {
-            await page.screenshot({ path: `${artifacts}/vue-tooltip-${type}.png`, clip: { x: 150, y: 100, width: 760, height: 520 } });
+            await page.screenshot({ path: `${artifacts}/vue-tooltip-${type}.png`, clip: { x: 0, y: 100, width: 910, height: 520 } }); // (1.41 shows it on the left)
           }
         }
       }
