@@ -155,6 +155,19 @@ def test_every_other_patch_comes_off_exactly(host: Host, tmp_path: Any) -> None:
     assert registry.uninstall(prefix=text_encoders.SWAP) == 1
     assert type(ours) is cls and _by_identity(fields, dict(vars(ours))) == []
 
+    # the LoRA patch call that reads a disk weight through its file (on the class: process-wide)
+    lora_reads = host.pack_module("nodes.host.lora_reads")
+    import comfy.model_patcher
+
+    patcher_cls = comfy.model_patcher.ModelPatcher
+    registry.uninstall(prefix=lora_reads.NAME)  # (an earlier test's disk tier may have installed it)
+    own = dict(vars(patcher_cls))
+    assert lora_reads.install() and lora_reads.install()  # once, however often it is asked
+    installed.append("patch_weight_to_device")
+    assert _by_identity(own, dict(vars(patcher_cls))) == ["patch_weight_to_device"]
+    assert registry.uninstall(prefix=lora_reads.NAME) == 1
+    assert _by_identity(own, dict(vars(patcher_cls))) == []
+
     # the prompt_id written into a posted prompt (current hosts take it; the 2024 host makes its own)
     routes, state = host.pack_module("nodes.host.routes"), host.pack_module("nodes.host.state")
     posted: dict[str, Any] = {"prompt": copy.deepcopy(PROMPT), "client_id": "patches"}
@@ -166,7 +179,7 @@ def test_every_other_patch_comes_off_exactly(host: Host, tmp_path: Any) -> None:
     registry.uninstall(prefix="server.posted prompt_id")
     assert posted == before_post
     assert installed == (
-        ["apply_model", "current_loaded_models", "CLIP.__class__"]
+        ["apply_model", "current_loaded_models", "CLIP.__class__", "patch_weight_to_device"]
         if host.legacy
-        else ["hold_back", "current_loaded_models", "CLIP.__class__", "prompt_id"]
+        else ["hold_back", "current_loaded_models", "CLIP.__class__", "patch_weight_to_device", "prompt_id"]
     )
