@@ -28,187 +28,42 @@ from __future__ import annotations
 import inspect
 import math
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
 from types import EllipsisType
-from typing import Any, NamedTuple, Protocol, cast
+from typing import cast
 
 import torch
 from einops import rearrange
 from torch import nn
 
 from .layout import StageGeometry, TileLayout, run_with_oom_retry
+from .ltxv_stages import (
+    ChannelStats,
+    DepthToSpace,
+    PixelNormLike,
+    Plan,
+    Resnet,
+    Spec,
+    causal_time_reach,
+    check_conv,
+    check_norm,
+    d2s_stride,
+    module_name,
+    resnet_plan,
+    stage_values,
+)
 from .parks import ParkAllocator, live_bytes
 from .runtime import DecodeOptions, DecodeReport, Progress
 from .tiles import (
     Unsupported,
     chunks,
-    conv_radius,
     crop_area,
-    max_reach,
     min_crop_frames,
     tiles_of,
-    time_reach,
 )
 
-# Peak live values per input voxel of one tile, per channel of the stage's first input, its crops
-# included: measured with measure.PeakLiveBytes on the host's LTXV blocks at 2-5 frames (the causal
-# time padding and the convolutions' reflect-padded copies weigh most on short clips), plus a margin;
-# tests/host/test_tiled_vae.py checks the estimate against the measurement. A depth-to-space block
-# holds its convolution's output (``out_channels``) twice (conv, rearranged) and, when residual, the
-# repeated input: see ``_values``.
-STAGE_VALUES = {"res_a": 11.0, "res_b": 12.0, "out": 8.0}
-D2S_VALUES = 6.0  # per input channel, besides the 2 (or 3, residual) copies of the conv's output
 HEAD_VALUES_PER_PX = 6.0  # per latent voxel x conv_in output channels (noise mix + conv_in)
-LOCAL_NORMS = {"PixelNorm", "LayerNorm", "Identity"}
-
-
-Layer = Callable[[torch.Tensor], torch.Tensor]
-
-
-class _CausalConv(Protocol):
-    """The host's LTXV CausalConv3d: a Conv3d (``conv``) that pads time itself."""
-
-    conv: nn.Conv3d
-    time_kernel_size: int
-
-    def __call__(self, x: torch.Tensor, causal: bool = True) -> torch.Tensor: ...
-
-
-class _Resnet(Protocol):
-    """The host's ResnetBlock3D (its timestep and noise members only where it has them)."""
-
-    in_channels: int
-    out_channels: int
-    norm1: nn.Module
-    norm2: nn.Module
-    norm3: Layer
-    conv1: _CausalConv
-    conv2: _CausalConv
-    conv_shortcut: nn.Module
-    non_linearity: Layer
-    dropout: Layer
-    timestep_conditioning: bool
-    scale_shift_table: torch.Tensor
-    per_channel_scale1: torch.Tensor
-    per_channel_scale2: torch.Tensor
-
-    def modules(self) -> Any: ...
-
-
-class _DepthToSpace(Protocol):
-    """The host's DepthToSpaceUpsample: a causal convolution, then a depth-to-space rearrangement."""
-
-    stride: Sequence[int]
-    out_channels: int
-    residual: bool
-    conv: _CausalConv
-
-    def __call__(self, x: torch.Tensor, causal: bool = True) -> torch.Tensor: ...
-    def modules(self) -> Any: ...
-
-
-class _ChannelStats(Protocol):  # the VAE's per_channel_statistics
-    def un_normalize(self, x: torch.Tensor) -> torch.Tensor: ...
-
-
-class _PixelNorm(Protocol):
-    dim: int
-    eps: float
-
-
-def _name(module: object) -> str:
-    return type(module).__name__
-
-
-@dataclass
-class _Plan:
-    """One stage as the decoder's structure fixes it (what runs there is bound in ``_head``)."""
-
-    name: str
-    kind: str  # res_a | res_b | d2s | out
-    block: object  # a _Resnet (res_a, res_b), a _DepthToSpace (d2s), the decoder (out)
-    inputs: tuple[str, ...]  # park names; the first goes through ``norm``
-    output: str
-    norm: nn.Module | None
-    halo: int  # stage-input pixels each tile reads beyond its core
-    scale: int  # output pixels per input pixel
-    time_up: bool  # the stage turns T frames into 2T - 1
-    channels: int  # channels of the first input
-    time_halo: tuple[int, int] = (0, 0)  # stage-input frames a chunk reads before and after its core
-
-    @property
-    def conv_channels(self) -> int:
-        """The fewest channels any of the stage's convolutions reads (the CPU kernel rule)."""
-        if self.kind != "res_b":
-            return self.channels
-        return min(self.channels, cast(_Resnet, self.block).in_channels)
-
-
-class _Spec(NamedTuple):
-    values: float  # live values per input voxel of a tile (all channels)
-    frames: int
-    scale: int  # stage-input resolution / latent resolution
-
-
-def _values(plan: _Plan) -> float:
-    """Live values per input voxel of a tile of ``plan`` (all channels)."""
-    if plan.kind != "d2s":
-        return STAGE_VALUES[plan.kind] * plan.channels
-    d2s = cast(_DepthToSpace, plan.block)
-    return (3 if d2s.residual else 2) * d2s.out_channels + D2S_VALUES * plan.channels
-
-
-def _check_conv(module: object) -> int:
-    if _name(module) != "CausalConv3d":
-        raise Unsupported(f"{_name(module)} convolution in the LTXV decoder")
-    return conv_radius(cast(nn.Module, module))
-
-
-def _time_reach(module: object, causal: bool) -> tuple[int, int]:
-    """Frames before and after an output frame that a CausalConv3d reads: it pads time itself, with
-    ``k - 1`` copies of the first frame (causal) or ``(k - 1) / 2`` of the first and last."""
-    if _name(module) != "CausalConv3d":
-        return time_reach(cast(nn.Module, module))  # a pointwise shortcut
-    causal_conv = cast(_CausalConv, module)
-    conv = causal_conv.conv
-    if conv.stride[0] != 1 or conv.dilation[0] != 1 or causal_conv.time_kernel_size % 2 == 0:
-        raise Unsupported("LTXV convolution strided, dilated or even in time")
-    span = causal_conv.time_kernel_size - 1
-    return (span, 0) if causal else (span // 2, span // 2)
-
-
-def _check_norm(module: object) -> nn.Module:
-    if _name(module) not in LOCAL_NORMS:
-        raise Unsupported(f"{_name(module)} in the LTXV decoder reaches across tiles")
-    if _name(module) == "PixelNorm" and getattr(module, "dim", 1) != 1:
-        raise Unsupported("PixelNorm over a dimension other than the channels")
-    return cast(nn.Module, module)
-
-
-def _d2s_stride(block: _DepthToSpace) -> tuple[int, int]:
-    stride = tuple(block.stride)
-    if len(stride) != 3 or stride[1] != stride[2] or stride[0] not in (1, 2):
-        raise Unsupported(f"depth-to-space stride {stride}")
-    return stride[0], stride[1]
-
-
-def _resnet_plan(name: str, block: _Resnet, causal: bool) -> list[_Plan]:
-    short = block.conv_shortcut
-    _check_norm(block.norm3)
-    identity = _name(short) == "Identity"
-    reach = 0 if identity else conv_radius(short)
-    cin, cout = block.in_channels, block.out_channels
-    norm1, norm2 = _check_norm(block.norm1), _check_norm(block.norm2)
-    halo_b = max(_check_conv(block.conv2), reach)
-    time_a = _time_reach(block.conv1, causal)
-    time_b = max_reach(_time_reach(block.conv2, causal), (0, 0) if identity else _time_reach(short, causal))
-    return [
-        _Plan(
-            name + ".a", "res_a", block, ("x",), "t", norm1, _check_conv(block.conv1), 1, False, cin, time_a
-        ),
-        _Plan(name + ".b", "res_b", block, ("t", "x"), "x", norm2, halo_b, 1, False, cout, time_b),
-    ]
 
 
 class _Stateless:
@@ -220,12 +75,12 @@ class _Stateless:
     does) and every other state is cleared; after it the state this thread left is removed. Nothing to
     do on hosts whose modules keep no state."""
 
-    def __init__(self, module: _Resnet | _DepthToSpace | nn.Module) -> None:
+    def __init__(self, module: Resnet | DepthToSpace | nn.Module) -> None:
         self.stateful: list[tuple[dict[int, object], bool]] = []
         for m in module.modules():
             state = getattr(m, "temporal_cache_state", None)
             if isinstance(state, dict):
-                self.stateful.append((state, _name(m) == "CausalConv3d"))
+                self.stateful.append((state, module_name(m) == "CausalConv3d"))
 
     def __enter__(self) -> None:
         tid = threading.get_ident()
@@ -243,9 +98,9 @@ class _Stateless:
 
 def whole_mean(norm: nn.Module | None, x: torch.Tensor) -> torch.Tensor | None:
     """PixelNorm's channel mean of squares over a whole activation, as the host's forward computes it."""
-    if norm is None or _name(norm) != "PixelNorm":
+    if norm is None or module_name(norm) != "PixelNorm":
         return None
-    return torch.mean(x**2, dim=cast(_PixelNorm, norm).dim, keepdim=True)
+    return torch.mean(x**2, dim=cast(PixelNormLike, norm).dim, keepdim=True)
 
 
 def apply_norm(norm: nn.Module | None, x: torch.Tensor, mean: torch.Tensor | None) -> torch.Tensor:
@@ -256,7 +111,7 @@ def apply_norm(norm: nn.Module | None, x: torch.Tensor, mean: torch.Tensor | Non
     if mean is None:
         y: torch.Tensor = norm(x)
         return y
-    return x / torch.sqrt(mean + cast(_PixelNorm, norm).eps)
+    return x / torch.sqrt(mean + cast(PixelNormLike, norm).eps)
 
 
 class LTXVTiledDecoder:
@@ -286,81 +141,81 @@ class LTXVTiledDecoder:
         else:
             raise Unsupported("LTXV decode() without a timestep and noise scale")
         self.model, self.decoder, self.options = model, dec, options
-        _check_conv(dec.conv_in)
+        check_conv(dec.conv_in)
         self.patch = int(dec.patch_size)
         self.plan = self._plan()
         self.strips = options.strips(video=True)
 
-    def _plan(self) -> list[_Plan]:
+    def _plan(self) -> list[Plan]:
         """Every stage in the host's order, with its halo read from its convolutions."""
         dec = self.decoder
         causal = bool(dec.causal)
-        plan: list[_Plan] = []
+        plan: list[Plan] = []
         channels = dec.conv_in.out_channels
         for i, block in enumerate(dec.up_blocks):
-            kind = _name(block)
+            kind = module_name(block)
             if kind == "UNetMidBlock3D":
                 for j, resnet in enumerate(block.res_blocks):
-                    plan += _resnet_plan(f"up{i}.res{j}", resnet, causal)
+                    plan += resnet_plan(f"up{i}.res{j}", resnet, causal)
             elif kind == "ResnetBlock3D":
-                plan += _resnet_plan(f"up{i}", block, causal)
+                plan += resnet_plan(f"up{i}", block, causal)
                 channels = block.out_channels
             elif kind == "DepthToSpaceUpsample":
-                t, s = _d2s_stride(block)
+                t, s = d2s_stride(block)
                 plan.append(
-                    _Plan(
+                    Plan(
                         f"up{i}.d2s",
                         "d2s",
                         block,
                         ("x",),
                         "x",
                         None,
-                        _check_conv(block.conv),
+                        check_conv(block.conv),
                         s,
                         t == 2,
                         channels,
-                        _time_reach(block.conv, causal),
+                        causal_time_reach(block.conv, causal),
                     )
                 )
                 channels = block.out_channels // (s * s * t)
             else:
                 raise Unsupported(f"{kind} in the LTXV decoder")
-        out = _check_norm(dec.conv_norm_out)
+        out = check_norm(dec.conv_norm_out)
         plan.append(
-            _Plan(
+            Plan(
                 "out",
                 "out",
                 dec,
                 ("x",),
                 "image",
                 out,
-                _check_conv(dec.conv_out),
+                check_conv(dec.conv_out),
                 self.patch,
                 False,
                 channels,
-                _time_reach(dec.conv_out, causal),
+                causal_time_reach(dec.conv_out, causal),
             )
         )
         return plan
 
     # -- sizing -----------------------------------------------------------------------------------
-    def _specs(self, latent_shape: tuple[int, ...]) -> list[_Spec]:
+    def _specs(self, latent_shape: tuple[int, ...]) -> list[Spec]:
         """Each stage's live values per input voxel, input frames and resolution, in order."""
         frames, scale, specs = latent_shape[2], 1, []
         for p in self.plan:
-            specs.append(_Spec(_values(p), frames, scale))
+            specs.append(Spec(stage_values(p), frames, scale))
             if p.kind == "d2s":
                 frames, scale = (2 * frames - 1 if p.time_up else frames), scale * p.scale
         return specs
 
-    def geometry(self, plan: _Plan, spec: _Spec, latent_shape: tuple[int, ...]) -> StageGeometry:
+    def geometry(self, plan: Plan, spec: Spec, latent_shape: tuple[int, ...]) -> StageGeometry:
         height, width = latent_shape[-2] * spec.scale, latent_shape[-1] * spec.scale
         # On the CPU a crop keeps enough frames to take the full decode's convolution kernel.
         min_frames = min_crop_frames(plan.conv_channels, height, spec.frames) if self.strips else 1
         return StageGeometry(height, width, spec.frames, plan.halo, plan.time_halo, self.strips, min_frames)
 
     def _estimator(
-        self, spec: _Spec, geo: StageGeometry, batch: int, dtype_bytes: int
+        self, spec: Spec, geo: StageGeometry, batch: int, dtype_bytes: int
     ) -> Callable[[int, int], int]:
         def estimate(tile: int, crop_frames: int) -> int:
             area = crop_area(tile, geo.halo, geo.height, geo.width, geo.strips)
@@ -423,7 +278,7 @@ class LTXVTiledDecoder:
 
                 def attempt(
                     layout: TileLayout,
-                    plan: _Plan = plan,
+                    plan: Plan = plan,
                     body: Callable[..., torch.Tensor] = body,
                     mean: torch.Tensor | None = mean,
                     result: dict[str, torch.Tensor] = result,
@@ -468,7 +323,7 @@ class LTXVTiledDecoder:
         model, dec = self.model, self.decoder
         if model.timestep_conditioning:
             x = torch.randn_like(x) * self.noise_scale + (1.0 - self.noise_scale) * x
-        x = cast(_ChannelStats, model.per_channel_statistics).un_normalize(x)
+        x = cast(ChannelStats, model.per_channel_statistics).un_normalize(x)
         batch = x.shape[0]
         with _Stateless(dec.conv_in):
             sample = dec.conv_in(x, causal=dec.causal)
@@ -491,7 +346,7 @@ class LTXVTiledDecoder:
         height, width = sample.shape[-2:]
         bodies: list[Callable[..., torch.Tensor]] = []
         for block in dec.up_blocks:
-            kind = _name(block)
+            kind = module_name(block)
             if kind == "UNetMidBlock3D":
                 temb = embed(block.time_embedder) if block.timestep_conditioning else None
                 for resnet in block.res_blocks:
@@ -500,7 +355,7 @@ class LTXVTiledDecoder:
                 bodies += self._resnet_bodies(block, None, (height, width), dtype, device)
             else:
                 bodies.append(self._d2s_body(block))
-                scale = _d2s_stride(block)[1]
+                scale = d2s_stride(block)[1]
                 height, width = height * scale, width * scale
         modulation = None
         if dec.timestep_conditioning:
@@ -513,7 +368,7 @@ class LTXVTiledDecoder:
 
     def _resnet_bodies(
         self,
-        block: _Resnet,
+        block: Resnet,
         temb: torch.Tensor | None,
         hw: tuple[int, int],
         dtype: torch.dtype,
@@ -562,7 +417,7 @@ class LTXVTiledDecoder:
 
         return [first_half, second_half]
 
-    def _d2s_body(self, block: _DepthToSpace) -> Callable[..., torch.Tensor]:
+    def _d2s_body(self, block: DepthToSpace) -> Callable[..., torch.Tensor]:
         causal, fresh = self.decoder.causal, _Stateless(block)
 
         def body(h: torch.Tensor, c: tuple[int, int, int, int]) -> torch.Tensor:
@@ -594,7 +449,7 @@ class LTXVTiledDecoder:
 
     def _run_stage(
         self,
-        plan: _Plan,
+        plan: Plan,
         body: Callable[..., torch.Tensor],
         parks: dict[str, torch.Tensor],
         mean: torch.Tensor | None,
