@@ -64,14 +64,10 @@ class _Hooks:
         held: _Held = []
         for _owner, name, is_param, tensor in direct(module):
             data = tensor.data if is_param else tensor
-            if type(data) is not torch.Tensor:  # a quantized subclass: its own storage, left as it is
-                continue
-            if file_reads.file_read(data) is None:  # not a view of a mapped file (a copy, a device tensor)
-                continue
-            # checked before and after: no SIGBUS, never half old, half new
-            copy = private_copy(data, self.pin)
-            set_weight(module, name, is_param, copy)
-            held.append((name, is_param, data, copy))
+            copy = _read_copy(data, self.pin)
+            if copy is not None:
+                set_weight(module, name, is_param, copy)
+                held.append((name, is_param, data, copy))
         if held:
             self.held[key] = held
 
@@ -122,6 +118,15 @@ class _Hooks:
         for module in modules:  # a forward that never ended (an interrupt): its copies go too
             self.depth.pop(id(module), None)
             self.after(module)
+
+
+def _read_copy(data: torch.Tensor, pin: bool = False) -> torch.Tensor | None:
+    """A private copy of ``data`` read through its file (checked before and after: no SIGBUS, never half
+    old, half new) when ``data`` is a view of a mapped file; None for a copy, a device tensor or a
+    quantized subclass (its own storage, left as it is)."""
+    if type(data) is not torch.Tensor or file_reads.file_read(data) is None:
+        return None
+    return private_copy(data, pin)
 
 
 def _copies(fn: Callable[..., Any], module: nn.Module) -> bool:
@@ -217,12 +222,8 @@ def borrow(model: nn.Module, key: str) -> Borrowed | None:
     if holder is None:
         return None
     data = holder.data if is_param else holder
-    if type(data) is not torch.Tensor or file_reads.file_read(data) is None:
+    copy = _read_copy(data)
+    if copy is None:
         return None
-    copy = private_copy(data)  # checked before and after: FileChanged, never SIGBUS or a mix
-    if is_param:
-        holder.data = copy
-    else:
-        module._buffers[name] = copy
-        holder = copy
-    return Borrowed(module, name, is_param, data, holder)
+    set_weight(module, name, is_param, copy)  # (a parameter keeps its object: its data is the copy)
+    return Borrowed(module, name, is_param, data, holder if is_param else copy)

@@ -94,7 +94,8 @@ try {
   const version = await page.evaluate(() => window.__COMFYUI_FRONTEND_VERSION__ ?? "0");
   result.frontend = version;
   result.vueTips = null;
-  if (run.has("vuetips") && Number(version.split(".")[1]) >= 41 && Number(version.split(".")[0]) >= 1) {
+  const [major, minor] = version.split(".").map(Number);
+  if (run.has("vuetips") && (major > 1 || (major === 1 && minor >= 41))) {
     await setRenderer(page, true);
     result.vueTips = {};
     for (const type of TYPES) {
