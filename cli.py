@@ -219,16 +219,18 @@ def _hardware(args: argparse.Namespace) -> Any:
     from dataclasses import replace
 
     from .memory.planning.costmodel import Hardware
-    from .memory.planning.gpus import gpu_names
+    from .memory.planning.gpus import gpu_names, nearest_gpus
 
     if args.gpu is None:
         return Hardware.pcie(args.pcie or 4)
     try:
         hw = Hardware.for_gpu(args.gpu)
     except ValueError:
+        near = nearest_gpus(args.gpu)
+        nearest = f" (nearest: {', '.join(near)})" if near else ""
         raise ValueError(
-            f"--gpu {args.gpu!r} is not a card Headroom knows; name one of: {', '.join(gpu_names())} "
-            "(or give --vram and --pcie for another card)"
+            f"--gpu {args.gpu!r} is not a card Headroom knows{nearest}; name one of: "
+            f"{', '.join(gpu_names())} (or give --vram and --pcie for another card)"
         ) from None
     if args.pcie is not None:
         bus = Hardware.pcie(args.pcie)

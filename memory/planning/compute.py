@@ -19,17 +19,21 @@ counted coefficients are used: a DiT's modulation layers run once per call, not 
 double-stream block's text half meets only the text tokens, so 2 x parameters x tokens would overcount
 Flux 1.7x and Qwen-Image 3x.
 
-Time of one call = matmul FLOPs / (peak at the precision the weights compute in x matmul share) +
-attention FLOPs / (bf16 peak x attention share), and never less than reading its weights once from
-device memory. fp8 weights compute at the bf16 rate unless the host multiplies in fp8 (ComfyUI casts
-them to bf16 unless run with ``--fast fp8_matrix_mult`` or the weights carry its quantization config):
+Time of one call, kernel class by kernel class, each at a share of the card's published peak (``gpus``:
+``Efficiency``, every share at most 1): matmul FLOPs at the precision the weights compute in; attention
+FLOPs at the bf16 peak, the share lowered for short sequences and small heads (``attention_reach``);
+a VAE's convolutions at the bf16 peak; memory-bound ops (norms, activations, modulation, residual adds:
+``MEMORY_PASSES`` reads or writes of the activation per layer) at the card's memory bandwidth; plus a
+fixed overhead per model call. Never less than reading the call's weights once from device memory.
+fp8 weights compute at the bf16 rate unless the host multiplies in fp8 (ComfyUI casts them to bf16
+unless run with ``--fast fp8_matrix_mult`` or the weights carry its quantization config):
 ``fp8_matmul``.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..models.gguf import BYTES_PER_PARAM as GGUF_BYTES_PER_PARAM
 from ..models.info import ComponentInfo
@@ -118,12 +122,47 @@ UNKNOWN_ARCH = Arch(3072, 0, 0.0, text=256)  # layers from the parameters: 12 x 
 
 @dataclass(frozen=True)
 class Work:
-    """FLOPs of one call, and the weight bytes it reads."""
+    """FLOPs of one call by kernel class, the activation bytes its memory-bound ops move, and the weight
+    bytes it reads. ``seq`` and ``head_dim``: the attention's sequence length and head size."""
 
     matmul: float = 0.0
     attention: float = 0.0
     weights: int = 0
     precision: str = "bf16"
+    conv: float = 0.0
+    memory: float = 0.0
+    seq: int = 0
+    head_dim: int = 128
+    calls: int = 1
+
+
+# Attention kernels (flash / memory-efficient SDPA) reach their peak share only at long sequences and
+# large heads: the FlashAttention-2 paper's forward-pass figures (A100, causal off) give about half the
+# long-sequence throughput near 512 tokens and about 0.85 of head dim 128's at head dim 64.
+ATTENTION_HALF_SEQ = 512
+ATTENTION_HALF_DIM = 24
+# Memory-bound passes over a DiT block's activation (tokens x hidden, bf16) per layer: two norms and
+# their modulation, q/k norms and RoPE, the gates and residual adds, and the MLP's activation on its
+# 4x-wide hidden (each a read and a write): about 32 hidden-size passes. A VAE's GroupNorm and SiLU
+# read and write every feature map: about 10 KB per output pixel (the KL decoder: 232 channels per
+# output pixel over its four levels, three residual blocks of two norms each, bf16).
+MEMORY_PASSES = 32
+# Families whose residual stream the host keeps in fp32: Wan's modulation ``e`` is float32 and
+# ``torch.addcmul(x, y, e)`` promotes ``x`` (comfy/ldm/wan/model.py), so its memory-bound passes move
+# 4 bytes an element, not 2.
+FP32_RESIDUAL = frozenset({"wan21", "wan22"})
+VAE_MEMORY_BYTES_PER_PIXEL = 1.0e4
+# Head size of the attention of each family (the host's classes): most DiTs use 128
+HEAD_DIM = {"sdxl": 64, "sd15": 40, "sd2": 64, "sd3": 64, "ltxv": 64, "pixart": 72, "kandinsky5": 128}
+
+
+def attention_reach(seq: int, head_dim: int) -> float:
+    """The share of an attention kernel's long-sequence, head-dim-128 throughput at this shape, in (0, 1]."""
+    if seq <= 0:
+        return 1.0
+    by_seq = seq / (seq + ATTENTION_HALF_SEQ)
+    by_dim = (head_dim / (head_dim + ATTENTION_HALF_DIM)) / (128 / (128 + ATTENTION_HALF_DIM))
+    return min(1.0, by_seq) * min(1.0, by_dim)
 
 
 def params_of(info: ComponentInfo) -> float:
@@ -159,26 +198,34 @@ def hidden_of(info: ComponentInfo) -> int | None:
 
 
 def diffusion_work(family: str, params: float, *, width: int, height: int, frames: int, samples: int) -> Work:
-    """FLOPs of one call of a diffusion model on ``samples`` latents (batch x 2 with CFG)."""
+    """FLOPs of one call of a diffusion model on ``samples`` latents (batch x 2 with CFG), the bytes its
+    memory-bound ops move, and its attention's sequence length and head size."""
     spec = DIFFUSION.get(family, UNKNOWN_DIFFUSION)
     cells = math.ceil(width / spec.spatial) * math.ceil(height / spec.spatial)
     cells *= latent_frames(frames, spec.temporal)
+    head_dim = HEAD_DIM.get(MEASURED_ALIAS.get(family, family), 128)
+    arch = _arch(family, params)
+    tokens = max(1, cells // (arch.patch * arch.patch))
+    layers = arch.layers or max(1, round(params / (12 * arch.hidden**2)))
+    seq = tokens + arch.text
+    # a UNet (no ARCH entry) attends over its latent cells; its elementwise work is not counted
+    element = 4 if family in FP32_RESIDUAL else 2
+    memory = samples * MEMORY_PASSES * seq * arch.hidden * layers * element if family in ARCH else 0.0
+    attn_seq = seq if family in ARCH else cells
     measured = _measured(family, params)
     if measured is not None:
         m1, m0, a2, a1, a0, counted = measured
         if 1 / MEASURED_RANGE <= params / counted <= MEASURED_RANGE or family not in ARCH:
             scale = params / counted  # a pruned or extended file of the counted architecture
-            return Work(samples * scale * (m1 * cells + m0), samples * (a2 * cells * cells + a1 * cells + a0))
-    arch = _arch(family, params)
-    tokens = max(1, cells // (arch.patch * arch.patch))
-    layers = arch.layers or max(1, round(params / (12 * arch.hidden**2)))
+            matmul = samples * scale * (m1 * cells + m0)
+            attention = samples * (a2 * cells * cells + a1 * cells + a0)
+            return Work(matmul, attention, memory=memory, seq=attn_seq, head_dim=head_dim)
     share = DEFAULT_TOKEN_SHARE
     if measured is not None:  # the counted share of parameters each image token meets
         share = min(1.0, measured[0] * arch.patch * arch.patch / 2 / measured[5])
-    seq = tokens + arch.text
     matmul = 2 * params * share * seq
     attention = 4 * seq * seq * arch.hidden * layers + 4 * tokens * arch.cross * arch.hidden * layers
-    return Work(samples * matmul, samples * attention)
+    return Work(samples * matmul, samples * attention, memory=memory, seq=seq, head_dim=head_dim)
 
 
 def call_work(
@@ -192,13 +239,17 @@ def call_work(
     encode: bool = False,
     fp8_matmul: bool = False,
 ) -> Work:
-    """FLOPs of one call of ``info`` at a node whose latent is ``width`` x ``height`` x ``frames``."""
+    """The work of one call of ``info`` at a node whose latent is ``width`` x ``height`` x ``frames``."""
     params = params_of(info)
     precision = precision_of(info, fp8_matmul)
     family = info.family or ""
-    if info.kind == "vae":
+    if info.kind == "vae":  # convolutions, and GroupNorm/SiLU over every feature map
         pixels = width * height * frames * batch
-        work = Work(vae_flops_per_pixel(family) * pixels * (0.5 if encode else 1.0))
+        half = 0.5 if encode else 1.0
+        work = Work(
+            conv=vae_flops_per_pixel(family) * pixels * half,
+            memory=VAE_MEMORY_BYTES_PER_PIXEL * pixels * half,
+        )
     elif info.kind in ("diffusion_model", "checkpoint", "controlnet"):
         samples = batch * (2 if cfg else 1)
         work = diffusion_work(family, params, width=width, height=height, frames=frames, samples=samples)
@@ -209,18 +260,31 @@ def call_work(
         hidden, patch, size = CLIP_VISION.get(family, (1280, 14, 224))
         work = Work(2 * params * ((size // patch) ** 2 + 1) * batch)
     elif info.kind == "upscale_model":  # a convolutional upscaler runs at the input's resolution
-        work = Work(2 * params * width * height * batch)
+        work = Work(conv=2 * params * width * height * batch)
     else:  # a LoRA or a patch computes inside the model it patches
-        return Work()
-    return Work(work.matmul, work.attention, info.bytes, precision)
+        return Work(calls=0)
+    return replace(work, weights=info.bytes, precision=precision)
+
+
+def breakdown(work: Work, gpu: Gpu) -> dict[str, float]:
+    """Seconds of one call per kernel class at the whole of each peak (every share 1), and its calls:
+    the time at shares ``eff`` is the sum of each class over its share, plus the calls' overhead."""
+    return {
+        "matmul": work.matmul / (gpu.tflops(work.precision) * 1e12),
+        "attention": work.attention / (gpu.tflops("bf16") * 1e12 * attention_reach(work.seq, work.head_dim)),
+        "conv": work.conv / (gpu.tflops("bf16") * 1e12),
+        "memory": work.memory / (gpu.memory_gbs * 1e9),
+        "calls": float(work.calls),
+    }
 
 
 def seconds(work: Work, gpu: Gpu) -> float:
-    """Time of one call on ``gpu``: matmuls and attention at their shares of the peak, at least the time
-    to read the weights once from device memory."""
-    if not work.matmul and not work.attention:
+    """Time of one call on ``gpu``: each kernel class at its share of the card's peak, plus the fixed
+    overhead of a call, and at least the time to read the weights once from device memory."""
+    if not (work.matmul or work.attention or work.conv):
         return 0.0
-    eff = gpu.efficiency
-    t = work.matmul / (gpu.tflops(work.precision) * 1e12 * eff.matmul)
-    t += work.attention / (gpu.tflops("bf16") * 1e12 * eff.attention)
+    eff = gpu.shares
+    parts = breakdown(work, gpu)
+    t = parts["matmul"] / eff.matmul + parts["attention"] / eff.attention + parts["conv"] / eff.conv
+    t += parts["memory"] / eff.memory + parts["calls"] * eff.overhead_s
     return max(t, work.weights / (gpu.memory_gbs * 1e9))

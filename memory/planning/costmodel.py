@@ -40,6 +40,8 @@ class Hardware:
     # nobody said which card, the plan assumed this one (and says so in a note)
     gpu: str = DEFAULT_FOR_PCIE[4]
     gpu_assumed: bool = True
+    # how the card was chosen: "named" (--gpu, the sidebar), "device" (the host's device), "assumed"
+    gpu_source: str = "assumed"
     fp8_matmul: bool = False  # the host multiplies fp8 weights in fp8 (else it casts them to bf16)
     efficiency: Efficiency | None = None  # the card's shares of its peak; None: the table's
     # the link figures a run on this machine measured (telemetry.links); the others are assumed
@@ -84,10 +86,11 @@ class Hardware:
             h2d_pinned=base.h2d_pinned * lanes,
             h2d_pageable=base.h2d_pageable * lanes,
             d2h=base.d2h * lanes,
-            tflops=card.bf16 * card.efficiency.matmul,
+            tflops=card.bf16 * card.shares.matmul,
             gpu=card.name,
             gpu_assumed=False,
-            efficiency=card.efficiency,
+            gpu_source="named",
+            efficiency=card.shares,
         )
 
     @classmethod
@@ -95,7 +98,7 @@ class Hardware:
         """The card the host reports by name ("NVIDIA GeForce RTX 4090"), else PCIe 4's defaults (the
         plan's note then says which card it assumed)."""
         card = find_gpu(name) if name else None
-        return cls.for_gpu(card) if card is not None else cls.pcie(4)
+        return replace(cls.for_gpu(card), gpu_source="device") if card is not None else cls.pcie(4)
 
     def card(self) -> Gpu:
         """The card that prices compute (the PCIe generation's default when none was named)."""

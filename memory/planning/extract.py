@@ -30,7 +30,7 @@ from ..workflow.walk import fill
 from .activations import activation_bytes, host_reservation
 from .compute import TEXT_TOKENS, call_work, hidden_of, seconds
 from .costmodel import PIN_CHOICES, Hardware
-from .latents import DEFAULT_SHAPE, MEDIA_TYPES, LatentReader, Shape
+from .latents import DEFAULT_SHAPE, MEDIA_TYPES, LatentReader, MediaSizes, Shape
 from .loaders import (
     CARRIES,
     LIGHT_OUTPUTS,
@@ -68,8 +68,9 @@ class _Size(TypedDict):
 
 class _Extractor:
     def __init__(
-        self, graph: Graph, order: list[str], node_io: NodeIO, models_dir: Path | Sequence[Path] | None
-    ) -> None:
+        self, graph: Graph, order: list[str], node_io: NodeIO, models_dir: Path | Sequence[Path] | None,
+        media: MediaSizes | None = None,
+    ) -> None:  # fmt: skip
         self.g, self.order, self.io, self.models_dir = graph, order, node_io, models_dir
         self.components: dict[str, Component] = {}
         self.info: dict[str, ComponentInfo] = {}
@@ -86,6 +87,7 @@ class _Extractor:
             lambda node_id, name: self.number(node_id, name, max),
             lambda node_id: (self.io(graph.nodes[node_id].class_type) or ({}, ()))[0] or None,
             lambda node_id: _describe(graph.nodes[node_id]),
+            media,
         )
 
     # --- components --------------------------------------------------------------------------------
@@ -543,13 +545,15 @@ def workload_from_graph(
     tflops: float | None = None,
     hardware: Hardware | None = None,
     tiled_decode: TiledDecodeFigures | None = None,
+    media: MediaSizes | None = None,
 ) -> Workload:
     """Components and steps of ``graph`` executed in ``order`` (see the module docstring).
 
     ``hardware``: the card whose throughput prices each node's compute (memory/planning/compute.py;
     default PCIe 4's, said in a note). ``tflops`` is no longer read (the card's table figures are).
+    ``media``: the host's reader of a loaded image's or video's size (latents.MediaSizes).
     """
-    ex = _Extractor(graph, order, node_io, models_dir)
+    ex = _Extractor(graph, order, node_io, models_dir, media)
     ex.hardware = hardware or Hardware.pcie(4)
     ex.tiled.source = tiled_decode
     uncounted = []

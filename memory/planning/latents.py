@@ -101,6 +101,13 @@ def _side(pixels: float) -> int:
     return max(1, min(MAX_SIDE, round(pixels))) if math.isfinite(pixels) else MAX_SIDE
 
 
+# (class_type, the loader's literal inputs) -> (width, height, frames) of the file it loads, or why not:
+# the host reads an image's or a video's header from its input folder (nodes/host/media_sizes.py); the
+# command line has no input folder, so its plans keep the note.
+MediaSizes = Callable[[str, dict[str, Any]], "tuple[int, int, int] | str"]
+# Loaders whose size the host can read from the file: LoadImage's frames are the batch it outputs
+MEDIA_LOADERS = frozenset({"LoadImage", "LoadImageMask", "LoadVideo"})
+
 # Number(node_id, input name) -> the input as a number (a note written when it had to be assumed), or
 # None when the node has no such input or nothing is known.
 Number = Callable[[str, str], "float | None"]
@@ -122,11 +129,12 @@ class Read(Generic[V]):
 class LatentReader:
     def __init__(
         self, graph: Graph, values: Evaluator, number: Number, input_types: InputTypes,
-        describe: Callable[[str], str],
+        describe: Callable[[str], str], media: MediaSizes | None = None,
     ) -> None:  # fmt: skip
         self.g, self.values, self.number, self.types, self.describe = (
             graph, values, number, input_types, describe,
         )  # fmt: skip
+        self.media = media
         self.live = values.live_inputs
         self._memo: dict[tuple[str, int], Read[Shape]] = {}
         self._depth = 0
@@ -189,7 +197,7 @@ class LatentReader:
                 self._memo[key] = found
                 break
             if upstream is None:
-                found = Read(None, self._why_unknown(current.node))
+                found = self._loaded(current.node) or Read(None, self._why_unknown(current.node))
                 self._memo[key] = found
                 break
             chain.append((current.node, current))
@@ -235,6 +243,21 @@ class LatentReader:
         return Read(
             largest, f"{self.describe(node_id)} picks its latent at run time: the largest branch ({size})"
         )
+
+    def _loaded(self, node_id: str) -> Read[Shape] | None:
+        """A loaded image's or video's size, read from its file by the host (None: no reader, or not a
+        loader it reads; a Read of None with why, when the file could not be read)."""
+        node = self.g.nodes[node_id]
+        if self.media is None or node.class_type not in MEDIA_LOADERS:
+            return None
+        literal = {k: v for k, v in self.live(node_id).items() if not isinstance(v, Link)}
+        got = self.media(node.class_type, literal)
+        if isinstance(got, str):
+            return Read(None, f"{self.describe(node_id)}: {got}")
+        width, height, frames = got
+        if node.class_type == "LoadVideo":
+            return Read(Shape(_side(width), _side(height), max(frames, 1), 1))
+        return Read(Shape(_side(width), _side(height), 1, max(frames, 1)))
 
     def _why_unknown(self, node_id: str) -> str:
         node = self.g.nodes[node_id]

@@ -21,6 +21,7 @@ from ..workflow.graph import Graph, load_workflow, parse_workflow
 from ..workflow.order import predict_order
 from .costmodel import Budget, Hardware
 from .extract import workload_from_graph
+from .latents import MediaSizes
 from .planner import Plan, plan
 from .tiled_decode import TiledDecodeFigures
 from .workload import Workload
@@ -53,6 +54,7 @@ def plan_workflow(
     order_by: OrderFn = predict_order,
     time_limit_s: float | None = None,
     tiled_decode: TiledDecodeFigures | None = None,
+    media: MediaSizes | None = None,
 ) -> Planned:
     """Plan ``workflow`` (an API prompt or UI workflow, or a Path to one as JSON) under ``budget``.
 
@@ -61,7 +63,8 @@ def plan_workflow(
     the node ids the host will serve from its cache, or a function of the parsed graph that predicts
     them (they are left out of the order). ``order_by``: the ordering stage (the scaling bench compares
     the host's per-step scan). ``time_limit_s``: past it, PlanTimeout (None: no limit). ``tiled_decode``:
-    the Tiled VAE Decode's own figures, from the host (tiled_decode.py).
+    the Tiled VAE Decode's own figures, from the host (tiled_decode.py). ``media``: the host's reader of
+    a loaded image's or video's size (latents.MediaSizes).
 
     Without a budget the pipeline stops after extraction, for callers that plan the workload themselves:
     under several budgets (the planner bench), or from the tiers the components hold at that moment,
@@ -89,7 +92,7 @@ def plan_workflow(
         order = order_by(graph, held, outputs)
         lap("order")
         workload = workload_from_graph(
-            graph, order, models_dir=models_dir, hardware=hardware, tiled_decode=tiled_decode
+            graph, order, models_dir=models_dir, hardware=hardware, tiled_decode=tiled_decode, media=media
         )
         lap("extract")
         result = None

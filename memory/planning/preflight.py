@@ -29,11 +29,13 @@ from .baselines import comfyui_reactive
 from .costmodel import Budget, Hardware
 from .host_advice import host_report, hosts_json, rerun_nodes
 from .host_settings import HostSettings
+from .latents import MediaSizes
 from .pipeline import Planned, plan_workflow
 from .planner import Plan, minimum_vram
 from .records import PlannedNode, PlannedRun, prompt_key
 from .report import plan_json
 from .tiled_decode import TiledDecodeFigures
+from .timing import time_basis
 from .workload import Step, Workload
 
 # Which Headroom node takes over the work of a component kind that does not fit.
@@ -76,6 +78,8 @@ class Preflight:
     # the host this prompt runs on: its settings, what it will do (both runs) and which settings fit
     # (host_advice.hosts_json's "settings" and "advice", and the repeat run's reloads), for the toast
     host: dict[str, Any] | None = None
+    # the card the time assumes, what it counts and its range (timing.time_basis)
+    time: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -366,6 +370,7 @@ def plan_prompt(
     card: str | None = None,
     host: HostSettings | None = None,
     tiled_decode: TiledDecodeFigures | None = None,
+    media: MediaSizes | None = None,
 ) -> tuple[PlannedRun | None, Preflight]:
     """Parse, order, extract and plan an API prompt (what POST /prompt carries); never raises on bad input.
 
@@ -374,7 +379,8 @@ def plan_prompt(
     it, planning stops and the preflight says so (the prompt runs unplanned). ``card``: the card's name,
     passed on in the verdict for the timeline's header. ``host``: the running host's settings (None: the
     2026 host's defaults), predicted and advised in the verdict's ``host``. ``tiled_decode``: the Tiled
-    VAE Decode's own figures, from the host (tiled_decode.py).
+    VAE Decode's own figures, from the host (tiled_decode.py). ``media``: the host's reader of a loaded
+    image's or video's size (latents.MediaSizes).
     """
     try:
         planned = plan_workflow(
@@ -385,6 +391,7 @@ def plan_prompt(
             outputs=outputs,
             time_limit_s=time_limit_s,
             tiled_decode=tiled_decode,
+            media=media,
         )
     except (WorkflowError, ValueError, KeyError, TypeError) as exc:
         return None, Preflight(None, "skipped", f"not planned: {exc}", budget_vram=budget.vram)
@@ -394,7 +401,9 @@ def plan_prompt(
     workload, result = planned.workload, planned.plan
     assert result is not None  # planned under a budget
     verdict = replace(check(workload, result, planned.graph), card=card)
-    verdict = replace(verdict, host=host_verdict(planned, budget, host or HostSettings()))
+    verdict = replace(
+        verdict, host=host_verdict(planned, budget, host or HostSettings()), time=time_basis(result, workload)
+    )
     return planned_run(workload, result, verdict), verdict
 
 

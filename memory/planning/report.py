@@ -11,6 +11,7 @@ from ..units import GiB, format_bytes, format_bytes_up
 from .baselines import Outcome
 from .planner import Action, Placement, Plan, Prefetch
 from .reasons import step_reasons
+from .timing import time_basis, time_line
 from .workload import Component, Workload
 
 
@@ -128,6 +129,10 @@ def plan_text(plan: Plan, workload: Workload, baselines: dict[str, Outcome], why
         text = text.replace(
             "fits: yes;", f"fits: not known: {files} not counted (see the notes); without them"
         )
+    if plan.feasible:  # what the time is, right under the verdict that gives it
+        lines = text.split("\n")
+        at = next((i + 1 for i, line in enumerate(lines) if line.startswith("fits:")), len(lines))
+        text = "\n".join([*lines[:at], time_line(time_basis(plan, workload), plan.wall_s), *lines[at:]])
     parts.append(text)
     notes = plan_notes(plan, workload)
     if notes:
@@ -180,6 +185,7 @@ def plan_json(plan: Plan, workload: Workload, baselines: dict[str, Outcome]) -> 
         "vram_peak": vram_peak(plan),
         "transfer_s": num(plan.transfer_s),
         "wall_s": num(plan.wall_s),
+        "time": time_basis(plan, workload),
         "prefetch_depth": plan.prefetch_depth,
         "components": [
             {

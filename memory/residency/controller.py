@@ -34,6 +34,7 @@ from typing import Any
 
 from ..deadline import PlanTimeout, time_limit
 from ..planning.costmodel import CHOICE_HOST, Budget, Hardware, Tier
+from ..planning.latents import MediaSizes
 from ..planning.pipeline import plan_workflow
 from ..planning.planner import Plan, StepPlan, plan
 from ..planning.reasons import step_reasons
@@ -71,6 +72,7 @@ class Controller:
         self.ram_guard: RamGuard | None = None  # the host's: RssAnon + pinned within the RAM budget
         self.prefetcher: Prefetcher | None = None  # the host's: prefetch uploads on a side stream
         self.tiled_decode: TiledDecodeFigures | None = None  # the host's Tiled VAE Decode figures
+        self.media: MediaSizes | None = None  # the host's reader of a loaded image's or video's size
         self.lock = threading.RLock()
 
     # -- registration (the loader node)
@@ -128,6 +130,7 @@ class Controller:
                 cached=lambda graph: predict_cached(graph, self.held),
                 time_limit_s=self.time_limit_s,
                 tiled_decode=self.tiled_decode,
+                media=self.media,
             )
         except (ValueError, KeyError, TypeError, PlanTimeout) as exc:
             _log.info("Headroom: prompt %s is not planned (%s); the host manages its models", prompt_id, exc)

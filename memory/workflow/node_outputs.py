@@ -55,8 +55,18 @@ def number_convert(inputs: dict[str, Any]) -> tuple[float, int] | None:
     return None
 
 
+def wan_camera_embedding(inputs: dict[str, Any]) -> tuple[Any, ...] | None:
+    """WanCameraEmbedding.execute (comfy_extras/nodes_camera_trajectory.py): the camera embedding, then
+    its own width, height and length passed on, which WanCameraImageToVideo takes through links."""
+    sizes = [inputs.get(name) for name in ("width", "height", "length")]
+    if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in sizes):
+        return None
+    return (None, *sizes)
+
+
 # class_type -> (the inputs it reads, the function of their values)
 NODE_OUTPUTS: dict[str, tuple[tuple[str, ...], Callable[[dict[str, Any]], tuple[Any, ...] | None]]] = {
     "ResolutionSelector": (("aspect_ratio", "megapixels", "multiple"), resolution_selector),
     "ComfyNumberConvert": (("value",), number_convert),
+    "WanCameraEmbedding": (("width", "height", "length"), wan_camera_embedding),
 }

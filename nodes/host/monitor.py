@@ -36,6 +36,7 @@ from .host_flags import running_host_settings
 from .host_gauges import gauges
 from .links import hardware_for, measured_links, record_disk
 from .lookups import host_module, models_dir, output_nodes
+from .media_sizes import media_sizes
 from .vae_plan import tiled_decode_figures
 
 _log = logging.getLogger("headroom")
@@ -194,6 +195,7 @@ class Monitor(Subscriber):
             card=card,
             host=running_host_settings(),
             tiled_decode=tiled_decode_figures,
+            media=media_sizes,
         )
 
     def card_name(self) -> str:

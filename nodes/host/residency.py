@@ -34,6 +34,7 @@ from . import dynamic_vram, legacy_2024, lora_reads, recording, sampling, text_e
 from .events import Subscriber
 from .links import device_name, hardware_for
 from .lookups import host_module, lazy_inputs, models_dir, output_nodes, queued_outputs
+from .media_sizes import media_sizes
 from .prefetch import HostPrefetch
 from .vae_plan import tiled_decode_figures
 
@@ -321,6 +322,7 @@ class Residency(Subscriber):
         self.controller.ram_guard = self.ram_guard
         self.controller.prefetcher = Prefetcher(HostPrefetch())  # uploads on a side stream (prefetch.py)
         self.controller.tiled_decode = tiled_decode_figures  # the Tiled VAE Decode's own figures
+        self.controller.media = media_sizes  # a loaded image's or video's size, from its header
         self.card_budget = card_budget
         self.moves: list[Callable[[ResidencyEvent], None]] = [on_move] if on_move is not None else []
         self.budget_override: Budget | None = None

@@ -275,6 +275,7 @@ def _add_routes(web: Any, routes: Any) -> None:
                 "verdict": verdict.as_dict(),
                 "vram_peak": plan.get("vram_peak"),
                 "wall_s": plan.get("wall_s"),
+                "time": plan.get("time"),
             }
         )
 

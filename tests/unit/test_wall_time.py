@@ -14,13 +14,7 @@ from comfyui_headroom.cli import main
 from comfyui_headroom.memory.models.info import ComponentInfo
 from comfyui_headroom.memory.planning.compute import call_work, diffusion_work, seconds
 from comfyui_headroom.memory.planning.costmodel import Budget, Hardware
-from comfyui_headroom.memory.planning.gpus import (
-    EFFICIENCY,
-    GPUS,
-    REFERENCE_KERNEL_REACH,
-    find_gpu,
-    measured_efficiency,
-)
+from comfyui_headroom.memory.planning.gpus import GPUS, PROCESS, find_gpu, measured_efficiency, nearest_gpus
 from comfyui_headroom.memory.planning.pipeline import plan_workflow
 from comfyui_headroom.memory.units import GB, GiB
 
@@ -44,6 +38,12 @@ FLUX = ROOT / "example_workflows" / "api" / "Flux Dev text to image.json"
         ("l40s", "L40S"),
         ("NVIDIA L40", "L40"),  # not the L4 its name contains
         ("NVIDIA L4", "L4"),
+        ("NVIDIA GeForce RTX 4090 Laptop GPU", "RTX 4090 Laptop"),
+        ("NVIDIA A100 80GB PCIe", "A100"),
+        ("NVIDIA A100-PCIE-40GB", "A100 40GB"),
+        ("NVIDIA H800", "H800"),
+        ("RTX 4090 24GB FE", "RTX 4090"),
+        ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "RTX PRO 6000 Blackwell"),
     ],
 )
 def test_a_card_is_found_by_the_name_the_host_or_the_user_gives(reported: str, card: str) -> None:
@@ -55,13 +55,32 @@ def test_an_unknown_card_is_not_guessed() -> None:
     assert find_gpu("Voodoo 3 3000") is None and find_gpu("") is None
 
 
+@pytest.mark.parametrize(
+    ("name", "not_this"),
+    [("RTX A1000", "A100"), ("RTX 4090 Laptop Max-Q", "RTX 4090"), ("GeForce RTX 4090 Ti", "RTX 4090"),
+     ("A100 PCIe", "A100"), ("L40 Super", "L40"), ("RTX 5090 D v2", "RTX 5090")],
+)  # fmt: skip
+def test_a_card_is_never_another_card_whose_name_it_contains(name: str, not_this: str) -> None:
+    """Issue #43: "RTX A1000" (8 GB) was planned as an 80 GB A100, "RTX 4090 Laptop" as the desktop card;
+    a laptop part is its own row, and a name the table does not have is refused with the nearest ones."""
+    assert find_gpu(name) is None
+    assert nearest_gpus(name)  # the error names what the user may have meant
+    laptop = find_gpu("RTX 4090 Laptop")
+    assert laptop is not None and laptop.vram_gib == 16 and laptop.bf16 < find_gpu("RTX 4090").bf16
+
+
 def test_the_table_is_consistent() -> None:
     names = [g.name for g in GPUS]
     assert len(names) == len(set(names))
     for g in GPUS:
-        assert g.bf16 > g.fp32 > 0 and g.memory_gbs > 0 and g.vram_gib >= 8
+        assert g.bf16 > g.fp32 > 0 and g.memory_gbs > 0 and g.vram_gib >= 8 and g.watts > 0
         assert g.fp8 is None or g.fp8 == pytest.approx(2 * g.bf16, rel=0.02)
         assert find_gpu(g.name) is not None and find_gpu(g.name).name == g.name
+        assert g.arch in PROCESS and g.spec in ("consumer", "full_rate")
+        shares = g.shares
+        assert all(0 < getattr(shares, k) <= 1 for k in ("matmul", "attention", "conv", "memory"))
+        for alias in g.aliases:
+            assert find_gpu(alias).name == g.name
 
 
 def _wan14(dtype: str = "bf16") -> ComponentInfo:
@@ -87,7 +106,7 @@ def test_cfg_doubles_the_work_and_fp8_runs_at_the_bf16_rate_unless_the_host_mult
     fp8 = call_work(_wan14("fp8_e4m3fn"), **shape, cfg=True)
     assert seconds(fp8, ada) == pytest.approx(seconds(two, ada))  # the host casts to bf16
     fast = call_work(_wan14("fp8_e4m3fn"), **shape, cfg=True, fp8_matmul=True)
-    eff = ada.efficiency.matmul
+    eff = ada.shares.matmul
     halved = two.matmul / (ada.bf16 * 1e12 * eff) - two.matmul / (ada.fp8 * 1e12 * eff)
     assert seconds(two, ada) - seconds(fast, ada) == pytest.approx(halved)
     assert seconds(fast, ampere) == pytest.approx(seconds(two, ampere))  # no fp8 tensor cores
@@ -107,8 +126,9 @@ def test_the_card_sets_compute_bus_and_wall_time() -> None:
         planned = plan_workflow(FLUX, budget, Hardware.for_gpu(name))
         walls[name] = sum(s.compute_s for s in planned.workload.steps)
     assert walls["RTX 3090"] > walls["RTX 4090"] > walls["H100"]
-    # throughput ratio of the two GeForce cards at the bf16 rate
-    assert walls["RTX 3090"] / walls["RTX 4090"] == pytest.approx(165.2 / 71.0, rel=0.05)
+    # between the two cards' memory-bandwidth ratio (the memory-bound ops, the per-call overhead) and their
+    # bf16 peak ratio (the matmuls and attention): neither card is power-limited
+    assert 1008 / 936 < walls["RTX 3090"] / walls["RTX 4090"] <= 165.2 / 71.0
     x8 = Hardware.for_gpu("RTX 4060 Ti")
     assert x8.h2d_pinned == pytest.approx(Hardware.pcie(4).h2d_pinned / 2) and not x8.gpu_assumed
     assert Hardware.for_gpu("RTX 5090").h2d_pinned == Hardware.pcie(5).h2d_pinned
@@ -162,9 +182,9 @@ def test_counted_coefficients_agree_with_the_attention_formula_they_replace() ->
 def test_a_video_decode_costs_its_counted_flops_per_pixel() -> None:
     vae = ComponentInfo("vae", "wan_2.1_vae.safetensors", "wan21_vae", "bf16", 254 << 20, (), "catalog")
     work = call_work(vae, width=832, height=480, frames=81, batch=1, cfg=False)
-    assert work.matmul == pytest.approx(8.6e6 * 832 * 480 * 81)
+    assert work.conv == pytest.approx(8.6e6 * 832 * 480 * 81) and work.matmul == 0  # convolutions
     encode = call_work(vae, width=832, height=480, frames=81, batch=1, cfg=False, encode=True)
-    assert encode.matmul == pytest.approx(work.matmul / 2)
+    assert encode.conv == pytest.approx(work.conv / 2) and encode.memory == pytest.approx(work.memory / 2)
 
 
 def _load(path: Path) -> Any:
@@ -187,8 +207,15 @@ def test_the_gpu_runbook_measures_at_diffusion_shapes_and_its_figures_feed_the_t
     data = tmp_path / "gpu_efficiency.json"
     _load(ROOT / "scripts" / "gpu_efficiency.py").merge(h100, data)
     measured = measured_efficiency(data)["H100"]
-    assert measured.matmul == pytest.approx(EFFICIENCY.matmul * 700 / 989 / REFERENCE_KERNEL_REACH, abs=1e-3)
-    assert measured.attention == pytest.approx(
-        EFFICIENCY.attention * 450 / 989 / REFERENCE_KERNEL_REACH, abs=1e-3
-    )
+    # the kernels' measured share of the card's peak, as they ran (power limit included)
+    assert measured.matmul == pytest.approx(700 / 989, abs=1e-3)
+    assert measured.attention == pytest.approx(450 / 989, abs=1e-3)
     assert "bench/gpu_throughput_gpu.py on NVIDIA H100" in measured.source
+    # a kernel that outran the spec sheet (a boost clock above it) is held to the card's peak
+    fast = {
+        "device": "NVIDIA GeForce RTX 4090",
+        "best_tflops": {"bf16_matmul": 179.0, "bf16_attention": 120.0},
+    }
+    _load(ROOT / "scripts" / "gpu_efficiency.py").merge(fast, data)
+    measured_efficiency.cache_clear()
+    assert measured_efficiency(data)["RTX 4090"].matmul == 1.0
