@@ -155,3 +155,35 @@ def test_wan_camera_image_to_video_is_sized_by_its_widgets_before_the_run() -> N
     widgets = _template("video_wan2_2_14B_fun_camera")
     node = next(n for n in widgets["nodes"] if str(n["id"]) == "98")
     assert node["widgets_values"][:3] == [832, 480, 81]
+
+
+def _set_by_widgets(graph: Any, node: Any, name: str) -> bool:
+    """The input is a widget's number, or comes by link from a node that has that input as a number
+    (WanCameraEmbedding passes its width, height and length on)."""
+    from comfyui_headroom.memory.workflow.graph_types import Link
+
+    value = node.inputs.get(name)
+    if isinstance(value, Link) and value.node in graph.nodes:
+        value = graph.nodes[value.node].inputs.get(name)
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def test_no_template_assumes_a_size_its_own_widgets_set() -> None:
+    """Across the official templates, a "latent's size is not known" note never blames a node whose width
+    and height are literal widget values (or WanCameraEmbedding's pass-through): those are read."""
+    templates = pytest.importorskip("comfyui_workflow_templates_json")
+    folder, planned_count, blamed = Path(templates.__file__).parent / "templates", 0, []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            workflow = json.loads(path.read_text(encoding="utf-8"))
+            planned = plan_workflow(workflow, None, Hardware.pcie(4))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue  # the index and non-workflow files
+        planned_count += 1
+        for note in planned.workload.notes:
+            if "latent's size is not known" not in note:
+                continue
+            node = planned.graph.nodes.get(note.split(" ")[1])
+            if node is not None and all(_set_by_widgets(planned.graph, node, n) for n in ("width", "height")):
+                blamed.append((path.name, note[:120]))
+    assert planned_count > 300 and blamed == []
