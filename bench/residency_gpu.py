@@ -151,6 +151,22 @@ def run_once(host: Host, prompt: dict[str, Any], prompt_id: str) -> dict[str, An
     }
 
 
+def weights_over_plan(host: Host, prompt_id: str, events: list[dict[str, Any]]) -> dict[str, list[int]]:
+    """Nodes at whose start the host held more weights on its device than the plan keeps there:
+    {node: [held, planned]}. The controller's ledger reads the host's loaded models at each node's start
+    (after its moves) and end; the plan's share is plan_room.weights_kept. On a CPU host the device is
+    the CPU and its loaded models count the same, so this part of a node's peak is checked without a GPU:
+    a node over here is over on a GPU by at least as much (activations come on top)."""
+    run = _pack(host).residency().controller.runs[prompt_id]
+    kept_fn = _pack(host, "memory.residency.plan_room").weights_kept
+    kept = {sp.step.node_id: kept_fn(run, sp) for sp in run.plan.steps}
+    held: dict[str, int] = {}
+    for e in events:
+        if e["kind"] == "ledger" and e["node_id"] not in held:  # the first: at the node's start
+            held[e["node_id"]] = e["nbytes"]
+    return {n: [b, kept[n]] for n, b in held.items() if n in kept and b > kept[n]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", choices=("sd15", "tiny"), default=None, help="sd15 on CUDA, tiny on CPU")
@@ -191,6 +207,7 @@ def main() -> int:
             for n, peak in ours["nodes"].items()
             if peak is not None and n in predicted and peak > predicted[n]
         }
+        held_over = weights_over_plan(host, f"headroom-{rep}", summary.get("events", []))
         rows.append({
             "repeat": rep, "stock_s": stock["wall_s"], "headroom_s": ours["wall_s"],
             "speedup": stock["wall_s"] / ours["wall_s"],
@@ -203,6 +220,7 @@ def main() -> int:
             "applied_not_planned": sorted(set(map(tuple, summary.get("applied", [])))
                                           - set(map(tuple, summary.get("planned", [])))),
             "over_budget_events": summary.get("over_budget"), "nodes_over_plan": over_plan,
+            "weights_over_plan": held_over,
             "headroom_node_peaks": ours["nodes"], "planned_node_peaks": predicted,
         })  # fmt: skip
     device = torch.cuda.get_device_name(0) if cuda else f"CPU ({platform.processor() or platform.machine()})"
@@ -236,18 +254,36 @@ def report(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         f"{meta['steps']} steps at {meta['res']}px, experts' residency `{meta['residency']}`.",
         "",
         "| repeat | stock s | Headroom s | speed-up | stock peak | Headroom peak | same image | plan applied "
-        "| nodes over plan |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| nodes over plan | weights over plan |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['repeat']} | {r['stock_s']:.2f} | {r['headroom_s']:.2f} | {r['speedup']:.2f}x | "
             f"{_mib(r['stock_peak'])} | {_mib(r['headroom_peak'])} | {r['identical']} | "
-            f"{r['applied_equals_planned']} | {len(r['nodes_over_plan'])} |"
+            f"{r['applied_equals_planned']} | {len(r['nodes_over_plan'])} | {len(r['weights_over_plan'])} |"
         )
     speed = statistics.median(r["speedup"] for r in rows)
     lines += ["", f"Median speed-up (stock / Headroom wall time): {speed:.2f}x.", ""]
-    return "\n".join(lines)
+    # each deviation with its size, so that a run on the device explains itself
+    for r in rows:
+        for node, (peak, planned) in sorted(r["nodes_over_plan"].items()):
+            held = r["weights_over_plan"].get(node)
+            why = f"; weights held {_mib(held[0])}, plan {_mib(held[1])}" if held else "; weights as planned"
+            lines.append(
+                f"- repeat {r['repeat']}, node {node}: peak {_mib(peak)} vs plan {_mib(planned)} "
+                f"(+{(peak - planned) / 2**20:,.1f} MiB{why})"
+            )
+        for node, (held, planned) in sorted(r["weights_over_plan"].items()):
+            if node not in r["nodes_over_plan"]:
+                lines.append(
+                    f"- repeat {r['repeat']}, node {node}: weights held {_mib(held)}, plan {_mib(planned)}"
+                )
+        moves = r["planned_not_applied"] + r["applied_not_planned"]
+        if moves:
+            lines.append(f"- repeat {r['repeat']}: planned, not applied {r['planned_not_applied']}; "
+                         f"applied, not planned {r['applied_not_planned']}")  # fmt: skip
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
