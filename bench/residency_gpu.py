@@ -14,8 +14,10 @@ The stock run caps the host with its own ``--reserve-vram`` (EXTRA_RESERVED_VRAM
 Headroom run gives the controller the same cap as its budget (and the host the same reserve). Each
 repetition changes the seed, so loaders stay cached in RAM and the GPU starts empty (``unload_all``).
 Measured per run: wall time, peak ``max_memory_allocated``, per-node device peak against the plan's
-predicted peak, and whether the images are identical. Without CUDA it runs on the CPU (times only, no
-device peaks): that exercises every path, but its numbers say nothing about a GPU.
+predicted peak, the weights the host holds at each node's start against the plan's, and whether the
+images are identical. Without CUDA it runs on the CPU (times only, no device peaks): that exercises every
+path, but its numbers say nothing about a GPU; ``--gpu-dtypes`` keeps the weights in fp16 there, as a GPU
+host does, so that the weights held compare with the plan (slow: fp16 on a CPU).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime
+import importlib
 import json
 import platform
 import statistics
@@ -127,8 +130,13 @@ def headroom_prompt(steps: int, seed: int, res: int, residency: str) -> dict[str
 
 
 def _pack(host: Host, name: str = "nodes.host.state") -> Any:
-    """A module of the pack as the host imported it; by default its process state (monitor, controller)."""
-    return next(m for n, m in sys.modules.items() if n.endswith(f"{host.pack_dir.name}.{name}"))
+    """A module of the pack as the host imported it (imported now if the pack has not yet); by default its
+    process state (monitor, controller)."""
+    found = next((m for n, m in sys.modules.items() if n.endswith(f"{host.pack_dir.name}.{name}")), None)
+    if found is None:
+        state = _pack(host).__name__
+        found = importlib.import_module(state.removesuffix("nodes.host.state") + name)
+    return found
 
 
 def run_once(host: Host, prompt: dict[str, Any], prompt_id: str) -> dict[str, Any]:
@@ -177,6 +185,8 @@ def main() -> int:
     parser.add_argument("--residency", default="pinned_ram", help="the experts' model_residency")
     parser.add_argument("--out", type=Path, default=None, help="append the results here (markdown)")
     parser.add_argument("--json", type=Path, default=None, help="write the raw numbers here")
+    dtypes_help = "on a CPU: keep the weights in fp16 as a GPU host does (slow: fp16 on a CPU)"
+    parser.add_argument("--gpu-dtypes", action="store_true", help=dtypes_help)
     args = parser.parse_args()
     cuda = torch.cuda.is_available()
     size = args.size or ("sd15" if cuda else "tiny")
@@ -184,6 +194,11 @@ def main() -> int:
 
     work = scratch_dir("headroom-residency-")
     host = Host(find_host_root(), work, cpu=not cuda)
+    if args.gpu_dtypes and not cuda:  # fp16 weights as a GPU host keeps them (a CPU host widens them to
+        # fp32): the weights it holds then compare with the plan's, which counts the files' bytes
+        from comfy.cli_args import args as host_args
+
+        host_args.fp16_unet = host_args.fp16_text_enc = host_args.fp16_vae = True
     build_models(host, size)
     mm, pack = host.model_management, _pack(host)
     expert = (host.models_dir / "diffusion_models" / EXPERTS[0]).stat().st_size
@@ -228,6 +243,7 @@ def main() -> int:
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "device": device, "host": host.version, "torch": torch.__version__, "size": size, "res": res,
         "steps": args.steps, "cap_bytes": cap, "expert_bytes": expert, "residency": args.residency,
+        "gpu_dtypes": bool(args.gpu_dtypes or cuda),
         "command": "python " + " ".join(sys.argv),
     }  # fmt: skip
     text = report(meta, rows)
@@ -257,27 +273,31 @@ def report(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         "| nodes over plan | weights over plan |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    weighed = meta.get("gpu_dtypes", True)  # a CPU host without --gpu-dtypes widens weights to fp32
     for r in rows:
+        held_over = len(r["weights_over_plan"]) if weighed else "n/a (fp32 on a CPU)"
         lines.append(
             f"| {r['repeat']} | {r['stock_s']:.2f} | {r['headroom_s']:.2f} | {r['speedup']:.2f}x | "
             f"{_mib(r['stock_peak'])} | {_mib(r['headroom_peak'])} | {r['identical']} | "
-            f"{r['applied_equals_planned']} | {len(r['nodes_over_plan'])} | {len(r['weights_over_plan'])} |"
+            f"{r['applied_equals_planned']} | {len(r['nodes_over_plan'])} | {held_over} |"
         )
     speed = statistics.median(r["speedup"] for r in rows)
     lines += ["", f"Median speed-up (stock / Headroom wall time): {speed:.2f}x.", ""]
-    # each deviation with its size, so that a run on the device explains itself
+    # each deviation with its size (any byte over counts), so that a run on the device explains itself
     for r in rows:
+        held = r["weights_over_plan"] if weighed else {}
         for node, (peak, planned) in sorted(r["nodes_over_plan"].items()):
-            held = r["weights_over_plan"].get(node)
-            why = f"; weights held {_mib(held[0])}, plan {_mib(held[1])}" if held else "; weights as planned"
+            w = held.get(node)
+            why = f"; weights {w[0] - w[1]:+,} bytes" if w else ""
             lines.append(
                 f"- repeat {r['repeat']}, node {node}: peak {_mib(peak)} vs plan {_mib(planned)} "
-                f"(+{(peak - planned) / 2**20:,.1f} MiB{why})"
+                f"({peak - planned:+,} bytes{why})"
             )
-        for node, (held, planned) in sorted(r["weights_over_plan"].items()):
+        for node, (w_held, w_plan) in sorted(held.items()):
             if node not in r["nodes_over_plan"]:
                 lines.append(
-                    f"- repeat {r['repeat']}, node {node}: weights held {_mib(held)}, plan {_mib(planned)}"
+                    f"- repeat {r['repeat']}, node {node}: weights held at its start {w_held - w_plan:+,} "
+                    f"bytes against the plan's {_mib(w_plan)}"
                 )
         moves = r["planned_not_applied"] + r["applied_not_planned"]
         if moves:

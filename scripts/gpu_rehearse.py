@@ -69,13 +69,22 @@ def image(base: Path) -> Path:
     python = venv / "bin" / "python"
     if not python.exists():
         subprocess.run([find_python(), "-m", "venv", str(venv)], check=True)
-    check = "import torch, sys; print(torch.__version__); sys.exit(0)"
+    names = [p.split("==")[0] for p in IMAGE]
+    check = (
+        "import importlib.metadata as m\n"
+        "def has(n):\n"
+        "    try:\n        m.distribution(n); return True\n"
+        "    except m.PackageNotFoundError:\n        return False\n"
+        f"gone = [n for n in {names!r} if not has(n)]\n"
+        "import torch; print(torch.__version__ if not gone else 'missing ' + ' '.join(gone))"
+    )
     have = subprocess.run([python, "-c", check], capture_output=True, text=True).stdout.strip()
     want = TORCH.split("==")[1] if "==" in TORCH else ""
-    if not have or (want and not have.startswith(want)):
-        print(f"rehearse: installing {TORCH} and the image's packages into {venv} (once)", flush=True)
-        cmd = [python, "-m", "pip", "install", "-q", TORCH, *IMAGE]
-        subprocess.run(cmd, check=True)
+    if not have or have.startswith("missing") or (want and not have.startswith(want)):
+        print(
+            f"rehearse: installing {TORCH} and the image's packages into {venv} ({have or 'new'})", flush=True
+        )
+        subprocess.run([python, "-m", "pip", "install", "-q", TORCH, *IMAGE], check=True)
         have = subprocess.run([python, "-c", check], capture_output=True, text=True).stdout.strip()
     print(f"rehearse: image {venv}: Python 3.12, torch {have}", flush=True)
     return python
