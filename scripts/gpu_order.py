@@ -4,9 +4,10 @@ A device session has 15 minutes in all, a machine's start (1-2 minutes) included
 most 10: the steps that matter most go first, so that a call cut off at its limit has measured those.
 ``ORDER`` ranks the steps (a step file, and the host mode where it matters); each rank carries the
 seconds the step is expected to take on an H100/H200, measured where the 2026-11-26 H200 session ran it
-to its end (``bench/results/gpu-check.md``, its "seconds" column, process start included) and estimated
-otherwise. Steps found by glob but not ranked follow the ranked ones in the order found; with several
-hosts (``--hosts``) the first host's steps come first. ``calls`` packs the ordered steps into device
+to its end (the longest of its rows in ``bench/results/gpu-check.md``'s "seconds" column, process start
+included; tests/unit/test_gpu_order.py reads them there) and estimated otherwise. Steps found by glob
+but not ranked follow the ranked ones in the order found; with several hosts (``--hosts``) the first
+host's steps come first. ``calls`` packs the ordered steps into device
 calls by their expected seconds; ``--dry-run`` prints them and each call's total.
 
 ``REHEARSE`` gives each benchmark the arguments that run it on a CPU (``--rehearse``): its CPU smoke or
@@ -48,7 +49,7 @@ _REST = "later calls"
 
 ORDER: tuple[Rank, ...] = (
     # the five steps the first session found broken, rerun first: did the fixes hold?
-    Rank("tests/gpu/test_residency_gpu.py", "off", 25, True, _FIXED),
+    Rank("tests/gpu/test_residency_gpu.py", "off", 27, True, _FIXED),
     Rank("tests/gpu/test_residency_gpu.py", "on", 25, True, _FIXED),
     Rank("tests/gpu/test_tiled_vae_gpu.py", "on", 33, True, _FIXED),
     Rank("tests/gpu/test_bound_gauges_gpu.py", "on", 7, True, _FIXED),
@@ -70,11 +71,11 @@ ORDER: tuple[Rank, ...] = (
     Rank("tests/gpu/test_recording_gpu.py", "on", 6, True, _REST),
     Rank("tests/gpu/test_read_through_gpu.py", "off", 30, False, _REST),
     Rank("bench/read_through_gpu.py", "off", 60, False, _REST),
-    Rank("tests/gpu/test_tiled_vae_gpu.py", "off", 33, True, _REST),
-    Rank("tests/gpu/test_bound_gauges_gpu.py", "off", 7, True, _REST),
-    Rank("tests/gpu/test_streaming_gpu.py", "off", 9, True, _REST),
-    Rank("tests/gpu/test_host_2026_gpu.py", "off", 12, True, _REST),
-    Rank("tests/gpu/test_recording_gpu.py", "off", 6, True, _REST),
+    Rank("tests/gpu/test_tiled_vae_gpu.py", "off", 33, False, _REST),  # as "on"
+    Rank("tests/gpu/test_bound_gauges_gpu.py", "off", 6, True, _REST),
+    Rank("tests/gpu/test_streaming_gpu.py", "off", 8, True, _REST),
+    Rank("tests/gpu/test_host_2026_gpu.py", "off", 10, True, _REST),
+    Rank("tests/gpu/test_recording_gpu.py", "off", 5, True, _REST),
 )
 # What the order asks for that no step measures yet: said by --dry-run, never silently dropped.
 MISSING = ("8. recovery from an OOM at the card's edge: no GPU test or benchmark of it exists yet",)

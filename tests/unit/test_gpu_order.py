@@ -47,6 +47,27 @@ def test_every_ranked_step_and_rehearsal_is_a_file_of_the_repository() -> None:
     assert len({(r.file, r.mode) for r in order.ORDER}) == len(order.ORDER), "a step ranked twice"
 
 
+def test_measured_seconds_are_the_h200_runs_longest(tmp_path: Path) -> None:
+    """A rank marked measured carries the longest time its step (file and DynamicVRAM mode) took in a row
+    of bench/results/gpu-check.md that ran it to its end: a GPU test file, passed or failed (pytest runs
+    every test). No benchmark ran to its end there (each FAIL stopped early; the one ok, gguf_stream,
+    found no gguf package and exited), so each benchmark's rank is an estimate."""
+    order = load("gpu_order")
+    took: dict[tuple[str, str], list[int]] = {}
+    for line in (ROOT / "bench" / "results" / "gpu-check.md").read_text().splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) < 7 or not cells[2].startswith("`") or not cells[5].isdigit():
+            continue
+        if cells[3].startswith(("ok", "FAIL")) and cells[2].startswith("`tests/gpu/"):
+            name = cells[2].strip("`").replace(", DynamicVRAM on", " (DynamicVRAM on)")
+            name = name.replace(", --disable-dynamic-vram", " (--disable-dynamic-vram)")
+            took.setdefault((order.file_of(name), order.mode_of(name)), []).append(int(cells[5]))
+    for rank in order.ORDER:
+        seen = took.get((rank.file, rank.mode), [])
+        assert rank.measured == bool(seen), (rank, seen)
+        assert not seen or rank.seconds == max(seen), (rank, seen)
+
+
 def test_steps_run_by_host_then_by_value_then_as_found(tmp_path: Path) -> None:
     _, steps = device_steps(tmp_path)
     names = [s.name for s in steps]
