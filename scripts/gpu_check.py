@@ -76,7 +76,8 @@ CURRENT_HOST_MODULES = ("av", "pydantic", "pydantic_settings", "aiohttp")
 
 # Benchmarks not named *_gpu.py that measure the GPU path when CUDA is present.
 CUDA_BENCHES = ("bench/tiled_vae.py",)
-# Per-script arguments and timeouts (seconds); sized so the default plan fits 25 minutes on an H100/H200.
+# Per-script arguments and timeouts (seconds): a cap on each step, cut to what is left of the budget; the
+# order and the expected seconds a run plans with are in gpu_order.py.
 BENCH_ARGS = {
     # every family in float32 and bfloat16 on CUDA (HunyuanVideo also stands for Kandinsky 5's video VAE)
     "bench/tiled_vae.py": [
