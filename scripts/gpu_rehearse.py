@@ -124,7 +124,9 @@ def device_copy(dest: Path, carried: list[Path]) -> None:
         )
         if tree + size > gpu_hosts.LIMIT:
             raise SystemExit(f"rehearse: {folder} would not travel in one device call")
-        shutil.copytree(folder, dest / folder.relative_to(ROOT))
+        shutil.copytree(
+            folder, dest / (folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder.name)
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

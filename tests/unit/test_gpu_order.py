@@ -216,3 +216,24 @@ def test_the_throughput_figures_merge_into_the_planners_table(
         figures.write_text(json.dumps({"device": "cpu", "best_tflops": best}))  # not a card: said, not lost
         assert gc.after_step(done, False, env, log) == []
     assert done.outcome.startswith("FAIL (merge") and done.rc != 0
+
+
+def test_the_rehearsals_device_copy_is_what_a_call_sends_and_refuses_an_oversized_carry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--rehearse copies what a device call sends (files git tracks or does not ignore, and the carried
+    folder), nothing else (no .venv), and stops when tree and carry exceed one call's 64 MiB."""
+    load("gpu_hosts")
+    rehearse = load("gpu_rehearse")
+    carried = tmp_path / "load1"
+    carried.mkdir()
+    (carried / "x.whl").write_bytes(b"0" * 1024)
+    tree = tmp_path / "tree"
+    rehearse.device_copy(tree, [carried])
+    assert (tree / "scripts" / "gpu-check").is_file()
+    assert (tree / "tests" / "unit" / Path(__file__).name).is_file()
+    assert (tree / "load1" / "x.whl").is_file()
+    assert not (tree / ".venv").exists() and not (tree / ".git").exists()
+    monkeypatch.setattr(rehearse.gpu_hosts, "LIMIT", rehearse.gpu_hosts.repo_bytes() + 512)
+    with pytest.raises(SystemExit, match="would not travel"):
+        rehearse.device_copy(tmp_path / "again", [carried])
