@@ -16,8 +16,9 @@ repetition changes the seed, so loaders stay cached in RAM and the GPU starts em
 Measured per run: wall time, peak ``max_memory_allocated``, per-node device peak against the plan's
 predicted peak, the weights the host holds at each node's start against the plan's, and whether the
 images are identical. Without CUDA it runs on the CPU (times only, no device peaks): that exercises every
-path, but its numbers say nothing about a GPU; ``--gpu-dtypes`` keeps the weights in fp16 there, as a GPU
-host does, so that the weights held compare with the plan (slow: fp16 on a CPU).
+path, but its numbers say nothing about a GPU. There the files are fp32, the dtype a CPU host keeps (a
+GPU host keeps fp16, the files' dtype on CUDA), so the weights the host holds compare with the plan's,
+which counts the files' bytes, on either.
 """
 
 from __future__ import annotations
@@ -61,21 +62,21 @@ EXPERTS = ("expert_high_noise.safetensors", "expert_low_noise.safetensors")
 CLIP, VAE = "bench_clip_l.safetensors", "bench_vae.safetensors"
 
 
-def build_models(host: Host, size: str) -> None:
+def build_models(host: Host, size: str, dtype: torch.dtype) -> None:
     from comfy.ldm.modules.diffusionmodules.openaimodel import UNetModel
 
     config = SD15_UNET if size == "sd15" else TINY_SD15_UNET
     for seed, name in enumerate(EXPERTS):
         unet = _on_meta(lambda: UNetModel(**copy.deepcopy(config)))
         _save(
-            _init_state_dict(unet, seed + 21, torch.float16),
+            _init_state_dict(unet, seed + 21, dtype),
             host.models_dir,
             "diffusion_models",
             name,
             "bench",
         )
-    build_clip_l(host.models_dir, name=CLIP, seed=23)
-    build_tiny_vae(host.models_dir, name=VAE, seed=24)
+    build_clip_l(host.models_dir, name=CLIP, seed=23, dtype=dtype)
+    build_tiny_vae(host.models_dir, name=VAE, seed=24, dtype=dtype)
     host.register_models_dir(host.models_dir)
 
 
@@ -185,8 +186,6 @@ def main() -> int:
     parser.add_argument("--residency", default="pinned_ram", help="the experts' model_residency")
     parser.add_argument("--out", type=Path, default=None, help="append the results here (markdown)")
     parser.add_argument("--json", type=Path, default=None, help="write the raw numbers here")
-    dtypes_help = "on a CPU: keep the weights in fp16 as a GPU host does (slow: fp16 on a CPU)"
-    parser.add_argument("--gpu-dtypes", action="store_true", help=dtypes_help)
     args = parser.parse_args()
     cuda = torch.cuda.is_available()
     size = args.size or ("sd15" if cuda else "tiny")
@@ -194,12 +193,7 @@ def main() -> int:
 
     work = scratch_dir("headroom-residency-")
     host = Host(find_host_root(), work, cpu=not cuda)
-    if args.gpu_dtypes and not cuda:  # fp16 weights as a GPU host keeps them (a CPU host widens them to
-        # fp32): the weights it holds then compare with the plan's, which counts the files' bytes
-        from comfy.cli_args import args as host_args
-
-        host_args.fp16_unet = host_args.fp16_text_enc = host_args.fp16_vae = True
-    build_models(host, size)
+    build_models(host, size, torch.float16 if cuda else torch.float32)  # the dtype the host keeps
     mm, pack = host.model_management, _pack(host)
     expert = (host.models_dir / "diffusion_models" / EXPERTS[0]).stat().st_size
     cap = int(args.cap_gb * 2**30) if args.cap_gb else int(1.5 * expert) + 2**29
@@ -243,7 +237,7 @@ def main() -> int:
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "device": device, "host": host.version, "torch": torch.__version__, "size": size, "res": res,
         "steps": args.steps, "cap_bytes": cap, "expert_bytes": expert, "residency": args.residency,
-        "gpu_dtypes": bool(args.gpu_dtypes or cuda),
+        "file_dtype": "float16" if cuda else "float32",
         "command": "python " + " ".join(sys.argv),
     }  # fmt: skip
     text = report(meta, rows)
@@ -266,26 +260,25 @@ def report(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         "",
         f"Command: `{meta['command']}`",
         "",
-        f"Two {meta['size']} experts of {_mib(meta['expert_bytes'])} each, cap {_mib(meta['cap_bytes'])}, "
-        f"{meta['steps']} steps at {meta['res']}px, experts' residency `{meta['residency']}`.",
+        f"Two {meta['size']} experts of {_mib(meta['expert_bytes'])} each ({meta['file_dtype']} files), "
+        f"cap {_mib(meta['cap_bytes'])}, {meta['steps']} steps at {meta['res']}px, "
+        f"experts' residency `{meta['residency']}`.",
         "",
         "| repeat | stock s | Headroom s | speed-up | stock peak | Headroom peak | same image | plan applied "
         "| nodes over plan | weights over plan |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    weighed = meta.get("gpu_dtypes", True)  # a CPU host without --gpu-dtypes widens weights to fp32
     for r in rows:
-        held_over = len(r["weights_over_plan"]) if weighed else "n/a (fp32 on a CPU)"
         lines.append(
             f"| {r['repeat']} | {r['stock_s']:.2f} | {r['headroom_s']:.2f} | {r['speedup']:.2f}x | "
             f"{_mib(r['stock_peak'])} | {_mib(r['headroom_peak'])} | {r['identical']} | "
-            f"{r['applied_equals_planned']} | {len(r['nodes_over_plan'])} | {held_over} |"
+            f"{r['applied_equals_planned']} | {len(r['nodes_over_plan'])} | {len(r['weights_over_plan'])} |"
         )
     speed = statistics.median(r["speedup"] for r in rows)
     lines += ["", f"Median speed-up (stock / Headroom wall time): {speed:.2f}x.", ""]
     # each deviation with its size (any byte over counts), so that a run on the device explains itself
     for r in rows:
-        held = r["weights_over_plan"] if weighed else {}
+        held = r["weights_over_plan"]
         for node, (peak, planned) in sorted(r["nodes_over_plan"].items()):
             w = held.get(node)
             why = f"; weights {w[0] - w[1]:+,} bytes" if w else ""
