@@ -14,8 +14,11 @@ The stock run caps the host with its own ``--reserve-vram`` (EXTRA_RESERVED_VRAM
 Headroom run gives the controller the same cap as its budget (and the host the same reserve). Each
 repetition changes the seed, so loaders stay cached in RAM and the GPU starts empty (``unload_all``).
 Measured per run: wall time, peak ``max_memory_allocated``, per-node device peak against the plan's
-predicted peak, and whether the images are identical. Without CUDA it runs on the CPU (times only, no
-device peaks): that exercises every path, but its numbers say nothing about a GPU.
+predicted peak, the weights the host holds at each node's start against the plan's, and whether the
+images are identical. Without CUDA it runs on the CPU (times only, no device peaks): that exercises every
+path, but its numbers say nothing about a GPU. There the files are fp32, the dtype a CPU host keeps (a
+GPU host keeps fp16, the files' dtype on CUDA), so the weights the host holds compare with the plan's,
+which counts the files' bytes, on either.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime
+import importlib
 import json
 import platform
 import statistics
@@ -58,21 +62,21 @@ EXPERTS = ("expert_high_noise.safetensors", "expert_low_noise.safetensors")
 CLIP, VAE = "bench_clip_l.safetensors", "bench_vae.safetensors"
 
 
-def build_models(host: Host, size: str) -> None:
+def build_models(host: Host, size: str, dtype: torch.dtype) -> None:
     from comfy.ldm.modules.diffusionmodules.openaimodel import UNetModel
 
     config = SD15_UNET if size == "sd15" else TINY_SD15_UNET
     for seed, name in enumerate(EXPERTS):
         unet = _on_meta(lambda: UNetModel(**copy.deepcopy(config)))
         _save(
-            _init_state_dict(unet, seed + 21, torch.float16),
+            _init_state_dict(unet, seed + 21, dtype),
             host.models_dir,
             "diffusion_models",
             name,
             "bench",
         )
-    build_clip_l(host.models_dir, name=CLIP, seed=23)
-    build_tiny_vae(host.models_dir, name=VAE, seed=24)
+    build_clip_l(host.models_dir, name=CLIP, seed=23, dtype=dtype)
+    build_tiny_vae(host.models_dir, name=VAE, seed=24, dtype=dtype)
     host.register_models_dir(host.models_dir)
 
 
@@ -127,8 +131,13 @@ def headroom_prompt(steps: int, seed: int, res: int, residency: str) -> dict[str
 
 
 def _pack(host: Host, name: str = "nodes.host.state") -> Any:
-    """A module of the pack as the host imported it; by default its process state (monitor, controller)."""
-    return next(m for n, m in sys.modules.items() if n.endswith(f"{host.pack_dir.name}.{name}"))
+    """A module of the pack as the host imported it (imported now if the pack has not yet); by default its
+    process state (monitor, controller)."""
+    found = next((m for n, m in sys.modules.items() if n.endswith(f"{host.pack_dir.name}.{name}")), None)
+    if found is None:
+        state = _pack(host).__name__
+        found = importlib.import_module(state.removesuffix("nodes.host.state") + name)
+    return found
 
 
 def run_once(host: Host, prompt: dict[str, Any], prompt_id: str) -> dict[str, Any]:
@@ -151,6 +160,22 @@ def run_once(host: Host, prompt: dict[str, Any], prompt_id: str) -> dict[str, An
     }
 
 
+def weights_over_plan(host: Host, prompt_id: str, events: list[dict[str, Any]]) -> dict[str, list[int]]:
+    """Nodes at whose start the host held more weights on its device than the plan keeps there:
+    {node: [held, planned]}. The controller's ledger reads the host's loaded models at each node's start
+    (after its moves) and end; the plan's share is plan_room.weights_kept. On a CPU host the device is
+    the CPU and its loaded models count the same, so this part of a node's peak is checked without a GPU:
+    a node over here is over on a GPU by at least as much (activations come on top)."""
+    run = _pack(host).residency().controller.runs[prompt_id]
+    kept_fn = _pack(host, "memory.residency.plan_room").weights_kept
+    kept = {sp.step.node_id: kept_fn(run, sp) for sp in run.plan.steps}
+    held: dict[str, int] = {}
+    for e in events:
+        if e["kind"] == "ledger" and e["node_id"] not in held:  # the first: at the node's start
+            held[e["node_id"]] = e["nbytes"]
+    return {n: [b, kept[n]] for n, b in held.items() if n in kept and b > kept[n]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", choices=("sd15", "tiny"), default=None, help="sd15 on CUDA, tiny on CPU")
@@ -168,7 +193,7 @@ def main() -> int:
 
     work = scratch_dir("headroom-residency-")
     host = Host(find_host_root(), work, cpu=not cuda)
-    build_models(host, size)
+    build_models(host, size, torch.float16 if cuda else torch.float32)  # the dtype the host keeps
     mm, pack = host.model_management, _pack(host)
     expert = (host.models_dir / "diffusion_models" / EXPERTS[0]).stat().st_size
     cap = int(args.cap_gb * 2**30) if args.cap_gb else int(1.5 * expert) + 2**29
@@ -191,6 +216,7 @@ def main() -> int:
             for n, peak in ours["nodes"].items()
             if peak is not None and n in predicted and peak > predicted[n]
         }
+        held_over = weights_over_plan(host, f"headroom-{rep}", summary.get("events", []))
         rows.append({
             "repeat": rep, "stock_s": stock["wall_s"], "headroom_s": ours["wall_s"],
             "speedup": stock["wall_s"] / ours["wall_s"],
@@ -203,6 +229,7 @@ def main() -> int:
             "applied_not_planned": sorted(set(map(tuple, summary.get("applied", [])))
                                           - set(map(tuple, summary.get("planned", [])))),
             "over_budget_events": summary.get("over_budget"), "nodes_over_plan": over_plan,
+            "weights_over_plan": held_over,
             "headroom_node_peaks": ours["nodes"], "planned_node_peaks": predicted,
         })  # fmt: skip
     device = torch.cuda.get_device_name(0) if cuda else f"CPU ({platform.processor() or platform.machine()})"
@@ -210,6 +237,7 @@ def main() -> int:
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "device": device, "host": host.version, "torch": torch.__version__, "size": size, "res": res,
         "steps": args.steps, "cap_bytes": cap, "expert_bytes": expert, "residency": args.residency,
+        "file_dtype": "float16" if cuda else "float32",
         "command": "python " + " ".join(sys.argv),
     }  # fmt: skip
     text = report(meta, rows)
@@ -232,22 +260,43 @@ def report(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         "",
         f"Command: `{meta['command']}`",
         "",
-        f"Two {meta['size']} experts of {_mib(meta['expert_bytes'])} each, cap {_mib(meta['cap_bytes'])}, "
-        f"{meta['steps']} steps at {meta['res']}px, experts' residency `{meta['residency']}`.",
+        f"Two {meta['size']} experts of {_mib(meta['expert_bytes'])} each ({meta['file_dtype']} files), "
+        f"cap {_mib(meta['cap_bytes'])}, {meta['steps']} steps at {meta['res']}px, "
+        f"experts' residency `{meta['residency']}`.",
         "",
         "| repeat | stock s | Headroom s | speed-up | stock peak | Headroom peak | same image | plan applied "
-        "| nodes over plan |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| nodes over plan | weights over plan |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['repeat']} | {r['stock_s']:.2f} | {r['headroom_s']:.2f} | {r['speedup']:.2f}x | "
             f"{_mib(r['stock_peak'])} | {_mib(r['headroom_peak'])} | {r['identical']} | "
-            f"{r['applied_equals_planned']} | {len(r['nodes_over_plan'])} |"
+            f"{r['applied_equals_planned']} | {len(r['nodes_over_plan'])} | {len(r['weights_over_plan'])} |"
         )
     speed = statistics.median(r["speedup"] for r in rows)
     lines += ["", f"Median speed-up (stock / Headroom wall time): {speed:.2f}x.", ""]
-    return "\n".join(lines)
+    # each deviation with its size (any byte over counts), so that a run on the device explains itself
+    for r in rows:
+        held = r["weights_over_plan"]
+        for node, (peak, planned) in sorted(r["nodes_over_plan"].items()):
+            w = held.get(node)
+            why = f"; weights {w[0] - w[1]:+,} bytes" if w else ""
+            lines.append(
+                f"- repeat {r['repeat']}, node {node}: peak {_mib(peak)} vs plan {_mib(planned)} "
+                f"({peak - planned:+,} bytes{why})"
+            )
+        for node, (w_held, w_plan) in sorted(held.items()):
+            if node not in r["nodes_over_plan"]:
+                lines.append(
+                    f"- repeat {r['repeat']}, node {node}: weights held at its start {w_held - w_plan:+,} "
+                    f"bytes against the plan's {_mib(w_plan)}"
+                )
+        moves = r["planned_not_applied"] + r["applied_not_planned"]
+        if moves:
+            lines.append(f"- repeat {r['repeat']}: planned, not applied {r['planned_not_applied']}; "
+                         f"applied, not planned {r['applied_not_planned']}")  # fmt: skip
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

