@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..deadline import PlanTimeout, time_limit
 from ..models.catalog import catalog, catalog_name, model_roots, normalise_name
 from ..names import NODE_IDS
 from ..units import format_bytes
@@ -33,6 +34,7 @@ from ..workflow.order import predict_order
 from .baselines import comfyui_reactive
 from .costmodel import Budget, Hardware
 from .extract import workload_from_graph
+from .pipeline import plan_workflow
 from .planner import Plan, minimum_vram, plan
 from .preflight import latent_driver, latent_size, node_name
 from .tiled_decode import TiledDecodeFigures
@@ -512,6 +514,36 @@ def make_it_fit(
         if remedy is not None and remedy.fits:
             found.append(remedy)
     return found[:MAX_REMEDIES]
+
+
+def prompt_remedies(
+    prompt: dict[str, Any],
+    budget: Budget,
+    hardware: Hardware,
+    *,
+    models_dir: Path | Sequence[Path] | None = None,
+    outputs: list[str] | None = None,
+    tiled_decode: TiledDecodeFigures | None = None,
+    time_limit_s: float | None = None,
+) -> list[Remedy]:
+    """make_it_fit for an API prompt (POST /headroom/fit's): never raises on a bad prompt or past the
+    time limit, where it offers nothing (the verdict has said what it could)."""
+    try:
+        with time_limit(time_limit_s):
+            planned = plan_workflow(
+                prompt, budget, hardware, models_dir=models_dir, outputs=outputs, tiled_decode=tiled_decode
+            )
+            assert planned.plan is not None  # planned under a budget
+            return make_it_fit(
+                planned.graph,
+                planned.workload,
+                planned.plan,
+                models_dir=models_dir,
+                outputs=outputs,
+                tiled_decode=tiled_decode,
+            )
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError, PlanTimeout):
+        return []
 
 
 def remedies_text(remedies: Sequence[Remedy]) -> list[str]:

@@ -24,6 +24,7 @@ from ...memory.names import EVENTS
 from ...memory.planning.costmodel import Budget
 from ...memory.planning.preflight import PlanCache, Preflight, plan_prompt
 from ...memory.planning.records import PlannedRun
+from ...memory.planning.remedies import Remedy, prompt_remedies
 from ...memory.residency.ram_budget import RAM
 from ...memory.telemetry.hub import Telemetry
 from ...memory.telemetry.memory_history import MemoryHistory, cuda_memory
@@ -194,6 +195,22 @@ class Monitor(Subscriber):
             card=card,
             host=running_host_settings(),
             tiled_decode=tiled_decode_figures,
+        )
+
+    def remedies_for(self, prompt: dict[str, Any]) -> list[Remedy]:
+        """What would make ``prompt`` fit on this card (remedies.py), each planned again; [] with no card."""
+        budget = self.budget()
+        if budget is None:
+            return []
+        hardware = hardware_for(None if self.assume_vram is not None else self.card_name())
+        return prompt_remedies(
+            prompt,
+            budget,
+            hardware,
+            models_dir=models_dir(),
+            outputs=output_nodes(prompt),
+            tiled_decode=tiled_decode_figures,
+            time_limit_s=HOST_PLAN_LIMIT_S,
         )
 
     def card_name(self) -> str:

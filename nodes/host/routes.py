@@ -269,12 +269,16 @@ def _add_routes(web: Any, routes: Any) -> None:
         loop = asyncio.get_running_loop()
         planned, verdict = await loop.run_in_executor(m.pool, m.plan_for, prompt)
         plan = planned.plan if planned is not None else {}
+        # what would make it fit, each change planned again (only when it does not: a dozen plans)
+        remedies = await loop.run_in_executor(m.pool, m.remedies_for, prompt) if verdict.fits is False else []
         return web.json_response(
             {
                 "card": m.card_name(),
                 "verdict": verdict.as_dict(),
                 "vram_peak": plan.get("vram_peak"),
                 "wall_s": plan.get("wall_s"),
+                "remedies": [r.as_dict() for r in remedies],
+                "time": plan.get("time"),  # the card and what the time includes, where the plan says
             }
         )
 

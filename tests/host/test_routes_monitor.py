@@ -376,6 +376,26 @@ def test_will_it_fit_answers_both_ways_without_queueing(served: Served) -> None:
     assert skipped["verdict"]["fits"] is None and "HEADROOM_ASSUME_VRAM" in skipped["verdict"]["message"]
 
 
+def test_will_it_fit_offers_a_latent_that_then_fits(served: Served) -> None:
+    """The official SDXL example on a 1.4 GB card: the answer's remedies, each planned again; the latent's
+    changes made to the prompt, the route says it fits, with the peak the remedy predicted."""
+    root = Path(__file__).resolve().parents[2] / "example_workflows" / "api"
+    prompt = json.loads((root / "SDXL on an 8 GB card.json").read_text())
+    served.state.monitor().configure(assume_vram=int(1.4 * 2**30))
+    try:
+        big = served.post_json("/headroom/fit", {"prompt": copy.deepcopy(prompt)})
+        latent = big["remedies"][0]
+        for change in latent["changes"]:
+            prompt[change["node"]]["inputs"][change["input"]] = change["value"]
+        after = served.post_json("/headroom/fit", {"prompt": prompt})
+    finally:
+        served.state.monitor().configure(assume_vram=None)
+    assert big["verdict"]["fits"] is False and latent["kind"] == "latent" and latent["fits"] is True
+    assert [c["input"] for c in latent["changes"]] == ["width", "height"]
+    assert after["verdict"]["fits"] is True and after["remedies"] == []
+    assert after["vram_peak"] == latent["vram_peak"]
+
+
 def test_a_run_the_ram_guard_did_not_measure_is_an_answer_not_a_404(served: Served) -> None:
     result = served.host.run(copy.deepcopy(PROMPT))  # no card to plan for: no plan, no RAM ledger
     ledger = served.get_json(f"/headroom/ram/{result.prompt_id}")
