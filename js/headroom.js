@@ -12,6 +12,7 @@ import { EVENTS, ROUTES, route } from "./lib/names.js";
 import { TEXT_NODES, TextStore, addTextWidget, messageText, showText } from "./lib/nodetext.js";
 import { hostSettingsToast, preflightToast, repeatsShown, shownToast } from "./lib/preflight.js";
 import { ramBudgetToast, ramBudgetValue } from "./lib/ram.js";
+import { answerText, applyRemedy as applyRemedyOn } from "./lib/remedies.js";
 import { SampleHistory, dueForRedraw } from "./lib/samples.js";
 import { MonitorPanel, TimelinePanel } from "./views.js";
 
@@ -203,6 +204,7 @@ async function checkFit() {
   let answer;
   try {
     const { output } = await app.graphToPrompt();
+    const prompt = JSON.stringify(output);
     const response = await api.fetchApi(ROUTES.fit, {
       method: "POST",
       headers: { "Content-Type": "application/json" },
@@ -210,6 +212,7 @@ async function checkFit() {
     });
     const body = await response.json().catch(() => ({}));
     answer = fitAnswer(response.ok ? body : { error: body?.error ?? `HTTP ${response.status}` }, "check", app);
+    answer.prompt = prompt; // what it answered: a graph change that changes the prompt makes it out of date
   } catch (error) {
     answer = fitAnswer({ error: String(error?.message ?? error) }, "check", app);
   }
@@ -221,6 +224,57 @@ async function checkFit() {
   return answer;
 }
 state.checkFit = checkFit;
+
+// M3: the answer is marked out of date once the workflow's prompt differs from the one it answered (the
+// frontend's change tracker says "graphChanged" after each edit; moving a node changes no prompt).
+let staleTimer = null;
+function checkStale() {
+  clearTimeout(staleTimer);
+  staleTimer = setTimeout(async () => {
+    const answer = state.fits.get();
+    if (!answer?.prompt || answer.stale) return;
+    try {
+      const { output } = await app.graphToPrompt();
+      if (JSON.stringify(output) === answer.prompt) return;
+    } catch {
+      // a graph the frontend cannot turn into a prompt has changed all the same
+    }
+    answer.stale = true;
+    redraw(true);
+  }, 150);
+}
+state.checkStale = checkStale;
+
+// Apply: a remedy's changes on the canvas in one undo step, then the workflow is checked again.
+const changeTracker = () =>
+  app.extensionManager?.workflow?.activeWorkflow?.changeTracker ?? app.workflowManager?.activeWorkflow?.changeTracker ?? null;
+async function applyRemedy(remedy) {
+  const { missing } = applyRemedyOn(remedy, { graph: app.graph, canvas: app.canvas, LiteGraph: globalThis.LiteGraph, tracker: changeTracker() });
+  if (missing.length) {
+    const what = missing.map((c) => `node ${c.node}${c.input ? ` ${c.input}` : ""}`).join(", ");
+    app.extensionManager?.toast?.add({ severity: "warn", summary: "Headroom: not all of it could be applied", detail: `Not found on the canvas: ${what}`, life: 8000 });
+  }
+  return checkFit();
+}
+state.applyRemedy = applyRemedy;
+
+// Copy: the whole answer as text on the clipboard (a textarea's copy where the Clipboard API is refused).
+async function copyAnswer(answer) {
+  const text = answerText(answer);
+  try {
+    await navigator.clipboard.writeText(text);
+  } catch {
+    const area = Object.assign(document.createElement("textarea"), { value: text });
+    document.body.append(area);
+    area.select();
+    document.execCommand?.("copy");
+    area.remove();
+  }
+  state.copied = text;
+  app.extensionManager?.toast?.add({ severity: "info", summary: "Headroom: answer copied", life: 2500 });
+  return text;
+}
+state.copyAnswer = copyAnswer;
 
 // What the host's toast takes (the extra fields stay ours).
 const toastOf = (a) => ({ severity: a.severity, summary: a.summary, detail: a.detail, life: a.life });
@@ -265,6 +319,7 @@ function badgeFor(node) {
 // The socket opens before extensions' setup(): listening from the import on means no message of ours
 // arrives unheard (the frontend warns "Unknown message type" for those).
 function listen() {
+  api.addEventListener("graphChanged", () => checkStale()); // the change tracker, after each edit
   api.addEventListener(EVENTS.sample, ({ detail }) => {
     watchRenderer();
     if (refreshSeconds() <= 0) return;
@@ -396,7 +451,7 @@ app.registerExtension({
       tooltip: "Headroom memory monitor",
       type: "custom",
       render: (element) => {
-        state.monitor = new MonitorPanel(element, { checkFit });
+        state.monitor = new MonitorPanel(element, { checkFit, applyRemedy, copyAnswer });
         fetchStatus();
       },
     });

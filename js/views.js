@@ -55,10 +55,22 @@ export const BUTTON_STYLE = {
 
 const PANEL_STYLE = { padding: "8px", fontSize: "12px", display: "flex", flexDirection: "column", gap: "8px" };
 
+/** What the time assumes (the plan's "time": the card, how it was chosen, what the time includes), where
+ * the server says. */
+export function timeLine(time) {
+  if (!time?.card) return null;
+  const how = { named: "the card named", device: "this server's card", assumed: "assumed" }[time.card_source] ?? time.card_source ?? "";
+  const range = Array.isArray(time.range_s) && time.range_s.length === 2 ? `, ${formatSeconds(time.range_s[0])}–${formatSeconds(time.range_s[1])}` : "";
+  const text = `Time for ${time.card}${how ? ` (${how})` : ""}${range}${time.includes ? `; includes ${time.includes}` : ""}`;
+  return el("div", { className: "headroom-fit-time", textContent: text, style: { opacity: "0.8", fontSize: "11px" } });
+}
+
 /** The sidebar tab: live numbers, the chart of the last minutes, and the last run's per-node peaks. */
 export class MonitorPanel {
-  constructor(root, { checkFit } = {}) {
+  constructor(root, { checkFit, applyRemedy, copyAnswer } = {}) {
     this.root = root;
+    this.applyRemedy = applyRemedy;
+    this.copyAnswer = copyAnswer;
     // "Will it fit?": the open workflow checked on the server's card; the answer (or the last run's
     // preflight) stays below the button, with the workflow it belongs to
     this.fitButton = el("button", {
@@ -158,8 +170,36 @@ export class MonitorPanel {
           ? el("div", { className: "headroom-fit-links", style: { display: "flex", flexWrap: "wrap", gap: "6px" } },
             ...check.nodes.map((n) => nodeLink(n.id, n.classType)))
           : null,
-        el("div", { textContent: `${when} at ${at}`, style: { opacity: "0.6", fontSize: "11px" } })),
+        timeLine(check.time),
+        this.remedies(check),
+        check.stale
+          ? el("div", { className: "headroom-fit-stale", textContent: "Out of date: the workflow changed since this answer. Press “Will it fit?” again.", style: { color: "#fb8c00", fontWeight: "600" } })
+          : null,
+        el("div", { style: { display: "flex", gap: "6px", alignItems: "center" } },
+          el("span", { textContent: `${when} at ${at}`, style: { opacity: "0.6", fontSize: "11px" } }),
+          el("button", {
+            className: "headroom-fit-copy p-button p-button-sm p-button-text", type: "button", textContent: "Copy",
+            title: "Copy the whole answer as text", style: BUTTON_STYLE, onclick: () => this.copyAnswer?.(check),
+          }))),
     );
+    this.fit.dataset.stale = String(Boolean(check.stale));
+  }
+
+  /** Under a "no": each change that makes it fit, with its own peak and time, and Apply. */
+  remedies(check) {
+    const remedies = check.fits === false ? check.remedies ?? [] : [];
+    if (!remedies.length) return null;
+    return el("div", { className: "headroom-remedies", style: { display: "flex", flexDirection: "column", gap: "4px" } },
+      el("strong", { textContent: "To make it fit" }),
+      ...remedies.map((remedy, i) => el("div", { className: "headroom-remedy", dataset: { kind: remedy.kind }, style: { display: "flex", gap: "6px", alignItems: "flex-start" } },
+        el("span", { textContent: `${i + 1}. ${remedy.text}`, style: { flex: "1", overflowWrap: "anywhere" } }),
+        remedy.changes?.length
+          ? el("button", {
+            className: "headroom-remedy-apply p-button p-button-sm", type: "button", textContent: "Apply",
+            title: "Make this change on the canvas (one undo step), then check again",
+            disabled: Boolean(check.stale), style: BUTTON_STYLE, onclick: () => this.applyRemedy?.(remedy, check),
+          })
+          : null)));
   }
 
   /** The chart: memory ticks at round binary sizes, seconds before now, one colour per series. */
