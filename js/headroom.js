@@ -20,6 +20,7 @@ const RATE = "Headroom.Monitor.RefreshRate";
 const BADGES = "Headroom.Monitor.Badges";
 const TOASTS = "Headroom.Monitor.PreflightToasts";
 const RAM_BUDGET = "Headroom.RamBudget";
+const CARD = "Headroom.Card"; // M6: the card "Will it fit?" checks on ("" = the server's own)
 // The Vue node renderer draws a node's badges in a computed that tracks only reactive state: the badge
 // function reads this hidden setting (the settings store is reactive), and a new value after node
 // records makes every Vue node read its badge again. The classic canvas redraws anyway.
@@ -208,9 +209,10 @@ async function checkFit() {
     const response = await api.fetchApi(ROUTES.fit, {
       method: "POST",
       headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ prompt: output }),
+      body: JSON.stringify({ prompt: output, ...(setting(CARD, "") ? { gpu: setting(CARD, "") } : {}) }),
     });
     const body = await response.json().catch(() => ({}));
+    if (Array.isArray(body?.cards)) state.cards = body.cards;
     answer = fitAnswer(response.ok ? body : { error: body?.error ?? `HTTP ${response.status}` }, "check", app);
     answer.prompt = prompt; // what it answered: a graph change that changes the prompt makes it out of date
   } catch (error) {
@@ -275,6 +277,18 @@ async function copyAnswer(answer) {
   return text;
 }
 state.copyAnswer = copyAnswer;
+
+// M6: the card to check on, chosen in the sidebar and kept as a setting; "" is the server's own card.
+async function chooseCard(name) {
+  try {
+    await app.extensionManager?.setting?.set(CARD, name);
+  } catch (error) {
+    console.warn("Headroom: could not keep the card setting", error);
+  }
+  return checkFit();
+}
+state.chooseCard = chooseCard;
+state.card = () => setting(CARD, "");
 
 // What the host's toast takes (the extra fields stay ours).
 const toastOf = (a) => ({ severity: a.severity, summary: a.summary, detail: a.detail, life: a.life });
@@ -402,6 +416,14 @@ app.registerExtension({
     },
     { id: BADGE_REVISION, name: "Headroom badge revision (internal)", type: "hidden", defaultValue: 0 },
     {
+      id: CARD,
+      name: "Card to check on (empty: this server's card)",
+      category: ["Headroom", "Monitor", "Card"],
+      type: "text",
+      defaultValue: "",
+      tooltip: "\"Will it fit?\" plans for this card instead of the server's (a server with no GPU has none): a name of Headroom's card table, such as RTX 4060. Also chosen in the Headroom sidebar.",
+    },
+    {
       id: TOASTS,
       name: "Warn before a run that will run out of VRAM",
       category: ["Headroom", "Monitor", "Preflight"],
@@ -451,7 +473,7 @@ app.registerExtension({
       tooltip: "Headroom memory monitor",
       type: "custom",
       render: (element) => {
-        state.monitor = new MonitorPanel(element, { checkFit, applyRemedy, copyAnswer });
+        state.monitor = new MonitorPanel(element, { checkFit, applyRemedy, copyAnswer, chooseCard, cards: () => state.cards ?? [], card: state.card });
         fetchStatus();
       },
     });

@@ -67,10 +67,13 @@ export function timeLine(time) {
 
 /** The sidebar tab: live numbers, the chart of the last minutes, and the last run's per-node peaks. */
 export class MonitorPanel {
-  constructor(root, { checkFit, applyRemedy, copyAnswer } = {}) {
+  constructor(root, { checkFit, applyRemedy, copyAnswer, chooseCard, cards = () => [], card = () => "" } = {}) {
     this.root = root;
     this.applyRemedy = applyRemedy;
     this.copyAnswer = copyAnswer;
+    this.chooseCard = chooseCard;
+    this.cards = cards;
+    this.card = card;
     // "Will it fit?": the open workflow checked on the server's card; the answer (or the last run's
     // preflight) stays below the button, with the workflow it belongs to
     this.fitButton = el("button", {
@@ -171,6 +174,7 @@ export class MonitorPanel {
             ...check.nodes.map((n) => nodeLink(n.id, n.classType)))
           : null,
         timeLine(check.time),
+        this.cardChoice(check),
         this.remedies(check),
         check.stale
           ? el("div", { className: "headroom-fit-stale", textContent: "Out of date: the workflow changed since this answer. Press “Will it fit?” again.", style: { color: "#fb8c00", fontWeight: "600" } })
@@ -183,6 +187,20 @@ export class MonitorPanel {
           }))),
     );
     this.fit.dataset.stale = String(Boolean(check.stale));
+  }
+
+  /** M6: where the server has no card to check on (or one was chosen), a choice of the card table's. */
+  cardChoice(check) {
+    const cards = this.cards();
+    const chosen = this.card();
+    if (!cards.length || (check.fits !== null && !chosen)) return null;
+    const select = el("select", {
+      className: "headroom-card-choice", title: "The card “Will it fit?” plans for (kept as the setting Headroom › Card)",
+      style: { font: "inherit", fontSize: "12px", background: "transparent", color: "inherit" },
+      onchange: () => this.chooseCard?.(select.value),
+    }, el("option", { value: "", textContent: "this server's card" }), ...cards.map((name) => el("option", { value: name, textContent: name })));
+    select.value = cards.includes(chosen) ? chosen : "";
+    return el("label", { style: { display: "flex", gap: "6px", alignItems: "center" } }, "Check on", select);
   }
 
   /** Under a "no": each change that makes it fit, with its own peak and time, and Apply. */

@@ -28,7 +28,7 @@ export function fitAnswer(response, source = "check", app = globalThis.app) {
     return { ...toast, fits: false, text: toast.summary.replace(/^Headroom: /, ""), card, source, remedies, time: response?.time ?? null };
   }
   const text = `Could not check${on}: ${verdict.message || response?.error || "no answer from the server"}`;
-  return { fits: null, severity: "info", summary: "Headroom: will it fit?", detail: text, text, nodes: [], card, source, life: 8000 };
+  return { fits: null, severity: "info", summary: "Headroom: will it fit?", detail: text, text, nodes: [], card, source, life: 8000, remedies: [] };
 }
 
 const MAX_WORKFLOWS = 32;
