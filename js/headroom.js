@@ -6,7 +6,7 @@ import { app } from "../../scripts/app.js";
 import { api } from "../../scripts/api.js";
 import { BadgeStore } from "./lib/badges.js";
 import { freeVram } from "./lib/free.js";
-import { Latest, coalesce, liveReport } from "./lib/live.js";
+import { Latest, coalesce, executingNode, liveReport, withProgress } from "./lib/live.js";
 import { FitStore, fitAnswer } from "./lib/fit.js";
 import { EVENTS, ROUTES, route } from "./lib/names.js";
 import { TEXT_NODES, TextStore, addTextWidget, messageText, showText } from "./lib/nodetext.js";
@@ -51,6 +51,7 @@ const state = {
   toasts: [],
   shownToast: null, // the last fit or preflight toast shown ({key, summary, detail, until}): not twice
   running: null, // the prompt the host is executing, while it does
+  executing: null, // the node the host runs now: {node, promptId, since, steps} (executing and progress events)
   reports: new Latest(),
   ramBudget: null, // the server's answer to the RAM budget setting: {budget, setting, env, note} or {error}
   ramSent: null, // the setting's value the server has (sent again after a reconnect)
@@ -127,9 +128,12 @@ const reportWorkflow = (report) => serverWorkflow(report?.workflow_id) ?? workfl
 
 // The timeline shows the open workflow's last run, or says it has none (never another tab's run).
 function showTimeline() {
-  state.report = state.reportsByWorkflow.get(String(workflowKey())) ?? null;
+  const report = state.reportsByWorkflow.get(String(workflowKey())) ?? null;
+  state.report = liveReport(report, state.running, state.executing);
   state.timeline?.draw(state.report);
 }
+// While a node runs, its row's elapsed time moves on (M11): the timeline is drawn again each second.
+setInterval(() => state.executing && state.running && showTimeline(), 1000);
 
 async function loadReport(promptId) {
   if (!promptId) return;
@@ -142,7 +146,7 @@ async function loadReport(promptId) {
     if (!state.reports.accept(ticket)) return; // a later request was shown already
     const key = String(reportWorkflow(report));
     state.reportsByWorkflow.delete(key); // re-inserted last: the oldest workflow is dropped first
-    state.reportsByWorkflow.set(key, liveReport(report, state.running));
+    state.reportsByWorkflow.set(key, report); // made live (pending, running) when shown
     while (state.reportsByWorkflow.size > 32) state.reportsByWorkflow.delete(state.reportsByWorkflow.keys().next().value);
     showTimeline();
   } catch (error) {
@@ -360,7 +364,16 @@ function listen() {
   api.addEventListener(EVENTS.residency, ({ detail }) => loadLiveReport(detail?.prompt_id));
   api.addEventListener("execution_start", ({ detail }) => {
     state.running = detail?.prompt_id ?? null;
+    state.executing = null;
     loadLiveReport(state.running);
+  });
+  // M9: the node the host starts is running now, not when its record arrives at its end
+  api.addEventListener("executing", ({ detail }) => {
+    state.executing = executingNode(state.executing, detail);
+    showTimeline();
+  });
+  api.addEventListener("progress", ({ detail }) => {
+    state.executing = withProgress(state.executing, detail);
   });
   api.addEventListener(EVENTS.preflight, ({ detail }) => {
     const tip = hostSettingsToast(detail); // the host's own settings that fit this workflow better
@@ -378,7 +391,7 @@ function listen() {
   });
   for (const event of ["execution_success", "execution_error", "execution_interrupted"]) {
     api.addEventListener(event, ({ detail }) => {
-      if (state.running === detail?.prompt_id) state.running = null;
+      if (state.running === detail?.prompt_id) state.running = state.executing = null;
       loadReport(detail?.prompt_id);
     });
   }

@@ -295,7 +295,7 @@ export class TimelinePanel {
       const m = ram.get(r.node);
       table.append(el("tr", { className: `headroom-row headroom-${r.state}${m?.over ? " headroom-ram-over" : ""}`, dataset: { node: r.node } },
         el("td", {}, nodeLink(r.node, r.classType)), el("td", { textContent: r.classType }),
-        el("td", { textContent: `${formatSeconds(r.duration)}${r.plannedWall ? ` (plan ${formatSeconds(r.plannedWall)})` : ""}${r.boundKind ? ` · ${r.boundKind}-bound` : ""}`, title: r.spill ? `${r.bound}\nshared memory: ${r.spill}` : r.bound }),
+        el("td", { className: "headroom-row-time", textContent: timeText(r), title: r.spill ? `${r.bound}\nshared memory: ${r.spill}` : r.bound }),
         el("td", { textContent: r.state }),
         el("td", {}, bars, el("div", { textContent: `${formatBytes(r.actual)} / ${formatBytes(r.planned)}` })),
         el("td", { textContent: formatBytes(r.rss) }),
@@ -305,6 +305,14 @@ export class TimelinePanel {
     this.box.replaceChildren(header, rows.length ? table : el("div", { className: "headroom-timeline-empty", textContent: "No run of this workflow yet. Press Run to see, per node, what was planned and what happened (“Will it fit?” in the Headroom sidebar checks it first)." }));
     this.box.dataset.rows = String(rows.length);
   }
+}
+
+/** A row's time: its duration (and the plan's), or while it runs, how long it has been running and the
+ * sampler's steps. */
+function timeText(r) {
+  const plan = r.plannedWall ? ` (plan ${formatSeconds(r.plannedWall)})` : "";
+  if (r.state === "running" && r.elapsed !== null) return `${formatSeconds(r.elapsed)} so far${r.steps ? ` · ${r.steps}` : ""}${plan}`;
+  return `${formatSeconds(r.duration)}${plan}${r.boundKind ? ` · ${r.boundKind}-bound` : ""}`;
 }
 
 /** A node's RAM at its end: the predicted bar (RssAnon + pinned, then the mapped file pages it reads,

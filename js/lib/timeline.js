@@ -32,6 +32,9 @@ export function timelineRows(report) {
     actualFrac: top > 0 && Number.isFinite(r.vram_peak) ? r.vram_peak / top : 0,
     plannedFrac: top > 0 && Number.isFinite(r.planned_vram_peak) ? r.planned_vram_peak / top : 0,
     rss: r.rss_peak ?? null,
+    // while it runs: seconds since it started and the sampler's steps (M11)
+    elapsed: Number.isFinite(r.elapsed_s) ? r.elapsed_s : null,
+    steps: r.steps ? `step ${r.steps.value}/${r.steps.max}` : "",
     placements: Object.entries(r.planned_placements ?? {})
       .map(([component, tier]) => `${component.replace(/\.safetensors/g, "")}: ${tier}`)
       .join(", "),

@@ -161,3 +161,23 @@ test("a badge is not shown on a node of another class with the same id", () => {
   assert.match(store.text("1", undefined, "EmptyImage"), /^RSS 1(\.0+)? GiB/);
   assert.match(store.text("1"), /^RSS/); // no class given: the record's
 });
+
+test("M9, M11: the node the host is executing is running from its start, with elapsed time and steps", async () => {
+  const { executingNode, withProgress } = await import("../../js/lib/live.js");
+  const { timelineRows } = await import("../../js/lib/timeline.js");
+  const report = { prompt_id: "p", nodes: [{ node: "1", status: "not run" }, { node: "3", status: "not run" }] };
+  let executing = executingNode(null, { node: "1", display_node: "1", prompt_id: "p" }, 1000);
+  let live = liveReport(report, "p", executing, 8000);
+  assert.deepEqual(live.nodes.map((r) => r.status), ["running", "pending"]); // the first node, loading for 7 s
+  assert.equal(live.nodes[0].elapsed_s, 7);
+  assert.equal(executingNode(executing, { node: "1", prompt_id: "p" }, 5000), executing); // same node: same start
+  executing = withProgress(executingNode(executing, "3", 9000), { value: 12, max: 20, node: "3" });
+  live = liveReport({ ...report, prompt_id: "p" }, "p", { ...executing, promptId: "p" }, 69000);
+  const rows = timelineRows(live);
+  assert.equal(rows[1].state, "running");
+  assert.equal(rows[1].elapsed, 60);
+  assert.equal(rows[1].steps, "step 12/20");
+  assert.equal(withProgress(executing, { value: 1, max: 2, node: "9" }), executing); // another node's progress
+  assert.equal(executingNode(executing, null), null); // the host's "executing: null": the prompt ended
+  assert.equal(liveReport(report, "p", { node: "1", promptId: "other", since: 0 }, 1).nodes[0].status, "pending");
+});
