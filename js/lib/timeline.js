@@ -42,7 +42,8 @@ export function timelineRows(report) {
     reasons: Object.entries(r.planned_reasons ?? {})
       .map(([component, why]) => `${component.replace(/\.safetensors/g, "")}: ${why}`)
       .join("\n"),
-    events: (r.residency_events ?? []).map((e) => `${e.component}: ${e.tier_from} → ${e.tier_to}`).join(", "),
+    // files named as in the placements column (N15: one name per file in the table)
+    events: (r.residency_events ?? []).map((e) => `${String(e.component).replace(/\.safetensors/g, "")}: ${e.tier_from} → ${e.tier_to}`).join(", "),
     // what bounded the node, measured (compute, disk or upload), and its line with the figures
     boundKind: r.bounded_by?.kind ?? "",
     bound: r.bounded_by?.line ?? "",

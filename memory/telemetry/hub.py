@@ -259,13 +259,16 @@ class Telemetry:
                 return None
             return report_json(run, self) if fmt == "json" else report_csv(run)
 
-    def snapshot(self, now: Sample, node_id: str | None = None) -> Snapshot:
-        """The current prompt as the Memory Monitor node reports it, copied under the lock."""
+    def snapshot(
+        self, now: Sample, node_id: str | None = None, titles: dict[str, str] | None = None
+    ) -> Snapshot:
+        """The current prompt as the Memory Monitor node reports it, copied under the lock (``titles``:
+        the prompt's node titles, to name nodes as the canvas does)."""
         with self._lock:
             run = self.current
             peaks_now = self.prompt_peaks(run) if run else {}
             return Snapshot(
-                text=text_report(run, now, peaks_now, node_id),
+                text=text_report(run, now, peaks_now, node_id, titles),
                 prompt_id=run.prompt_id if run else None,
                 peaks=peaks_now,
                 samples=[*self.sampler.history(since=run.started - 1e-9), now] if run else [now],

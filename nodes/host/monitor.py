@@ -321,11 +321,13 @@ class Monitor(Subscriber):
         if assume_vram != "keep":
             self.assume_vram = assume_vram  # type: ignore[assignment]
 
-    def snapshot(self, node_id: str | None, chart: bool = False) -> MonitorSnapshot:
+    def snapshot(
+        self, node_id: str | None, chart: bool = False, titles: dict[str, str] | None = None
+    ) -> MonitorSnapshot:
         """What the Memory Monitor node reports from inside a run: memory now, the prompt's peaks and its
         plan-vs-actual so far, and optionally the timeline picture."""
         now = self.sampler.tick(notify=False)
-        snap = self.telemetry.snapshot(now, node_id)
+        snap = self.telemetry.snapshot(now, node_id, titles)
         image = None
         if chart:
             from ...memory.telemetry.chart import timeline_image

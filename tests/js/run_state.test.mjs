@@ -181,3 +181,10 @@ test("M9, M11: the node the host is executing is running from its start, with el
   assert.equal(executingNode(executing, null), null); // the host's "executing: null": the prompt ended
   assert.equal(liveReport(report, "p", { node: "1", promptId: "other", since: 0 }, 1).nodes[0].status, "pending");
 });
+
+test("N15: the timeline names a file one way in placements and residency events", async () => {
+  const { timelineRows } = await import("../../js/lib/timeline.js");
+  const [row] = timelineRows({ nodes: [{ node: "3", status: "done", planned_placements: { "flux1-dev.safetensors [diffusion_model]": "gpu" }, residency_events: [{ component: "flux1-dev.safetensors [diffusion_model]", tier_from: "disk", tier_to: "gpu" }] }] });
+  assert.equal(row.placements, "flux1-dev [diffusion_model]: gpu");
+  assert.equal(row.events, "flux1-dev [diffusion_model]: disk → gpu");
+});
