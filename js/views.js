@@ -302,7 +302,15 @@ export class TimelinePanel {
         ramCell(m),
         el("td", { textContent: r.placements || "–", title: r.reasons }), el("td", { textContent: r.events || "–" })));
     }
-    this.box.replaceChildren(header, rows.length ? table : el("div", { className: "headroom-timeline-empty", textContent: "No run of this workflow yet. Press Run to see, per node, what was planned and what happened (“Will it fit?” in the Headroom sidebar checks it first)." }));
+    // the run against its workflow's previous one: disk reads again and why, RAM/VRAM change and who
+    // holds it, the host's settings (the server's lines, memory/telemetry/compare.py)
+    const compared = report?.compared?.lines ?? [];
+    const compare = compared.length
+      ? el("div", { className: "headroom-compare", style: { display: "flex", flexDirection: "column", gap: "2px", opacity: "0.9" } },
+        el("strong", { textContent: report.compared.previous ? "Since the last run" : "This run" }),
+        ...compared.map((line) => el("div", { className: "headroom-compare-line", textContent: line })))
+      : null;
+    this.box.replaceChildren(header, ...(compare ? [compare] : []), rows.length ? table : el("div", { className: "headroom-timeline-empty", textContent: "No run of this workflow yet. Press Run to see, per node, what was planned and what happened (“Will it fit?” in the Headroom sidebar checks it first)." }));
     this.box.dataset.rows = String(rows.length);
   }
 }

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from ..units import format_bytes
+from .compare import compare_runs
 from .probe import Sample
 from .runs import RunRecord
 
@@ -93,9 +94,13 @@ def plan_vs_actual(run: RunRecord) -> list[dict[str, Any]]:
     return rows
 
 
-def report_json(run: RunRecord, telemetry: PeakSource | None = None) -> dict[str, Any]:
+def report_json(
+    run: RunRecord, telemetry: PeakSource | None = None, previous: RunRecord | None = None
+) -> dict[str, Any]:
+    """A run for the timeline and the JSON report, with how it compares with ``previous`` (compare.py)."""
     planned = run.planned
     return {
+        "compared": compare_runs(previous, run),
         "prompt_id": run.prompt_id,
         "workflow_id": run.workflow_id,
         "started": run.started,
@@ -155,6 +160,7 @@ def text_report(
     prompt_peaks: dict[str, int],
     node_id: str | None = None,
     titles: dict[str, str] | None = None,
+    compared: list[str] | None = None,
 ) -> str:
     """What the Memory Monitor node prints: memory now, the prompt's peaks, and plan-vs-actual so far.
     Nodes are named as the canvas names them (``titles``: their titles by id), else by their class (N15)."""
@@ -199,6 +205,9 @@ def text_report(
         )
         if r.get("bounded_by"):
             lines.append(f"{'':>9}{r['bounded_by']['line']}")
+    if compared:
+        lines.append("since the last run of this workflow:")
+        lines += [f"  {line}" for line in compared]
     notes = {r["bounded_by"].get("spill_note") for r in rows if r.get("bounded_by")} - {None, ""}
     for note in sorted(notes):  # the nodes' lines name a spill where the OS reports one; else say why not
         lines.append(f"  spill into shared memory: {note}")
