@@ -44,6 +44,7 @@ const sidebar = () => page.evaluate(() => {
     text: fit?.querySelector(".headroom-fit-text")?.textContent ?? "",
     remedies: [...(fit?.querySelectorAll(".headroom-remedy") ?? [])].map((r) => ({ kind: r.dataset.kind, text: r.textContent, apply: Boolean(r.querySelector(".headroom-remedy-apply")) })),
     cardChoice: fit?.querySelector(".headroom-card-choice")?.value ?? null,
+    severity: window.headroom.fits.get()?.severity ?? null, // error: even Headroom's plan does not fit
   };
 });
 async function checkFit() {
@@ -62,7 +63,9 @@ try {
   await closeDialogs(page);
 
   await step("M6 card chosen", async () => {
-    // the test server assumes a 1 GB card: first, a check there; then the card chosen in the sidebar
+    // the test server assumes a 1 GB card: first, a check there (the setting is the server's: an earlier
+    // script may have left a card chosen); then the card chosen in the sidebar
+    await page.evaluate(() => window.app.extensionManager.setting.set("Headroom.Card", ""));
     result.onServerCard = await checkFit();
     await page.evaluate(() => window.app.extensionManager.setting.set("Headroom.Card", "RTX 4060"));
     result.onChosen = await checkFit();
@@ -92,7 +95,6 @@ try {
     const before = await page.evaluate(() => window.headroom.fits.get()?.at ?? 0);
     await page.locator(".headroom-remedy[data-kind=latent] .headroom-remedy-apply").click();
     await page.waitForFunction((t) => (window.headroom.fits.get()?.at ?? 0) > t, before, { timeout: 60_000 });
-    await page.waitForFunction(() => document.querySelector(".headroom-fit")?.dataset.fits === "true", null, { timeout: 10_000 });
     result.applied = await latent();
     result.afterApply = await sidebar();
     await shot("make-it-fit-applied");

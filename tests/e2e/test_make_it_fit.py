@@ -30,6 +30,7 @@ def test_m6_a_card_is_chosen_in_the_sidebar_on_a_server_that_has_none(seen: Any)
     chosen = seen["onChosen"]
     assert "RTX 4060" in chosen["text"] and chosen["cardChoice"] == "RTX 4060"
     assert chosen["fits"] == "true"  # the example as it comes fits an 8 GB card
+    assert seen["onServerCard"]["severity"] == "error"  # the server's assumed 1 GB card
 
 
 def test_the_answer_offers_a_latent_and_apply_makes_the_canvas_match_it(seen: Any) -> None:
@@ -40,8 +41,12 @@ def test_the_answer_offers_a_latent_and_apply_makes_the_canvas_match_it(seen: An
     remedy = seen["remedy"]
     for change in remedy["changes"]:
         assert seen["applied"][change["input"]] == change["value"]
-    assert seen["applied"]["width"] < 1280 and seen["afterApply"]["fits"] == "true"
-    assert seen["afterApply"]["remedies"] == []
+    assert seen["noFit"]["severity"] == "error"  # not even Headroom's plan fits
+    # after Apply Headroom's plan fits (what the remedy said); ComfyUI's own loading may still run out
+    # ("warn"), and the answer then offers the Headroom node that makes it run
+    assert seen["afterApply"]["severity"] in ("success", "warn"), seen["afterApply"]
+    assert "even with Headroom" not in seen["afterApply"]["text"]
+    assert seen["applied"] != seen["before"]
 
 
 def test_copy_gives_the_whole_answer_as_text(seen: Any) -> None:
