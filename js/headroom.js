@@ -13,6 +13,7 @@ import { TEXT_NODES, TextStore, addTextWidget, messageText, showText } from "./l
 import { hostSettingsToast, preflightToast, repeatsShown, shownToast } from "./lib/preflight.js";
 import { ramBudgetToast, ramBudgetValue } from "./lib/ram.js";
 import { answerText, applyRemedy as applyRemedyOn } from "./lib/remedies.js";
+import { WorkflowIds } from "./lib/workflow_ids.js";
 import { SampleHistory, dueForRedraw } from "./lib/samples.js";
 import { MonitorPanel, TimelinePanel } from "./views.js";
 
@@ -30,11 +31,14 @@ const RAM_BUDGET_SETTLE_MS = 1200; // the text setting reports every keystroke: 
 // id, which every such workflow shares: those are told apart by the open workflow's path instead, and the
 // server's nil workflow_id means "the workflow open when it came".
 const NIL_ID = "00000000-0000-0000-0000-000000000000";
+// M1: a workflow keeps the key it was first seen with when the frontend gives its graph a new id.
+const workflowIds = new WorkflowIds(globalThis.localStorage ?? null);
 const workflowKey = () => {
   const id = app.graph?.id;
-  return id && id !== NIL_ID ? id : `path:${app.extensionManager?.workflow?.activeWorkflow?.path ?? ""}`;
+  const open = app.extensionManager?.workflow?.activeWorkflow;
+  return id && id !== NIL_ID ? workflowIds.key(id, open) : `path:${open?.path ?? ""}`;
 };
-const serverWorkflow = (id) => (id && id !== NIL_ID ? id : null);
+const serverWorkflow = (id) => (id && id !== NIL_ID ? workflowIds.resolve(id) : null);
 
 // One state for the page; exposed on window for debugging and for the browser test.
 const state = {

@@ -8,32 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from headroom_testing.browser_server import TINY_CHECKPOINT, Server
+from headroom_testing.browser_server import TINY_PROMPT as PROMPT
+from headroom_testing.browser_server import Server
 
 pytestmark = pytest.mark.e2e
-PROMPT = {  # the tiny SD1.5 workflow (test_artist.py's, without its Stream Model)
-    "4": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": TINY_CHECKPOINT}},
-    "6": {"class_type": "CLIPTextEncode", "inputs": {"text": "a red cube", "clip": ["4", 1]}},
-    "7": {"class_type": "CLIPTextEncode", "inputs": {"text": "", "clip": ["4", 1]}},
-    "5": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
-    "3": {
-        "class_type": "KSampler",
-        "inputs": {
-            "model": ["4", 0],
-            "positive": ["6", 0],
-            "negative": ["7", 0],
-            "latent_image": ["5", 0],
-            "seed": 1,
-            "steps": 4,
-            "cfg": 5.0,
-            "sampler_name": "euler",
-            "scheduler": "normal",
-            "denoise": 1.0,
-        },
-    },  # fmt: skip
-    "8": {"class_type": "VAEDecode", "inputs": {"samples": ["3", 0], "vae": ["4", 2]}},
-    "9": {"class_type": "PreviewImage", "inputs": {"images": ["8", 0]}},
-}
 
 
 def test_two_runs_show_the_comparison_in_the_timeline(comfy_server: Server, tmp_path: Path) -> None:
