@@ -3,7 +3,7 @@
 // with the plan's peak, the usable VRAM and the time, or the warning that names the node. Kept per
 // workflow until the next check, so the sidebar shows the open workflow's own verdict.
 // Pure (unit-tested under Node).
-import { formatBytes, formatSeconds } from "./format.js";
+import { formatGiB, formatSeconds } from "./format.js";
 import { preflightToast } from "./preflight.js";
 
 /**
@@ -17,7 +17,7 @@ export function fitAnswer(response, source = "check", app = globalThis.app) {
   const on = card ? ` on ${card}` : "";
   if (verdict.fits === true) {
     const peak = response?.vram_peak ?? verdict.headroom_peak ?? verdict.predicted_peak;
-    const parts = [`peak ${formatBytes(peak)} of ${formatBytes(verdict.budget_vram)} usable`];
+    const parts = [`peak ${formatGiB(peak)} of ${formatGiB(verdict.budget_vram)} usable`];
     if (Number.isFinite(response?.wall_s) && response.wall_s > 0) parts.push(`about ${formatSeconds(response.wall_s)}`);
     const text = `Fits${on}: ${parts.join(", ")}`;
     return { fits: true, severity: "success", summary: `Headroom: ${text}`, detail: verdict.message ?? "", text, nodes: [], card, source, life: 6000, remedies: [], time: response?.time ?? null };

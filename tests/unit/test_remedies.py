@@ -193,3 +193,10 @@ def test_cli_prints_and_carries_the_remedies(tmp_path: Path) -> None:
         {"node": "59", "input": "height", "value": 576, "op": "set"},
     ]
     assert remedy["fits"] is True and remedy["vram_peak"] <= body["budget"]["vram"]
+
+
+def test_m12_a_card_is_an_8_gib_card() -> None:
+    from comfyui_headroom.memory.planning.preflight import article
+
+    figures = ("8.00 GiB", "4.00 GiB", "11.00 GiB", "18.00 GiB", "16.00 GiB", "80.00 GiB")
+    assert [article(f).split()[0] for f in figures] == ["an", "a", "an", "an", "a", "an"]
