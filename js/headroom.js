@@ -36,9 +36,12 @@ const workflowIds = new WorkflowIds(globalThis.localStorage ?? null);
 const workflowKey = () => {
   const id = app.graph?.id;
   const open = app.extensionManager?.workflow?.activeWorkflow;
-  return id && id !== NIL_ID ? workflowIds.key(id, open) : `path:${open?.path ?? ""}`;
+  const real = id && id !== NIL_ID;
+  return workflowIds.key(real ? id : `path:${open?.path ?? ""}`, open, id);
 };
 const serverWorkflow = (id) => (id && id !== NIL_ID ? workflowIds.resolve(id) : null);
+// a run's workflow: the id it was queued with, else (the nil id) the workflow it was seen running in
+const runWorkflow = (workflowId, promptId) => serverWorkflow(workflowId) ?? workflowIds.promptKey(promptId);
 
 // One state for the page; exposed on window for debugging and for the browser test.
 const state = {
@@ -93,6 +96,9 @@ function setting(id, fallback) {
 const refreshSeconds = () => Number(setting(RATE, 1));
 
 function redraw(force = false) {
+  // M1: the open workflow's key settles after its graph (1.49 gives an API prompt's workflow a new id at
+  // its first switch, and the key follows once the change tracker holds it): the timeline follows it
+  if (state.shownKey !== undefined && String(workflowKey()) !== state.shownKey) loadOpenWorkflowReport();
   const now = Date.now();
   if (!force && !dueForRedraw(state.lastDraw, now, refreshSeconds())) return;
   state.lastDraw = now;
@@ -128,11 +134,12 @@ async function loadRam(promptId, report) {
 }
 
 // The workflow a report belongs to: the one it was queued from, else (a script's prompt) the open one.
-const reportWorkflow = (report) => serverWorkflow(report?.workflow_id) ?? workflowKey();
+const reportWorkflow = (report) => runWorkflow(report?.workflow_id, report?.prompt_id) ?? workflowKey();
 
 // The timeline shows the open workflow's last run, or says it has none (never another tab's run).
 function showTimeline() {
-  const report = state.reportsByWorkflow.get(String(workflowKey())) ?? null;
+  state.shownKey = String(workflowKey());
+  const report = state.reportsByWorkflow.get(state.shownKey) ?? null;
   state.report = liveReport(report, state.running, state.executing);
   state.timeline?.draw(state.report);
 }
@@ -169,7 +176,7 @@ async function restoreRuns() {
     const response = await api.fetchApi(ROUTES.runs);
     if (!response.ok) return;
     const { runs } = await response.json();
-    state.badges.restore(runs.map((run) => ({ ...run, workflow_id: serverWorkflow(run.workflow_id) })));
+    state.badges.restore(runs.map((run) => ({ ...run, workflow_id: runWorkflow(run.workflow_id, run.prompt_id) })));
     app.graph?.setDirtyCanvas(true, false);
     bumpBadges();
     redraw(true);
@@ -341,7 +348,10 @@ function badgeFor(node) {
 // The socket opens before extensions' setup(): listening from the import on means no message of ours
 // arrives unheard (the frontend warns "Unknown message type" for those).
 function listen() {
-  api.addEventListener("graphChanged", () => checkStale()); // the change tracker, after each edit
+  api.addEventListener("graphChanged", () => {
+    checkStale(); // the change tracker, after each edit
+    redraw(true); // and the key of the open workflow may have settled (M1)
+  });
   api.addEventListener(EVENTS.sample, ({ detail }) => {
     watchRenderer();
     if (refreshSeconds() <= 0) return;
@@ -349,7 +359,9 @@ function listen() {
     redraw();
   });
   api.addEventListener(EVENTS.node, ({ detail }) => {
-    state.badges.add({ ...detail, workflow_id: serverWorkflow(detail?.workflow_id) });
+    const workflowId = runWorkflow(detail?.workflow_id, detail?.prompt_id);
+    if (!workflowId) workflowIds.notePrompt(detail?.prompt_id, workflowKey()); // queued with the nil id
+    state.badges.add({ ...detail, workflow_id: runWorkflow(detail?.workflow_id, detail?.prompt_id) });
     app.graph?.setDirtyCanvas(true, false);
     bumpBadges();
     redraw(true);
@@ -358,7 +370,7 @@ function listen() {
   // A Stream Model or Stream CLIP node's text: what its model streamed, when the node that ran it ended
   api.addEventListener(EVENTS.node_text, ({ detail }) => {
     if (!detail?.node || typeof detail.text !== "string") return;
-    const workflowId = serverWorkflow(detail.workflow_id) ?? workflowKey();
+    const workflowId = runWorkflow(detail.workflow_id, detail.prompt_id) ?? workflowKey();
     if (String(workflowId) !== String(workflowKey())) return; // another workflow's run: not its nodes
     const node = app.graph?.getNodeById?.(Number(detail.node)) ?? app.graph?.getNodeById?.(detail.node);
     if (!node || !TEXT_NODES.has(node.comfyClass)) return;

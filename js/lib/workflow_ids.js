@@ -25,13 +25,13 @@ export class WorkflowIds {
 
   /** The key of the open workflow: `workflow` (the frontend's object for the tab) keeps the first key it
    * was seen with; a new graph id of the same workflow becomes an alias of that key. */
-  key(id, workflow = null) {
+  key(id, workflow = null, graphId = id) {
     const known = this.resolve(id);
     if (!workflow || typeof workflow !== "object") return known;
     // mid-switch the graph may still be the previous tab's: only a graph the workflow's own state names
     // is that workflow's (its state is the change tracker's copy of the graph)
     const own = workflow.changeTracker?.activeState?.id ?? workflow.activeState?.id;
-    if (own && own !== id) return known;
+    if (own && graphId && own !== graphId) return known;
     const first = workflow.headroomKey;
     if (!first) {
       try {
@@ -43,6 +43,17 @@ export class WorkflowIds {
     }
     if (first !== known) this.alias(id, first);
     return first;
+  }
+
+  /** Runs queued with no graph id (the nil id of an API prompt's workflow): the key of the workflow they
+   * were queued from, kept like the aliases, so that after F5 the server's runs find their workflow. */
+  notePrompt(promptId, key) {
+    if (!promptId || this.aliases.get(`prompt:${promptId}`) === key) return;
+    this.alias(`prompt:${promptId}`, key);
+  }
+
+  promptKey(promptId) {
+    return promptId ? this.aliases.get(`prompt:${promptId}`) ?? null : null;
   }
 
   alias(id, key) {

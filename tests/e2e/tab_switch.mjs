@@ -23,9 +23,11 @@ const seen = () => page.evaluate(() => ({
 const settle = (ms) => page.waitForTimeout(ms); // the tab's graph is loaded and drawn (bounded, not asserted)
 
 try {
-  await command("Workspace.ToggleSidebarTab.headroom-monitor");
+  // open (not toggle: an earlier script may have left them open) the sidebar tab and the timeline
+  if (!(await page.locator(".headroom-monitor").count())) await command("Workspace.ToggleSidebarTab.headroom-monitor");
   await page.locator(".headroom-monitor").waitFor({ timeout: 60_000 });
-  await command("Workspace.ToggleBottomPanelTab.headroom-timeline");
+  if (!(await page.locator(".headroom-timeline").count())) await command("Workspace.ToggleBottomPanelTab.headroom-timeline");
+  await page.locator(".headroom-timeline").waitFor({ timeout: 60_000 });
   await loadApiPrompt(page, prompt, "m1-api-prompt.json");
   await closeDialogs(page);
   result.run = await page.evaluate((names) => new Promise((resolve) => {
@@ -44,9 +46,10 @@ try {
   result.back = await seen();
   await page.screenshot({ path: `${artifacts}/m1-tab-switch-${renderer}.png` });
   await gotoComfy(page, base); // F5: the open tab is restored
+  if (!(await page.locator(".headroom-monitor").count())) await command("Workspace.ToggleSidebarTab.headroom-monitor");
   await page.locator(".headroom-monitor").waitFor({ timeout: 60_000 }).catch(() => {});
   await page.waitForFunction((path) => window.app.extensionManager.workflow.activeWorkflow?.path === path, result.afterRun.path, { timeout: 10_000 }).catch(() => {});
-  await page.waitForFunction(() => window.headroom.badges.records.size > 0, null, { timeout: 15_000 }).catch(() => {});
+  await page.waitForFunction(() => document.querySelectorAll(".headroom-node-row").length > 0, null, { timeout: 15_000 }).catch(() => {});
   result.afterReload = await seen();
   await finish();
 } catch (error) {

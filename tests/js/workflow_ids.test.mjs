@@ -31,3 +31,18 @@ test("M1: mid-switch, the previous tab's graph is not taken for the new tab's", 
   assert.equal(ids.key("x", null), "x");
   assert.equal(new WorkflowIds({ getItem: () => "not json" }).resolve("x"), "x");
 });
+
+test("M1: a workflow opened from an API prompt (the nil id, keyed by its path) keeps its runs", () => {
+  const storage = memoryStorage();
+  const ids = new WorkflowIds(storage);
+  const NIL = "00000000-0000-0000-0000-000000000000";
+  const tab = { changeTracker: { activeState: { id: NIL } } };
+  assert.equal(ids.key("path:workflows/a.json", tab, NIL), "path:workflows/a.json");
+  ids.notePrompt("p1", "path:workflows/a.json"); // its run, queued with the nil id
+  tab.changeTracker.activeState.id = "real"; // 1.49: a real id at the first switch
+  assert.equal(ids.key("real", tab, "real"), "path:workflows/a.json");
+  const reloaded = new WorkflowIds(storage);
+  assert.equal(reloaded.key("real", { changeTracker: { activeState: { id: "real" } } }, "real"), "path:workflows/a.json");
+  assert.equal(reloaded.promptKey("p1"), "path:workflows/a.json");
+  assert.equal(reloaded.promptKey("p2"), null);
+});
