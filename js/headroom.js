@@ -235,7 +235,11 @@ async function checkFit() {
   }
   state.fits.set(answer, key);
   if (answer.nodes?.length) state.toasts.push(answer);
-  app.extensionManager?.toast?.add(toastOf(answer));
+  // M16: with the sidebar open, its answer is on screen: the toast says the verdict only, not the same
+  // text a second time
+  const toast = toastOf(answer);
+  if (document.querySelector(".headroom-monitor")?.isConnected && answer.fits !== null) toast.detail = "The answer is in the Headroom sidebar.";
+  app.extensionManager?.toast?.add(toast);
   state.shownToast = shownToast(answer, key);
   redraw(true);
   return answer;

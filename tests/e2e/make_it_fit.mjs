@@ -74,6 +74,11 @@ try {
     await edit({ width: 1280, height: 720 });
     result.before = await latent();
     result.noFit = await checkFit();
+    // M16: the sidebar's text is not shown a second time in a toast
+    result.toastRepeats = await page.evaluate(() => {
+      const detail = (document.querySelector(".headroom-fit-detail")?.textContent ?? "").slice(0, 80);
+      return [...document.querySelectorAll(".p-toast-message, [data-testid='toast']")].filter((t) => detail && t.textContent.includes(detail)).length;
+    });
     await shot("make-it-fit-remedies");
   });
   await step("M10 zoom", async () => {

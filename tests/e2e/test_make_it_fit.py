@@ -70,3 +70,8 @@ def test_m3_an_edit_marks_the_answer_out_of_date(seen: Any) -> None:
 def test_m10_show_zooms_in_to_a_readable_size(seen: Any) -> None:
     assert "M10 zoom" in seen["steps"], seen["stepErrors"]
     assert seen["zoomAfterShow"] >= 0.8
+
+
+def test_m16_the_sidebar_answer_is_not_repeated_in_a_toast(seen: Any) -> None:
+    assert "does not fit" in seen["steps"], seen["stepErrors"]
+    assert seen["toastRepeats"] == 0
