@@ -58,8 +58,10 @@ test("node text: a read-only box made at creation, filled by the executed messag
       return widget;
     },
   };
-  const doc = { createElement: (tag) => ({ tag, value: "", readOnly: false }) };
+  const doc = { createElement: (tag) => ({ tag, value: "", readOnly: false, style: {} }) };
   const widget = addTextWidget(node, doc);
+  assert.equal(widget.inputEl.wrap, "off"); // M18: the report's table rows do not wrap
+  assert.equal(widget.inputEl.style.whiteSpace, "pre");
   await Promise.resolve(); // the size is set a moment later (after the host's own sizing)
   assert.equal(widget.name, TEXT_WIDGET);
   assert.equal(made[0].type, "customtext"); // what a multiline STRING is, so the Vue renderer shows a text box
