@@ -21,6 +21,9 @@ try {
   await closeDialogs(page);
   if (!(await page.locator(".headroom-timeline").count())) await command("Workspace.ToggleBottomPanelTab.headroom-timeline");
   await page.locator(".headroom-timeline").waitFor({ timeout: 60_000 });
+  // the host's cache emptied, so that the first node runs (an earlier script ran the same loader)
+  await page.evaluate(() => window.comfyAPI.api.api.fetchApi("/free", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ unload_models: true, free_memory: true }) }));
+  await page.waitForTimeout(1500); // the host's worker takes the flag between prompts
   // every 100 ms while the run goes: each row's state and time cell as the user sees them
   result.seen = await page.evaluate(() => new Promise((resolve) => {
     const seen = {};
@@ -41,6 +44,8 @@ try {
     }
     window.app.queuePrompt(0, 1);
   }));
+  // the run's own figures: each node's time, in the order the report lists them (the order they ran)
+  result.durations = await page.evaluate(() => (window.headroom.report?.nodes ?? []).map((n) => [String(n.node), n.duration_s ?? null, n.status]));
   await page.screenshot({ path: `${artifacts}/live-rows-${renderer}.png` });
   await finish();
 } catch (error) {

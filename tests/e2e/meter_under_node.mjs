@@ -22,9 +22,18 @@ try {
     canvas.setDirty(true, true);
     await new Promise((resolve) => setTimeout(resolve, 800)); // the renderer laid it out
     const el = document.querySelector(`[data-node-id="${node.id}"]`);
-    const r = el?.getBoundingClientRect();
-    const under = r ? r.left < meter.right && r.right > meter.left && r.top < meter.bottom && r.bottom > meter.top : null;
-    return { id: node.id, domNode: Boolean(el), under };
+    // then moved so that one of its widget controls sits right under the meter (the case of M2)
+    const CONTROLS = "button, a[href], input, select, [role=tab], [role=radio], [role=button], [role=switch]";
+    const control = el?.querySelector(CONTROLS);
+    if (control) {
+      const c = control.getBoundingClientRect();
+      node.pos = [node.pos[0] + (meter.left + 8 - c.left) / scale, node.pos[1] + (meter.top + meter.height / 2 - (c.top + c.height / 2)) / scale];
+      canvas.setDirty(true, true);
+      await new Promise((resolve) => setTimeout(resolve, 800));
+    }
+    const over = (r) => r.left < meter.right && r.right > meter.left && r.top < meter.bottom && r.bottom > meter.top;
+    const after = control?.getBoundingClientRect();
+    return { id: node.id, domNode: Boolean(el), under: Boolean(after && over(after)) };
   });
   // watch the meter over three of its redraws (one a second)
   result.hiddenSeen = await page.evaluate(() => new Promise((resolve) => {
