@@ -390,6 +390,9 @@ function listen() {
   // M9: the node the host starts is running now, not when its record arrives at its end
   api.addEventListener("executing", ({ detail }) => {
     state.executing = executingNode(state.executing, detail);
+    // the report asked for at execution_start may have come before the server knew the run: ask again
+    // (coalesced), else the first node's row only appears when its record comes, at its end
+    if (state.running && state.report?.prompt_id !== state.running) loadLiveReport(state.running);
     showTimeline();
   });
   api.addEventListener("progress", ({ detail }) => {
