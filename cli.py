@@ -190,7 +190,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     assert result is not None  # planned under a budget
     baselines = {name: policy(workload, budget, hw) for name, policy in BASELINES.items()}
     hosts, advice = host_report(workload, budget, hw, settings, rerun_nodes(planned.graph, order))
-    remedies = make_it_fit(planned.graph, workload, result, models_dir=args.models_dir)
+    try:
+        remedies = make_it_fit(planned.graph, workload, result, models_dir=args.models_dir)
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:  # a variant cannot plan
+        print(f"note: no changes to make it fit could be planned: {_one_line(exc)}", file=sys.stderr)
+        remedies = []
     if args.json:
         body = {**plan_json(result, workload, baselines), "hosts": hosts_json(hosts, advice, settings)}
         body["remedies"] = [r.as_dict() for r in remedies]

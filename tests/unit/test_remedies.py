@@ -200,3 +200,19 @@ def test_m12_a_card_is_an_8_gib_card() -> None:
 
     figures = ("8.00 GiB", "4.00 GiB", "11.00 GiB", "18.00 GiB", "16.00 GiB", "80.00 GiB")
     assert [article(f).split()[0] for f in figures] == ["an", "a", "an", "an", "a", "an"]
+
+
+def test_cli_says_when_no_change_could_be_planned(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from comfyui_headroom.cli import main
+    from comfyui_headroom.memory.planning import remedies
+
+    def refuse(*args: Any, **kwargs: Any) -> list[Remedy]:
+        raise ValueError("a variant that cannot be planned")
+
+    monkeypatch.setattr(remedies, "make_it_fit", refuse)
+    assert main(["plan", str(EXAMPLES / WAN), "--vram", "4GB", "--ram", "32GB"]) == 1
+    out = capsys.readouterr()
+    assert "note: no changes to make it fit could be planned: a variant that cannot be planned" in out.err
+    assert "to make it fit:" not in out.out and "fits: NO" in out.out
