@@ -140,7 +140,7 @@ const reportWorkflow = (report) => runWorkflow(report?.workflow_id, report?.prom
 function showTimeline() {
   state.shownKey = String(workflowKey());
   const report = state.reportsByWorkflow.get(state.shownKey) ?? null;
-  state.report = liveReport(report, state.running, state.executing);
+  state.report = liveReport(report, report?.fetchedLive ? report.prompt_id : state.running, state.executing);
   state.timeline?.draw(state.report);
 }
 // While a node runs, its row's elapsed time moves on (M11): the timeline is drawn again each second.
@@ -153,6 +153,9 @@ async function loadReport(promptId) {
     const response = await api.fetchApi(route("report", promptId));
     if (!response.ok) return;
     const report = await response.json();
+    // M15: a report fetched while its prompt ran stays live (its nodes not run yet are pending) until
+    // the final one replaces it: after the run ended and before that, they read "skipped" for a moment
+    report.fetchedLive = state.running === promptId;
     report.ram = await loadRam(promptId, report);
     if (!state.reports.accept(ticket)) return; // a later request was shown already
     const key = String(reportWorkflow(report));

@@ -45,6 +45,7 @@ try {
     window.app.queuePrompt(0, 1);
   }));
   // the run's own figures: each node's time, in the order the report lists them (the order they ran)
+  result.skippedSeen = Object.entries(result.seen).filter(([, row]) => row.states.includes("skipped")).map(([node]) => node);
   result.durations = await page.evaluate(() => (window.headroom.report?.nodes ?? []).map((n) => [String(n.node), n.duration_s ?? null, n.status]));
   await page.screenshot({ path: `${artifacts}/live-rows-${renderer}.png` });
   await finish();

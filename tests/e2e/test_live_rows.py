@@ -26,7 +26,7 @@ def seen(
     result = comfy_server.browser("live_rows.mjs", path, request.param)
     print(json.dumps(result, indent=1))
     assert result["errors"] == [], result["errors"]
-    return {**result["seen"], "durations": result["durations"]}
+    return {**result["seen"], "durations": result["durations"], "skipped": result["skippedSeen"]}
 
 
 def test_m9_the_first_long_node_reads_running_from_its_start(seen: dict) -> None:
@@ -44,3 +44,7 @@ def test_m11_a_long_sampler_row_gives_elapsed_time_and_steps(seen: dict) -> None
     times = seen["3"]["times"]
     assert any(re.search(r"so far · step \d+/8", t) for t in times), times
     assert any(re.search(r"so far", t) for t in times)
+
+
+def test_m15_no_node_that_ran_reads_skipped_for_a_moment(seen: dict) -> None:
+    assert seen["skipped"] == []
