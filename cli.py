@@ -160,6 +160,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .memory.planning.host_advice import host_lines, host_report, hosts_json, rerun_nodes
     from .memory.planning.host_settings import settings_from_args
     from .memory.planning.pipeline import plan_workflow
+    from .memory.planning.remedies import make_it_fit, remedies_text
     from .memory.planning.report import TimelineTooLarge, plan_json, plan_text, timeline_png
     from .memory.workflow.graph import WorkflowError
 
@@ -189,16 +190,20 @@ def cmd_plan(args: argparse.Namespace) -> int:
     assert result is not None  # planned under a budget
     baselines = {name: policy(workload, budget, hw) for name, policy in BASELINES.items()}
     hosts, advice = host_report(workload, budget, hw, settings, rerun_nodes(planned.graph, order))
+    try:
+        remedies = make_it_fit(planned.graph, workload, result, models_dir=args.models_dir)
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:  # a variant cannot plan
+        print(f"note: no changes to make it fit could be planned: {_one_line(exc)}", file=sys.stderr)
+        remedies = []
     if args.json:
-        print(
-            json.dumps(
-                {**plan_json(result, workload, baselines), "hosts": hosts_json(hosts, advice, settings)},
-                indent=2,
-            )
-        )
+        body = {**plan_json(result, workload, baselines), "hosts": hosts_json(hosts, advice, settings)}
+        body["remedies"] = [r.as_dict() for r in remedies]
+        print(json.dumps(body, indent=2))
     else:
         print(f"{args.workflow}: {len(order)} nodes will run, {len(workload.components)} model components")
         print(plan_text(result, workload, baselines, why=args.why))
+        for line in remedies_text(remedies):
+            print(line)
         print("\n".join(host_lines(hosts, advice, settings, why=args.why)))
     if args.png:
         if not result.feasible:

@@ -6,12 +6,14 @@ import { app } from "../../scripts/app.js";
 import { api } from "../../scripts/api.js";
 import { BadgeStore } from "./lib/badges.js";
 import { freeVram } from "./lib/free.js";
-import { Latest, coalesce, liveReport } from "./lib/live.js";
+import { Latest, coalesce, executingNode, liveReport, withProgress } from "./lib/live.js";
 import { FitStore, fitAnswer } from "./lib/fit.js";
 import { EVENTS, ROUTES, route } from "./lib/names.js";
 import { TEXT_NODES, TextStore, addTextWidget, messageText, showText } from "./lib/nodetext.js";
 import { hostSettingsToast, preflightToast, repeatsShown, shownToast } from "./lib/preflight.js";
 import { ramBudgetToast, ramBudgetValue } from "./lib/ram.js";
+import { answerText, applyRemedy as applyRemedyOn } from "./lib/remedies.js";
+import { WorkflowIds } from "./lib/workflow_ids.js";
 import { SampleHistory, dueForRedraw } from "./lib/samples.js";
 import { MonitorPanel, TimelinePanel } from "./views.js";
 
@@ -19,6 +21,7 @@ const RATE = "Headroom.Monitor.RefreshRate";
 const BADGES = "Headroom.Monitor.Badges";
 const TOASTS = "Headroom.Monitor.PreflightToasts";
 const RAM_BUDGET = "Headroom.RamBudget";
+const CARD = "Headroom.Card"; // M6: the card "Will it fit?" checks on ("" = the server's own)
 // The Vue node renderer draws a node's badges in a computed that tracks only reactive state: the badge
 // function reads this hidden setting (the settings store is reactive), and a new value after node
 // records makes every Vue node read its badge again. The classic canvas redraws anyway.
@@ -28,11 +31,17 @@ const RAM_BUDGET_SETTLE_MS = 1200; // the text setting reports every keystroke: 
 // id, which every such workflow shares: those are told apart by the open workflow's path instead, and the
 // server's nil workflow_id means "the workflow open when it came".
 const NIL_ID = "00000000-0000-0000-0000-000000000000";
+// M1: a workflow keeps the key it was first seen with when the frontend gives its graph a new id.
+const workflowIds = new WorkflowIds(globalThis.localStorage ?? null);
 const workflowKey = () => {
   const id = app.graph?.id;
-  return id && id !== NIL_ID ? id : `path:${app.extensionManager?.workflow?.activeWorkflow?.path ?? ""}`;
+  const open = app.extensionManager?.workflow?.activeWorkflow;
+  const real = id && id !== NIL_ID;
+  return workflowIds.key(real ? id : `path:${open?.path ?? ""}`, open, id);
 };
-const serverWorkflow = (id) => (id && id !== NIL_ID ? id : null);
+const serverWorkflow = (id) => (id && id !== NIL_ID ? workflowIds.resolve(id) : null);
+// a run's workflow: the id it was queued with, else (the nil id) the workflow it was seen running in
+const runWorkflow = (workflowId, promptId) => serverWorkflow(workflowId) ?? workflowIds.promptKey(promptId);
 
 // One state for the page; exposed on window for debugging and for the browser test.
 const state = {
@@ -49,6 +58,7 @@ const state = {
   toasts: [],
   shownToast: null, // the last fit or preflight toast shown ({key, summary, detail, until}): not twice
   running: null, // the prompt the host is executing, while it does
+  executing: null, // the node the host runs now: {node, promptId, since, steps} (executing and progress events)
   reports: new Latest(),
   ramBudget: null, // the server's answer to the RAM budget setting: {budget, setting, env, note} or {error}
   ramSent: null, // the setting's value the server has (sent again after a reconnect)
@@ -86,6 +96,9 @@ function setting(id, fallback) {
 const refreshSeconds = () => Number(setting(RATE, 1));
 
 function redraw(force = false) {
+  // M1: the open workflow's key settles after its graph (1.49 gives an API prompt's workflow a new id at
+  // its first switch, and the key follows once the change tracker holds it): the timeline follows it
+  if (state.shownKey !== undefined && String(workflowKey()) !== state.shownKey) loadOpenWorkflowReport();
   const now = Date.now();
   if (!force && !dueForRedraw(state.lastDraw, now, refreshSeconds())) return;
   state.lastDraw = now;
@@ -121,13 +134,17 @@ async function loadRam(promptId, report) {
 }
 
 // The workflow a report belongs to: the one it was queued from, else (a script's prompt) the open one.
-const reportWorkflow = (report) => serverWorkflow(report?.workflow_id) ?? workflowKey();
+const reportWorkflow = (report) => runWorkflow(report?.workflow_id, report?.prompt_id) ?? workflowKey();
 
 // The timeline shows the open workflow's last run, or says it has none (never another tab's run).
 function showTimeline() {
-  state.report = state.reportsByWorkflow.get(String(workflowKey())) ?? null;
+  state.shownKey = String(workflowKey());
+  const report = state.reportsByWorkflow.get(state.shownKey) ?? null;
+  state.report = liveReport(report, report?.fetchedLive ? report.prompt_id : state.running, state.executing);
   state.timeline?.draw(state.report);
 }
+// While a node runs, its row's elapsed time moves on (M11): the timeline is drawn again each second.
+setInterval(() => state.executing && state.running && showTimeline(), 1000);
 
 async function loadReport(promptId) {
   if (!promptId) return;
@@ -136,11 +153,14 @@ async function loadReport(promptId) {
     const response = await api.fetchApi(route("report", promptId));
     if (!response.ok) return;
     const report = await response.json();
+    // M15: a report fetched while its prompt ran stays live (its nodes not run yet are pending) until
+    // the final one replaces it: after the run ended and before that, they read "skipped" for a moment
+    report.fetchedLive = state.running === promptId;
     report.ram = await loadRam(promptId, report);
     if (!state.reports.accept(ticket)) return; // a later request was shown already
     const key = String(reportWorkflow(report));
     state.reportsByWorkflow.delete(key); // re-inserted last: the oldest workflow is dropped first
-    state.reportsByWorkflow.set(key, liveReport(report, state.running));
+    state.reportsByWorkflow.set(key, report); // made live (pending, running) when shown
     while (state.reportsByWorkflow.size > 32) state.reportsByWorkflow.delete(state.reportsByWorkflow.keys().next().value);
     showTimeline();
   } catch (error) {
@@ -159,7 +179,7 @@ async function restoreRuns() {
     const response = await api.fetchApi(ROUTES.runs);
     if (!response.ok) return;
     const { runs } = await response.json();
-    state.badges.restore(runs.map((run) => ({ ...run, workflow_id: serverWorkflow(run.workflow_id) })));
+    state.badges.restore(runs.map((run) => ({ ...run, workflow_id: runWorkflow(run.workflow_id, run.prompt_id) })));
     app.graph?.setDirtyCanvas(true, false);
     bumpBadges();
     redraw(true);
@@ -203,24 +223,94 @@ async function checkFit() {
   let answer;
   try {
     const { output } = await app.graphToPrompt();
+    const prompt = JSON.stringify(output);
     const response = await api.fetchApi(ROUTES.fit, {
       method: "POST",
       headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ prompt: output }),
+      body: JSON.stringify({ prompt: output, ...(setting(CARD, "") ? { gpu: setting(CARD, "") } : {}) }),
     });
     const body = await response.json().catch(() => ({}));
+    if (Array.isArray(body?.cards)) state.cards = body.cards;
     answer = fitAnswer(response.ok ? body : { error: body?.error ?? `HTTP ${response.status}` }, "check", app);
+    answer.prompt = prompt; // what it answered: a graph change that changes the prompt makes it out of date
   } catch (error) {
     answer = fitAnswer({ error: String(error?.message ?? error) }, "check", app);
   }
   state.fits.set(answer, key);
   if (answer.nodes?.length) state.toasts.push(answer);
-  app.extensionManager?.toast?.add(toastOf(answer));
+  // M16: with the sidebar open, its answer is on screen: the toast says the verdict only, not the same
+  // text a second time
+  const toast = toastOf(answer);
+  if (document.querySelector(".headroom-monitor")?.isConnected && answer.fits !== null) toast.detail = "The answer is in the Headroom sidebar.";
+  app.extensionManager?.toast?.add(toast);
   state.shownToast = shownToast(answer, key);
   redraw(true);
   return answer;
 }
 state.checkFit = checkFit;
+
+// M3: the answer is marked out of date once the workflow's prompt differs from the one it answered (the
+// frontend's change tracker says "graphChanged" after each edit; moving a node changes no prompt).
+let staleTimer = null;
+function checkStale() {
+  clearTimeout(staleTimer);
+  staleTimer = setTimeout(async () => {
+    const answer = state.fits.get();
+    if (!answer?.prompt || answer.stale) return;
+    try {
+      const { output } = await app.graphToPrompt();
+      if (JSON.stringify(output) === answer.prompt) return;
+    } catch {
+      // a graph the frontend cannot turn into a prompt has changed all the same
+    }
+    answer.stale = true;
+    redraw(true);
+  }, 150);
+}
+state.checkStale = checkStale;
+
+// Apply: a remedy's changes on the canvas in one undo step, then the workflow is checked again.
+const changeTracker = () =>
+  app.extensionManager?.workflow?.activeWorkflow?.changeTracker ?? app.workflowManager?.activeWorkflow?.changeTracker ?? null;
+async function applyRemedy(remedy) {
+  const { missing } = applyRemedyOn(remedy, { graph: app.graph, canvas: app.canvas, LiteGraph: globalThis.LiteGraph, tracker: changeTracker() });
+  if (missing.length) {
+    const what = missing.map((c) => `node ${c.node}${c.input ? ` ${c.input}` : ""}`).join(", ");
+    app.extensionManager?.toast?.add({ severity: "warn", summary: "Headroom: not all of it could be applied", detail: `Not found on the canvas: ${what}`, life: 8000 });
+  }
+  return checkFit();
+}
+state.applyRemedy = applyRemedy;
+
+// Copy: the whole answer as text on the clipboard (a textarea's copy where the Clipboard API is refused).
+async function copyAnswer(answer) {
+  const text = answerText(answer);
+  try {
+    await navigator.clipboard.writeText(text);
+  } catch {
+    const area = Object.assign(document.createElement("textarea"), { value: text });
+    document.body.append(area);
+    area.select();
+    document.execCommand?.("copy");
+    area.remove();
+  }
+  state.copied = text;
+  app.extensionManager?.toast?.add({ severity: "info", summary: "Headroom: answer copied", life: 2500 });
+  return text;
+}
+state.copyAnswer = copyAnswer;
+
+// M6: the card to check on, chosen in the sidebar and kept as a setting; "" is the server's own card.
+async function chooseCard(name) {
+  try {
+    await app.extensionManager?.setting?.set(CARD, name);
+  } catch (error) {
+    console.warn("Headroom: could not keep the card setting", error);
+  }
+  return checkFit();
+}
+state.chooseCard = chooseCard;
+state.card = () => setting(CARD, "");
 
 // What the host's toast takes (the extra fields stay ours).
 const toastOf = (a) => ({ severity: a.severity, summary: a.summary, detail: a.detail, life: a.life });
@@ -265,6 +355,10 @@ function badgeFor(node) {
 // The socket opens before extensions' setup(): listening from the import on means no message of ours
 // arrives unheard (the frontend warns "Unknown message type" for those).
 function listen() {
+  api.addEventListener("graphChanged", () => {
+    checkStale(); // the change tracker, after each edit
+    redraw(true); // and the key of the open workflow may have settled (M1)
+  });
   api.addEventListener(EVENTS.sample, ({ detail }) => {
     watchRenderer();
     if (refreshSeconds() <= 0) return;
@@ -272,7 +366,9 @@ function listen() {
     redraw();
   });
   api.addEventListener(EVENTS.node, ({ detail }) => {
-    state.badges.add({ ...detail, workflow_id: serverWorkflow(detail?.workflow_id) });
+    const workflowId = runWorkflow(detail?.workflow_id, detail?.prompt_id);
+    if (!workflowId) workflowIds.notePrompt(detail?.prompt_id, workflowKey()); // queued with the nil id
+    state.badges.add({ ...detail, workflow_id: runWorkflow(detail?.workflow_id, detail?.prompt_id) });
     app.graph?.setDirtyCanvas(true, false);
     bumpBadges();
     redraw(true);
@@ -281,7 +377,7 @@ function listen() {
   // A Stream Model or Stream CLIP node's text: what its model streamed, when the node that ran it ended
   api.addEventListener(EVENTS.node_text, ({ detail }) => {
     if (!detail?.node || typeof detail.text !== "string") return;
-    const workflowId = serverWorkflow(detail.workflow_id) ?? workflowKey();
+    const workflowId = runWorkflow(detail.workflow_id, detail.prompt_id) ?? workflowKey();
     if (String(workflowId) !== String(workflowKey())) return; // another workflow's run: not its nodes
     const node = app.graph?.getNodeById?.(Number(detail.node)) ?? app.graph?.getNodeById?.(detail.node);
     if (!node || !TEXT_NODES.has(node.comfyClass)) return;
@@ -291,7 +387,19 @@ function listen() {
   api.addEventListener(EVENTS.residency, ({ detail }) => loadLiveReport(detail?.prompt_id));
   api.addEventListener("execution_start", ({ detail }) => {
     state.running = detail?.prompt_id ?? null;
+    state.executing = null;
     loadLiveReport(state.running);
+  });
+  // M9: the node the host starts is running now, not when its record arrives at its end
+  api.addEventListener("executing", ({ detail }) => {
+    state.executing = executingNode(state.executing, detail);
+    // the report asked for at execution_start may have come before the server knew the run: ask again
+    // (coalesced), else the first node's row only appears when its record comes, at its end
+    if (state.running && state.report?.prompt_id !== state.running) loadLiveReport(state.running);
+    showTimeline();
+  });
+  api.addEventListener("progress", ({ detail }) => {
+    state.executing = withProgress(state.executing, detail);
   });
   api.addEventListener(EVENTS.preflight, ({ detail }) => {
     const tip = hostSettingsToast(detail); // the host's own settings that fit this workflow better
@@ -309,7 +417,7 @@ function listen() {
   });
   for (const event of ["execution_success", "execution_error", "execution_interrupted"]) {
     api.addEventListener(event, ({ detail }) => {
-      if (state.running === detail?.prompt_id) state.running = null;
+      if (state.running === detail?.prompt_id) state.running = state.executing = null;
       loadReport(detail?.prompt_id);
     });
   }
@@ -346,6 +454,14 @@ app.registerExtension({
       onChange: () => app.graph?.setDirtyCanvas(true, false),
     },
     { id: BADGE_REVISION, name: "Headroom badge revision (internal)", type: "hidden", defaultValue: 0 },
+    {
+      id: CARD,
+      name: "Card to check on (empty: this server's card)",
+      category: ["Headroom", "Monitor", "Card"],
+      type: "text",
+      defaultValue: "",
+      tooltip: "\"Will it fit?\" plans for this card instead of the server's (a server with no GPU has none): a name of Headroom's card table, such as RTX 4060. Also chosen in the Headroom sidebar.",
+    },
     {
       id: TOASTS,
       name: "Warn before a run that will run out of VRAM",
@@ -396,7 +512,7 @@ app.registerExtension({
       tooltip: "Headroom memory monitor",
       type: "custom",
       render: (element) => {
-        state.monitor = new MonitorPanel(element, { checkFit });
+        state.monitor = new MonitorPanel(element, { checkFit, applyRemedy, copyAnswer, chooseCard, cards: () => state.cards ?? [], card: state.card });
         fetchStatus();
       },
     });

@@ -75,13 +75,18 @@ function part(p, narrow) {
   return row;
 }
 
-// Whether a control of the page (a button, a tab, a switch) lies under the meter: read-only, nothing
-// of the host is changed.
+// What lives on the canvas, not in the page's bars: the Vue renderer's nodes (their widgets are buttons and
+// inputs) and the classic renderer's DOM widgets. A node that slides under the action bar is drawn below it
+// and must not push the meter out (M2: the meter blinked away whenever one did).
+const ON_CANVAS = "[data-node-id], .lg-node, .dom-widget";
+
+// Whether a control of the page's bars (a button, a tab, a switch) lies under the meter: read-only,
+// nothing of the host is changed.
 function overlapsControl() {
   const r = box.getBoundingClientRect();
   if (!r.width || !r.height) return false;
   for (const b of document.querySelectorAll("button, a[href], input, select, [role=tab], [role=radio], [role=button], [role=switch]")) {
-    if (box.contains(b) || b.contains(box)) continue;
+    if (box.contains(b) || b.contains(box) || b.closest(ON_CANVAS)) continue;
     const q = b.getBoundingClientRect();
     if (q.width && q.height && q.left < r.right - 1 && q.right > r.left + 1 && q.top < r.bottom - 1 && q.bottom > r.top + 1) return true;
   }

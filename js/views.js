@@ -55,10 +55,25 @@ export const BUTTON_STYLE = {
 
 const PANEL_STYLE = { padding: "8px", fontSize: "12px", display: "flex", flexDirection: "column", gap: "8px" };
 
+/** What the time assumes (the plan's "time": the card, how it was chosen, what the time includes), where
+ * the server says. */
+export function timeLine(time) {
+  if (!time?.card) return null;
+  const how = { named: "the card named", device: "this server's card", assumed: "assumed" }[time.card_source] ?? time.card_source ?? "";
+  const range = Array.isArray(time.range_s) && time.range_s.length === 2 ? `, ${formatSeconds(time.range_s[0])}–${formatSeconds(time.range_s[1])}` : "";
+  const text = `Time for ${time.card}${how ? ` (${how})` : ""}${range}${time.includes ? `; includes ${time.includes}` : ""}`;
+  return el("div", { className: "headroom-fit-time", textContent: text, style: { opacity: "0.8", fontSize: "11px" } });
+}
+
 /** The sidebar tab: live numbers, the chart of the last minutes, and the last run's per-node peaks. */
 export class MonitorPanel {
-  constructor(root, { checkFit } = {}) {
+  constructor(root, { checkFit, applyRemedy, copyAnswer, chooseCard, cards = () => [], card = () => "" } = {}) {
     this.root = root;
+    this.applyRemedy = applyRemedy;
+    this.copyAnswer = copyAnswer;
+    this.chooseCard = chooseCard;
+    this.cards = cards;
+    this.card = card;
     // "Will it fit?": the open workflow checked on the server's card; the answer (or the last run's
     // preflight) stays below the button, with the workflow it belongs to
     this.fitButton = el("button", {
@@ -158,8 +173,51 @@ export class MonitorPanel {
           ? el("div", { className: "headroom-fit-links", style: { display: "flex", flexWrap: "wrap", gap: "6px" } },
             ...check.nodes.map((n) => nodeLink(n.id, n.classType)))
           : null,
-        el("div", { textContent: `${when} at ${at}`, style: { opacity: "0.6", fontSize: "11px" } })),
+        timeLine(check.time),
+        this.cardChoice(check),
+        this.remedies(check),
+        check.stale
+          ? el("div", { className: "headroom-fit-stale", textContent: "Out of date: the workflow changed since this answer. Press “Will it fit?” again.", style: { color: "#fb8c00", fontWeight: "600" } })
+          : null,
+        el("div", { style: { display: "flex", gap: "6px", alignItems: "center" } },
+          el("span", { textContent: `${when} at ${at}`, style: { opacity: "0.6", fontSize: "11px" } }),
+          el("button", {
+            className: "headroom-fit-copy p-button p-button-sm p-button-text", type: "button", textContent: "Copy",
+            title: "Copy the whole answer as text", style: BUTTON_STYLE, onclick: () => this.copyAnswer?.(check),
+          }))),
     );
+    this.fit.dataset.stale = String(Boolean(check.stale));
+  }
+
+  /** M6: where the server has no card to check on (or one was chosen), a choice of the card table's. */
+  cardChoice(check) {
+    const cards = this.cards();
+    const chosen = this.card();
+    if (!cards.length || (check.fits !== null && !chosen)) return null;
+    const select = el("select", {
+      className: "headroom-card-choice", title: "The card “Will it fit?” plans for (kept as the setting Headroom › Card)",
+      style: { font: "inherit", fontSize: "12px", background: "transparent", color: "inherit" },
+      onchange: () => this.chooseCard?.(select.value),
+    }, el("option", { value: "", textContent: "this server's card" }), ...cards.map((name) => el("option", { value: name, textContent: name })));
+    select.value = cards.includes(chosen) ? chosen : "";
+    return el("label", { style: { display: "flex", gap: "6px", alignItems: "center" } }, "Check on", select);
+  }
+
+  /** Under a "no": each change that makes it fit, with its own peak and time, and Apply. */
+  remedies(check) {
+    const remedies = check.fits === false ? check.remedies ?? [] : [];
+    if (!remedies.length) return null;
+    return el("div", { className: "headroom-remedies", style: { display: "flex", flexDirection: "column", gap: "4px" } },
+      el("strong", { textContent: "To make it fit" }),
+      ...remedies.map((remedy, i) => el("div", { className: "headroom-remedy", dataset: { kind: remedy.kind }, style: { display: "flex", gap: "6px", alignItems: "flex-start" } },
+        el("span", { textContent: `${i + 1}. ${remedy.text}`, style: { flex: "1", overflowWrap: "anywhere" } }),
+        remedy.changes?.length
+          ? el("button", {
+            className: "headroom-remedy-apply p-button p-button-sm", type: "button", textContent: "Apply",
+            title: "Make this change on the canvas (one undo step), then check again",
+            disabled: Boolean(check.stale), style: BUTTON_STYLE, onclick: () => this.applyRemedy?.(remedy, check),
+          })
+          : null)));
   }
 
   /** The chart: memory ticks at round binary sizes, seconds before now, one colour per series. */
@@ -237,16 +295,32 @@ export class TimelinePanel {
       const m = ram.get(r.node);
       table.append(el("tr", { className: `headroom-row headroom-${r.state}${m?.over ? " headroom-ram-over" : ""}`, dataset: { node: r.node } },
         el("td", {}, nodeLink(r.node, r.classType)), el("td", { textContent: r.classType }),
-        el("td", { textContent: `${formatSeconds(r.duration)}${r.plannedWall ? ` (plan ${formatSeconds(r.plannedWall)})` : ""}${r.boundKind ? ` · ${r.boundKind}-bound` : ""}`, title: r.spill ? `${r.bound}\nshared memory: ${r.spill}` : r.bound }),
+        el("td", { className: "headroom-row-time", textContent: timeText(r), title: r.spill ? `${r.bound}\nshared memory: ${r.spill}` : r.bound }),
         el("td", { textContent: r.state }),
         el("td", {}, bars, el("div", { textContent: `${formatBytes(r.actual)} / ${formatBytes(r.planned)}` })),
         el("td", { textContent: formatBytes(r.rss) }),
         ramCell(m),
         el("td", { textContent: r.placements || "–", title: r.reasons }), el("td", { textContent: r.events || "–" })));
     }
-    this.box.replaceChildren(header, rows.length ? table : el("div", { className: "headroom-timeline-empty", textContent: "No run of this workflow yet. Press Run to see, per node, what was planned and what happened (“Will it fit?” in the Headroom sidebar checks it first)." }));
+    // the run against its workflow's previous one: disk reads again and why, RAM/VRAM change and who
+    // holds it, the host's settings (the server's lines, memory/telemetry/compare.py)
+    const compared = report?.compared?.lines ?? [];
+    const compare = compared.length
+      ? el("div", { className: "headroom-compare", style: { display: "flex", flexDirection: "column", gap: "2px", opacity: "0.9" } },
+        el("strong", { textContent: report.compared.previous ? "Since the last run" : "This run" }),
+        ...compared.map((line) => el("div", { className: "headroom-compare-line", textContent: line })))
+      : null;
+    this.box.replaceChildren(header, ...(compare ? [compare] : []), rows.length ? table : el("div", { className: "headroom-timeline-empty", textContent: "No run of this workflow yet. Press Run to see, per node, what was planned and what happened (“Will it fit?” in the Headroom sidebar checks it first)." }));
     this.box.dataset.rows = String(rows.length);
   }
+}
+
+/** A row's time: its duration (and the plan's), or while it runs, how long it has been running and the
+ * sampler's steps. */
+function timeText(r) {
+  const plan = r.plannedWall ? ` (plan ${formatSeconds(r.plannedWall)})` : "";
+  if (r.state === "running" && r.elapsed !== null) return `${formatSeconds(r.elapsed)} so far${r.steps ? ` · ${r.steps}` : ""}${plan}`;
+  return `${formatSeconds(r.duration)}${plan}${r.boundKind ? ` · ${r.boundKind}-bound` : ""}`;
 }
 
 /** A node's RAM at its end: the predicted bar (RssAnon + pinned, then the mapped file pages it reads,

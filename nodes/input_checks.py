@@ -12,6 +12,10 @@ from typing import Any
 class OffloadError(ValueError):
     """A file the Offload Loader cannot use: the message names the input, the file and the problem."""
 
+    # The host shows an error's type as module + name, and loads the pack under its folder's path: the
+    # dialog read "...custom_nodes/comfyui-headroom.nodes.input_checks.OffloadError" (M17).
+    __module__ = "headroom"
+
 
 def _layout(dims: int) -> str:
     return {1: "[batch, channels, length]", 3: "[batch, channels, frames, height, width]"}.get(

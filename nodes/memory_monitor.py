@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from ..memory.names import NODE_IDS
+from ..memory.telemetry.report import prompt_titles
 from .common import ANY, CATEGORY
 from .host import state
 
@@ -70,7 +71,8 @@ class HeadroomMemoryMonitor:
 
     def monitor(self, value: Any = None, unique_id: Any = None, prompt: Any = None) -> dict[str, Any]:
         node_id = None if unique_id is None else str(unique_id)
-        snapshot = state.monitor().snapshot(node_id, chart=output_used(prompt, unique_id, CHART_OUTPUT))
+        drawn = output_used(prompt, unique_id, CHART_OUTPUT)
+        snapshot = state.monitor().snapshot(node_id, chart=drawn, titles=prompt_titles(prompt))
         if snapshot.chart is not None:
             chart = torch.from_numpy(snapshot.chart).unsqueeze(0)  # IMAGE is [B, H, W, C]
         else:  # not consumed, or no matplotlib: a small blank image keeps the output's type

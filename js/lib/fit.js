@@ -3,7 +3,7 @@
 // with the plan's peak, the usable VRAM and the time, or the warning that names the node. Kept per
 // workflow until the next check, so the sidebar shows the open workflow's own verdict.
 // Pure (unit-tested under Node).
-import { formatBytes, formatSeconds } from "./format.js";
+import { formatGiB, formatSeconds } from "./format.js";
 import { preflightToast } from "./preflight.js";
 
 /**
@@ -17,17 +17,18 @@ export function fitAnswer(response, source = "check", app = globalThis.app) {
   const on = card ? ` on ${card}` : "";
   if (verdict.fits === true) {
     const peak = response?.vram_peak ?? verdict.headroom_peak ?? verdict.predicted_peak;
-    const parts = [`peak ${formatBytes(peak)} of ${formatBytes(verdict.budget_vram)} usable`];
+    const parts = [`peak ${formatGiB(peak)} of ${formatGiB(verdict.budget_vram)} usable`];
     if (Number.isFinite(response?.wall_s) && response.wall_s > 0) parts.push(`about ${formatSeconds(response.wall_s)}`);
     const text = `Fits${on}: ${parts.join(", ")}`;
-    return { fits: true, severity: "success", summary: `Headroom: ${text}`, detail: verdict.message ?? "", text, nodes: [], card, source, life: 6000 };
+    return { fits: true, severity: "success", summary: `Headroom: ${text}`, detail: verdict.message ?? "", text, nodes: [], card, source, life: 6000, remedies: [], time: response?.time ?? null };
   }
   if (verdict.fits === false) {
     const toast = preflightToast(verdict, app);
-    return { ...toast, fits: false, text: toast.summary.replace(/^Headroom: /, ""), card, source };
+    const remedies = Array.isArray(response?.remedies) ? response.remedies : [];
+    return { ...toast, fits: false, text: toast.summary.replace(/^Headroom: /, ""), card, source, remedies, time: response?.time ?? null };
   }
   const text = `Could not check${on}: ${verdict.message || response?.error || "no answer from the server"}`;
-  return { fits: null, severity: "info", summary: "Headroom: will it fit?", detail: text, text, nodes: [], card, source, life: 8000 };
+  return { fits: null, severity: "info", summary: "Headroom: will it fit?", detail: text, text, nodes: [], card, source, life: 8000, remedies: [] };
 }
 
 const MAX_WORKFLOWS = 32;

@@ -15,6 +15,13 @@ export function formatBytes(n) {
   return `${n < 0 ? "-" : ""}${value.toFixed(digits)} ${UNITS[unit]}`;
 }
 
+/** A VRAM figure in GiB with two decimals, as the server's messages print them: one unit in one answer
+ * (M12: "peak 416 MiB" beside the message's "0.41 GiB"). */
+export function formatGiB(n) {
+  if (n === null || n === undefined || !Number.isFinite(n)) return "–";
+  return `${(n / 2 ** 30).toFixed(2)} GiB`;
+}
+
 /** Seconds for people: 0.0042 -> "4 ms", 3.5 -> "3.5 s", 125 -> "2 min 5 s". */
 export function formatSeconds(s) {
   if (s === null || s === undefined || !Number.isFinite(s)) return "–";

@@ -35,12 +35,17 @@ export function nameOf(app, id, classType) {
   return nodeName(findNode(app?.graph, id, classType), { id, classType });
 }
 
-/** Select the node and centre the canvas on it; false when the open workflow has no such node. */
+// M10: below this zoom a node's text is not readable (at 37% a node is a grey box): "Show" zooms in to 1.
+const READABLE_SCALE = 0.8;
+
+/** Select the node and centre the canvas on it, zoomed in to a readable size when the view is smaller;
+ * false when the open workflow has no such node. */
 export function locateNode(app, id, classType) {
   const node = findNode(app?.graph, id, classType);
   const canvas = app?.canvas;
   if (!node || !canvas) return false;
   canvas.selectNode?.(node, false);
+  if (canvas.ds && Number.isFinite(canvas.ds.scale) && canvas.ds.scale < READABLE_SCALE) canvas.ds.scale = 1;
   canvas.centerOnNode?.(node);
   clearOfPanel(canvas, globalThis.document?.querySelector?.(".headroom-timeline"));
   canvas.setDirty?.(true, true);

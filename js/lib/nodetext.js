@@ -38,6 +38,9 @@ export function addTextWidget(node, doc = globalThis.document) {
   box.placeholder = TEXT_WIDGET;
   box.readOnly = true;
   box.spellcheck = false;
+  // M18: VRAM Stats' report is a table: its rows scroll sideways in a narrow node, they do not wrap
+  box.wrap = "off";
+  if (box.style) Object.assign(box.style, { whiteSpace: "pre", overflowX: "auto" });
   // readonly (1.27) / read_only (1.49+) and placeholder: the Vue renderer passes options to its textarea;
   // minNodeSize: a status line needs less room than the host's 400x200 for a text box (still resizable)
   let widget = null;

@@ -32,6 +32,9 @@ export function timelineRows(report) {
     actualFrac: top > 0 && Number.isFinite(r.vram_peak) ? r.vram_peak / top : 0,
     plannedFrac: top > 0 && Number.isFinite(r.planned_vram_peak) ? r.planned_vram_peak / top : 0,
     rss: r.rss_peak ?? null,
+    // while it runs: seconds since it started and the sampler's steps (M11)
+    elapsed: Number.isFinite(r.elapsed_s) ? r.elapsed_s : null,
+    steps: r.steps ? `step ${r.steps.value}/${r.steps.max}` : "",
     placements: Object.entries(r.planned_placements ?? {})
       .map(([component, tier]) => `${component.replace(/\.safetensors/g, "")}: ${tier}`)
       .join(", "),
@@ -39,7 +42,8 @@ export function timelineRows(report) {
     reasons: Object.entries(r.planned_reasons ?? {})
       .map(([component, why]) => `${component.replace(/\.safetensors/g, "")}: ${why}`)
       .join("\n"),
-    events: (r.residency_events ?? []).map((e) => `${e.component}: ${e.tier_from} → ${e.tier_to}`).join(", "),
+    // files named as in the placements column (N15: one name per file in the table)
+    events: (r.residency_events ?? []).map((e) => `${String(e.component).replace(/\.safetensors/g, "")}: ${e.tier_from} → ${e.tier_to}`).join(", "),
     // what bounded the node, measured (compute, disk or upload), and its line with the figures
     boundKind: r.bounded_by?.kind ?? "",
     bound: r.bounded_by?.line ?? "",

@@ -52,6 +52,9 @@ class HostSettings:
     # 0.37+ turns fast-disk on by itself on an NVMe drive (comfy/storage.py) unless --disable-fast-disk:
     # the plan cannot see the drive, assumes it off and says so
     fast_disk_auto: bool = False
+    # why DynamicVRAM is off when --disable-dynamic-vram did not turn it off ("--cpu", "no NVIDIA card"):
+    # the settings are then not given as that flag (M14: a --cpu server read "with --disable-dynamic-vram")
+    dynamic_off_by: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if self.host not in HOSTS:
@@ -109,7 +112,7 @@ class HostSettings:
     def flags(self) -> list[str]:
         """The host's command-line flags that give these settings (the defaults left out)."""
         out: list[str] = []
-        if self.host == "2026" and not self.dynamic_vram:
+        if self.host == "2026" and not self.dynamic_vram and not self.dynamic_off_by:
             out.append("--disable-dynamic-vram")
         if self.fast_disk:
             out.append("--fast-disk")
@@ -136,7 +139,8 @@ class HostSettings:
         if self.version:
             name += f" {self.version}"
         if self.host == "2026":
-            name += " (DynamicVRAM" if self.dynamic_vram else " (DynamicVRAM off"
+            off = f" (DynamicVRAM off: {self.dynamic_off_by}" if self.dynamic_off_by else " (DynamicVRAM off"
+            name += " (DynamicVRAM" if self.dynamic_vram else off
             name += f", {self.cache} cache" + (", fast-disk" if self.fast_disk else "")
             name += (
                 ", fast-disk auto-detected: assumed off" if self.fast_disk_auto and not self.fast_disk else ""
@@ -198,14 +202,17 @@ def settings_from_args(args: argparse.Namespace | Mapping[str, Any], host: str |
         cache = "none"
     elif (get("cache_lru", 0) or 0) > 0:
         cache = "lru"
-    dynamic = not any(
-        get(name, False) for name in ("disable_dynamic_vram", "highvram", "gpu_only", "novram", "cpu")
-    )
+    off = [
+        name for name in ("disable_dynamic_vram", "highvram", "gpu_only", "novram", "cpu") if get(name, False)
+    ]
+    dynamic = not off
     if get("enable_dynamic_vram", False):
         dynamic = True
+    off_by = "" if dynamic or "disable_dynamic_vram" in off else "--" + off[0].replace("_", "-")
     return HostSettings(
         host=host or get("host", "2026") or "2026",
         dynamic_vram=dynamic,
+        dynamic_off_by=off_by,
         fast_disk=bool(get("fast_disk", False)) and not get("disable_fast_disk", False),
         cache=cache,
         cache_ram=tuple(float(v) for v in (get("cache_ram", None) or ())),

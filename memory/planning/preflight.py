@@ -184,13 +184,22 @@ def _split(weights: int, activations: int, driver: dict[str, Any] | None) -> str
     return f"{format_bytes(weights, 'GiB')} of weights + {acts}"
 
 
+def article(figure: str) -> str:
+    """'a 4.00 GiB', 'an 8.00 GiB', 'an 11.00 GiB': the article a figure takes when read aloud (M12)."""
+    whole = figure.split(".")[0].split(" ")[0]
+    spoken_vowel = (
+        whole.startswith("8") or whole in ("11", "18") or (len(whole) in (5, 6) and whole[:2] in ("11", "18"))
+    )
+    return f"{'an' if spoken_vowel else 'a'} {figure}"
+
+
 def _card(budget: Budget) -> str:
     """'a 4.00 GiB card leaves 3.50 GiB usable (0.50 GiB is kept for the driver and host)'."""
     card = budget.vram + budget.reserve
     if not budget.reserve:
         return f"{format_bytes(budget.vram, 'GiB')} of VRAM is usable"
     return (
-        f"a {format_bytes(card, 'GiB')} card leaves {format_bytes(budget.vram, 'GiB')} usable "
+        f"{article(format_bytes(card, 'GiB'))} card leaves {format_bytes(budget.vram, 'GiB')} usable "
         f"({format_bytes(budget.reserve, 'GiB')} is kept for the driver and host)"
     )
 

@@ -18,6 +18,7 @@ from typing import Any
 from ..names import EVENTS
 from ..planning.records import PlannedRun, prompt_key
 from .bounds import bounded_by
+from .compare import compare_runs, previous_run
 from .probe import SAMPLE_FIELDS, MemoryProbe, Sample
 from .report import report_csv, report_json, text_report
 from .runs import NodeRecord, ResidencyEvent, RunRecord, Snapshot
@@ -257,21 +258,31 @@ class Telemetry:
             run = self._runs.get(prompt_id)
             if run is None:
                 return None
-            return report_json(run, self) if fmt == "json" else report_csv(run)
+            previous = previous_run(self._runs.values(), run)
+            return report_json(run, self, previous) if fmt == "json" else report_csv(run)
 
-    def snapshot(self, now: Sample, node_id: str | None = None) -> Snapshot:
-        """The current prompt as the Memory Monitor node reports it, copied under the lock."""
+    def snapshot(
+        self, now: Sample, node_id: str | None = None, titles: dict[str, str] | None = None
+    ) -> Snapshot:
+        """The current prompt as the Memory Monitor node reports it, copied under the lock (``titles``:
+        the prompt's node titles, to name nodes as the canvas does)."""
         with self._lock:
             run = self.current
             peaks_now = self.prompt_peaks(run) if run else {}
             return Snapshot(
-                text=text_report(run, now, peaks_now, node_id),
+                text=text_report(run, now, peaks_now, node_id, titles, self._compared(run)),
                 prompt_id=run.prompt_id if run else None,
                 peaks=peaks_now,
                 samples=[*self.sampler.history(since=run.started - 1e-9), now] if run else [now],
                 nodes=list(run.nodes.values()) if run else [],
                 planned=run.planned if run else None,
             )
+
+    def _compared(self, run: RunRecord | None) -> list[str] | None:
+        """The run against its workflow's previous one, in lines (VRAM Stats); None for no run."""
+        if run is None:
+            return None
+        return list(compare_runs(previous_run(self._runs.values(), run), run)["lines"])
 
     def prompt_peaks(self, run: RunRecord) -> dict[str, int]:
         """Peaks over the prompt so far: node windows and every sample since it started."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from ..units import format_bytes
+from .compare import compare_runs
 from .probe import Sample
 from .runs import RunRecord
 
@@ -93,9 +94,13 @@ def plan_vs_actual(run: RunRecord) -> list[dict[str, Any]]:
     return rows
 
 
-def report_json(run: RunRecord, telemetry: PeakSource | None = None) -> dict[str, Any]:
+def report_json(
+    run: RunRecord, telemetry: PeakSource | None = None, previous: RunRecord | None = None
+) -> dict[str, Any]:
+    """A run for the timeline and the JSON report, with how it compares with ``previous`` (compare.py)."""
     planned = run.planned
     return {
+        "compared": compare_runs(previous, run),
         "prompt_id": run.prompt_id,
         "workflow_id": run.workflow_id,
         "started": run.started,
@@ -138,11 +143,29 @@ def _mib(n: int | None) -> str:
     return "-" if n is None else format_bytes(n, "MiB", 0, grouped=True)
 
 
+def prompt_titles(prompt: Any) -> dict[str, str]:
+    """The titles an API prompt gives its nodes (``_meta.title``, as the frontend writes it), by node id."""
+    out: dict[str, str] = {}
+    for node_id, node in prompt.items() if isinstance(prompt, dict) else ():
+        meta = node.get("_meta") if isinstance(node, dict) else None
+        title = meta.get("title") if isinstance(meta, dict) else None
+        if isinstance(title, str) and title.strip():
+            out[str(node_id)] = title.strip()[:60]
+    return out
+
+
 def text_report(
-    run: RunRecord | None, now: Sample, prompt_peaks: dict[str, int], node_id: str | None = None
+    run: RunRecord | None,
+    now: Sample,
+    prompt_peaks: dict[str, int],
+    node_id: str | None = None,
+    titles: dict[str, str] | None = None,
+    compared: list[str] | None = None,
 ) -> str:
-    """What the Memory Monitor node prints: memory now, the prompt's peaks, and plan-vs-actual so far."""
-    where = f"at node {node_id}" if node_id else "now"
+    """What the Memory Monitor node prints: memory now, the prompt's peaks, and plan-vs-actual so far.
+    Nodes are named as the canvas names them (``titles``: their titles by id), else by their class (N15)."""
+    titles = titles or {}
+    where = f"at node {node_id} ({titles.get(node_id, 'VRAM Stats')})" if node_id else "now"
     lines = [f"Headroom memory {where}:"]
     labels = {
         "device_used": "device used (all processes)", "allocated": "torch allocated",
@@ -175,12 +198,16 @@ def text_report(
     for r in rows:
         duration = r["status"] if r["duration_s"] is None else f"{r['duration_s']:.3f} s"
         planned = f" (planned {_mib(r['planned_vram_peak'])})" if r["planned_vram_peak"] is not None else ""
+        name = titles.get(str(r["node"]), r["class_type"])
         lines.append(
-            f"  {r['node']:>6} {r['class_type'][:28]:<28} {duration:>10}"
+            f"  {r['node']:>6} {name[:28]:<28} {duration:>10}"
             f"  VRAM {_mib(r['vram_peak'])}{planned}  RSS {_mib(r['rss_peak'])}"
         )
         if r.get("bounded_by"):
             lines.append(f"{'':>9}{r['bounded_by']['line']}")
+    if compared:
+        lines.append("since the last run of this workflow:")
+        lines += [f"  {line}" for line in compared]
     notes = {r["bounded_by"].get("spill_note") for r in rows if r.get("bounded_by")} - {None, ""}
     for note in sorted(notes):  # the nodes' lines name a spill where the OS reports one; else say why not
         lines.append(f"  spill into shared memory: {note}")

@@ -37,8 +37,14 @@ def running_host_settings() -> HostSettings | None:
         # enables_dynamic_vram() says what the flags ask; aimdo_enabled whether it runs (NVIDIA, CUDA 12.8+)
         paging = dynamic_vram_active()
         auto = _at_least(version, (0, 37)) and not getattr(args, "disable_fast_disk", False)
+        off_by = settings.dynamic_off_by
+        if settings.dynamic_vram and not paging:  # asked for, but comfy-aimdo does not run here
+            off_by = "no NVIDIA card with CUDA 12.8+"
         return settings.with_(
-            version=version, dynamic_vram=settings.dynamic_vram and paging, fast_disk_auto=auto
+            version=version,
+            dynamic_vram=settings.dynamic_vram and paging,
+            fast_disk_auto=auto,
+            dynamic_off_by=off_by,
         )
     except (ValueError, TypeError) as exc:  # a flag this version spells differently: plan with defaults
         _log.info(

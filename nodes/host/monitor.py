@@ -21,15 +21,17 @@ from typing import Any
 
 from ...memory.deadline import HOST_PLAN_LIMIT_S
 from ...memory.names import EVENTS
-from ...memory.planning.costmodel import Budget
+from ...memory.planning.costmodel import Budget, Hardware
+from ...memory.planning.gpus import Gpu
 from ...memory.planning.preflight import PlanCache, Preflight, plan_prompt
 from ...memory.planning.records import PlannedRun
+from ...memory.planning.remedies import Remedy, prompt_remedies
 from ...memory.residency.ram_budget import RAM
 from ...memory.telemetry.hub import Telemetry
 from ...memory.telemetry.memory_history import MemoryHistory, cuda_memory
 from ...memory.telemetry.probe import MemoryProbe, Sample
 from ...memory.telemetry.sampler import Sampler
-from ...memory.units import parse_size_setting
+from ...memory.units import GiB, parse_size_setting
 from . import recording
 from .events import Subscriber
 from .host_flags import running_host_settings
@@ -170,8 +172,17 @@ class Monitor(Subscriber):
         ram = RAM.resolve()  # the RAM budget: HEADROOM_RAM_BUDGET, the setting, else the machine's
         return replace(Budget.from_card(vram, max(ram.ram, 1)), pinned=ram.pinned)
 
-    def _plan(self, prompt: dict[str, Any]) -> tuple[PlannedRun | None, Preflight]:
-        budget = self.budget()
+    def chosen(self, gpu: Gpu) -> tuple[Budget, Hardware, str]:
+        """The budget, hardware and name for a card chosen in the sidebar (M6: a server with no GPU, or a
+        check for another card): its VRAM from the card table, this machine's RAM budget."""
+        ram = RAM.resolve()
+        budget = replace(Budget.from_card(int(gpu.vram_gib * GiB), max(ram.ram, 1)), pinned=ram.pinned)
+        return budget, hardware_for(gpu.name), f"{gpu.name} (chosen in the sidebar)"
+
+    def _plan(
+        self, prompt: dict[str, Any], card: tuple[Budget, Hardware, str] | None = None
+    ) -> tuple[PlannedRun | None, Preflight]:
+        budget = self.budget() if card is None else card[0]
         if budget is None:
             reason = (
                 f"no CUDA device to plan for (set {ASSUME_VRAM_ENV}=8GB to check a workflow against a card)"
@@ -183,8 +194,8 @@ class Monitor(Subscriber):
         deadline = getattr(self.local, "deadline", None)  # set by a preflight on this thread
         left = HOST_PLAN_LIMIT_S if deadline is None else max(1.0, deadline - time.monotonic())
         outputs = output_nodes(prompt)
-        card = self.card_name()
-        hardware = hardware_for(None if self.assume_vram is not None else card)
+        name = self.card_name() if card is None else card[2]
+        hardware = hardware_for(None if self.assume_vram is not None else name) if card is None else card[1]
         return plan_prompt(
             prompt,
             budget,
@@ -192,10 +203,31 @@ class Monitor(Subscriber):
             models_dir(),
             outputs=outputs,
             time_limit_s=left,
-            card=card,
+            card=name,
             host=running_host_settings(),
             tiled_decode=tiled_decode_figures,
             media=media_sizes,
+        )
+
+    def remedies_for(self, prompt: dict[str, Any], gpu: Gpu | None = None) -> list[Remedy]:
+        """What would make ``prompt`` fit on this card, or ``gpu`` (remedies.py), each planned again; []
+        with no card."""
+        budget: Budget | None
+        if gpu is not None:
+            budget, hardware, _ = self.chosen(gpu)
+        else:
+            budget = self.budget()
+            hardware = hardware_for(None if self.assume_vram is not None else self.card_name())
+        if budget is None:
+            return []
+        return prompt_remedies(
+            prompt,
+            budget,
+            hardware,
+            models_dir=models_dir(),
+            outputs=output_nodes(prompt),
+            tiled_decode=tiled_decode_figures,
+            time_limit_s=HOST_PLAN_LIMIT_S,
         )
 
     def card_name(self) -> str:
@@ -207,8 +239,11 @@ class Monitor(Subscriber):
         except Exception:
             return "CUDA device"
 
-    def plan_for(self, prompt: dict[str, Any]) -> tuple[PlannedRun | None, Preflight]:
-        """The plan under today's budget (a changed assumed VRAM is another plan), cached."""
+    def plan_for(self, prompt: dict[str, Any], gpu: Gpu | None = None) -> tuple[PlannedRun | None, Preflight]:
+        """The plan under today's budget (a changed assumed VRAM is another plan), cached; for a card
+        chosen in the sidebar, planned for it (not cached: no run follows it)."""
+        if gpu is not None:
+            return self._plan(prompt, self.chosen(gpu))
         return self.plans.get(prompt, self.budget())
 
     def preflight(
@@ -288,11 +323,13 @@ class Monitor(Subscriber):
         if assume_vram != "keep":
             self.assume_vram = assume_vram  # type: ignore[assignment]
 
-    def snapshot(self, node_id: str | None, chart: bool = False) -> MonitorSnapshot:
+    def snapshot(
+        self, node_id: str | None, chart: bool = False, titles: dict[str, str] | None = None
+    ) -> MonitorSnapshot:
         """What the Memory Monitor node reports from inside a run: memory now, the prompt's peaks and its
         plan-vs-actual so far, and optionally the timeline picture."""
         now = self.sampler.tick(notify=False)
-        snap = self.telemetry.snapshot(now, node_id)
+        snap = self.telemetry.snapshot(now, node_id, titles)
         image = None
         if chart:
             from ...memory.telemetry.chart import timeline_image

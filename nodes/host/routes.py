@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...memory.names import ROUTES
+from ...memory.planning.gpus import find_gpu, gpu_names
 from ...memory.residency.mapped import live_mappings
 from ...memory.residency.ram_budget import RAM, RAM_BUDGET_ENV
 from ...memory.units import parse_size_setting
@@ -116,6 +117,19 @@ def _workflow_id(json_data: dict[str, Any]) -> str | None:
     except (KeyError, TypeError):
         return None
     return workflow_id if isinstance(workflow_id, str) and 0 < len(workflow_id) <= 128 else None
+
+
+def _chosen_gpu(body: dict[str, Any]) -> tuple[Any, str | None]:
+    """The card a /headroom/fit body names in "gpu" (the sidebar's setting), or None when it names none;
+    an unknown name is refused naming the cards the table knows."""
+    name = body.get("gpu")
+    if name is None or name == "":
+        return None, None
+    gpu = find_gpu(name) if isinstance(name, str) and len(name) <= 100 else None
+    if gpu is None:
+        shown = repr(name)[:60]
+        return None, f"unknown card {shown}: name one of {', '.join(gpu_names())}"
+    return gpu, None
 
 
 def _bad(web: Any, message: str) -> Any:
@@ -265,17 +279,26 @@ def _add_routes(web: Any, routes: Any) -> None:
         prompt = body.get("prompt") if isinstance(body, dict) else None
         if not isinstance(prompt, dict) or not prompt:
             return _bad(web, 'send {"prompt": {...}}: the API-format prompt of the workflow to check')
+        gpu, error = _chosen_gpu(body)
+        if error is not None:
+            return _bad(web, error)
         m = monitor()
         loop = asyncio.get_running_loop()
-        planned, verdict = await loop.run_in_executor(m.pool, m.plan_for, prompt)
+        planned, verdict = await loop.run_in_executor(m.pool, m.plan_for, prompt, gpu)
         plan = planned.plan if planned is not None else {}
+        # what would make it fit, each change planned again (only when it does not: a dozen plans)
+        remedies = (
+            await loop.run_in_executor(m.pool, m.remedies_for, prompt, gpu) if verdict.fits is False else []
+        )
         return web.json_response(
             {
-                "card": m.card_name(),
+                "card": m.card_name() if gpu is None else verdict.card,
                 "verdict": verdict.as_dict(),
                 "vram_peak": plan.get("vram_peak"),
                 "wall_s": plan.get("wall_s"),
-                "time": plan.get("time"),
+                "remedies": [r.as_dict() for r in remedies],
+                "time": plan.get("time"),  # the card and what the time includes, where the plan says
+                "cards": gpu_names(),  # what the sidebar offers to choose from (M6)
             }
         )
 

@@ -192,3 +192,29 @@ def start_server(home: Path, env: dict[str, str] | None = None) -> Iterator[Serv
             yield Server(base, home, log_path, artifacts, process)
         finally:
             stop_server(process)
+
+
+# The tiny SD1.5 workflow as an API prompt (test_artist.py's, without its Stream Model): it runs in seconds.
+TINY_PROMPT = {
+    "4": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": TINY_CHECKPOINT}},
+    "6": {"class_type": "CLIPTextEncode", "inputs": {"text": "a red cube", "clip": ["4", 1]}},
+    "7": {"class_type": "CLIPTextEncode", "inputs": {"text": "", "clip": ["4", 1]}},
+    "5": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
+    "3": {
+        "class_type": "KSampler",
+        "inputs": {
+            "model": ["4", 0],
+            "positive": ["6", 0],
+            "negative": ["7", 0],
+            "latent_image": ["5", 0],
+            "seed": 1,
+            "steps": 4,
+            "cfg": 5.0,
+            "sampler_name": "euler",
+            "scheduler": "normal",
+            "denoise": 1.0,
+        },
+    },  # fmt: skip
+    "8": {"class_type": "VAEDecode", "inputs": {"samples": ["3", 0], "vae": ["4", 2]}},
+    "9": {"class_type": "PreviewImage", "inputs": {"images": ["8", 0]}},
+}

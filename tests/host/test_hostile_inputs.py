@@ -75,6 +75,11 @@ def test_a_diffusion_model_chosen_as_checkpoint_says_where_it_goes(tiny: Host) -
         _load(tiny, checkpoint="unet_only.safetensors")
     message = str(info.value)
     assert message.startswith("Offload Loader: input checkpoint: unet_only.safetensors holds no"), message
+    # M17: the error dialog names the type as the host's full_type_name does, without the pack's path
+    import execution  # the host's own, on the path the harness set
+
+    full_type_name = execution.full_type_name
+    assert full_type_name(type(info.value)) == "headroom.OffloadError"
     assert "VAE" in message and "choose it as diffusion_model" in message
 
 

@@ -31,10 +31,20 @@ def test_monitor_passes_any_input_through_unchanged(host: Host) -> None:
     assert result.outputs["4"][0][0] is latent and set(latent) == stock_keys
     assert torch.equal(result.outputs["5"][0][0], 1.0 - image)
     text = result.outputs["2"][1][0]
-    assert text.startswith("Headroom memory at node 2:") and "process RSS" in text
+    assert text.startswith("Headroom memory at node 2 (VRAM Stats):") and "process RSS" in text
     chart = result.outputs["2"][2][0]
     assert chart.shape == (1, 64, 64, 3)  # nothing consumes the chart: the cheap placeholder
     assert result.ui["2"]["text"] == [text]
+
+
+def test_the_monitor_names_nodes_by_their_titles(host: Host) -> None:
+    """N15: the report names nodes as the canvas does (the prompt's _meta titles), not by class alone."""
+    prompt = copy.deepcopy(PROMPT)
+    prompt["2"]["_meta"] = {"title": "Memory after the image"}
+    prompt["1"]["_meta"] = {"title": "Blank canvas"}
+    text = host.run(prompt).outputs["2"][1][0]
+    assert text.startswith("Headroom memory at node 2 (Memory after the image):")
+    assert "Blank canvas" in text and "EmptyImage" not in text
 
 
 def test_monitor_runs_every_time_and_nodes_are_recorded(host: Host) -> None:

@@ -376,6 +376,44 @@ def test_will_it_fit_answers_both_ways_without_queueing(served: Served) -> None:
     assert skipped["verdict"]["fits"] is None and "HEADROOM_ASSUME_VRAM" in skipped["verdict"]["message"]
 
 
+def test_will_it_fit_offers_a_latent_that_then_fits(served: Served) -> None:
+    """The official SDXL example on a 1.4 GB card: the answer's remedies, each planned again; the latent's
+    changes made to the prompt, the route says it fits, with the peak the remedy predicted."""
+    root = Path(__file__).resolve().parents[2] / "example_workflows" / "api"
+    prompt = json.loads((root / "SDXL on an 8 GB card.json").read_text())
+    served.state.monitor().configure(assume_vram=int(1.4 * 2**30))
+    try:
+        big = served.post_json("/headroom/fit", {"prompt": copy.deepcopy(prompt)})
+        latent = big["remedies"][0]
+        for change in latent["changes"]:
+            prompt[change["node"]]["inputs"][change["input"]] = change["value"]
+        after = served.post_json("/headroom/fit", {"prompt": prompt})
+    finally:
+        served.state.monitor().configure(assume_vram=None)
+    assert big["verdict"]["fits"] is False and latent["kind"] == "latent" and latent["fits"] is True
+    assert [c["input"] for c in latent["changes"]] == ["width", "height"]
+    assert after["verdict"]["fits"] is True and after["remedies"] == []
+    assert after["vram_peak"] == latent["vram_peak"]
+
+
+def test_on_a_server_without_a_card_the_sidebar_names_one(served: Served) -> None:
+    """M6: "gpu" in the body plans for that card of the table; an unknown one is refused naming them."""
+    root = Path(__file__).resolve().parents[2] / "example_workflows" / "api"
+    prompt = json.loads((root / "SDXL on an 8 GB card.json").read_text())
+    unnamed = served.post_json("/headroom/fit", {"prompt": copy.deepcopy(prompt)})
+    assert unnamed["verdict"]["fits"] is None  # this test server has no CUDA device and assumes none
+    named = served.post_json("/headroom/fit", {"prompt": copy.deepcopy(prompt), "gpu": "RTX 4060"})
+    assert named["verdict"]["fits"] is True and "RTX 4060" in named["card"] and "chosen" in named["card"]
+    assert named["verdict"]["budget_vram"] == 8 * 2**30 - 2**29
+    assert (
+        named["card"]
+        == served.post_json("/headroom/fit", {"prompt": prompt, "gpu": "NVIDIA GeForce RTX 4060"})["card"]
+    )
+    for bad in ("Voodoo 5 6000", 42, "x" * 500):
+        refused = served.post_json("/headroom/fit", {"prompt": copy.deepcopy(prompt), "gpu": bad}, status=400)
+        assert "unknown card" in refused["error"] and "RTX 4090" in refused["error"]
+
+
 def test_a_run_the_ram_guard_did_not_measure_is_an_answer_not_a_404(served: Served) -> None:
     result = served.host.run(copy.deepcopy(PROMPT))  # no card to plan for: no plan, no RAM ledger
     ledger = served.get_json(f"/headroom/ram/{result.prompt_id}")

@@ -17,7 +17,7 @@ test("a running node is running, not an error (N1)", () => {
 test("will it fit: yes with the card, the peak, the usable VRAM and the time", () => {
   const a = fitAnswer({ card: "NVIDIA GeForce RTX 4060", verdict: { fits: true, level: "ok", budget_vram: 7.5 * GiB }, vram_peak: 7.4 * GiB, wall_s: 35 });
   assert.equal(a.fits, true);
-  assert.equal(a.text, "Fits on NVIDIA GeForce RTX 4060: peak 7.4 GiB of 7.5 GiB usable, about 35 s");
+  assert.equal(a.text, "Fits on NVIDIA GeForce RTX 4060: peak 7.40 GiB of 7.50 GiB usable, about 35 s");
   assert.equal(a.severity, "success");
 });
 

@@ -58,8 +58,10 @@ test("node text: a read-only box made at creation, filled by the executed messag
       return widget;
     },
   };
-  const doc = { createElement: (tag) => ({ tag, value: "", readOnly: false }) };
+  const doc = { createElement: (tag) => ({ tag, value: "", readOnly: false, style: {} }) };
   const widget = addTextWidget(node, doc);
+  assert.equal(widget.inputEl.wrap, "off"); // M18: the report's table rows do not wrap
+  assert.equal(widget.inputEl.style.whiteSpace, "pre");
   await Promise.resolve(); // the size is set a moment later (after the host's own sizing)
   assert.equal(widget.name, TEXT_WIDGET);
   assert.equal(made[0].type, "customtext"); // what a multiline STRING is, so the Vue renderer shows a text box
@@ -160,4 +162,31 @@ test("a badge is not shown on a node of another class with the same id", () => {
   assert.equal(store.text("1", undefined, "CheckpointLoaderSimple"), "");
   assert.match(store.text("1", undefined, "EmptyImage"), /^RSS 1(\.0+)? GiB/);
   assert.match(store.text("1"), /^RSS/); // no class given: the record's
+});
+
+test("M9, M11: the node the host is executing is running from its start, with elapsed time and steps", async () => {
+  const { executingNode, withProgress } = await import("../../js/lib/live.js");
+  const { timelineRows } = await import("../../js/lib/timeline.js");
+  const report = { prompt_id: "p", nodes: [{ node: "1", status: "not run" }, { node: "3", status: "not run" }] };
+  let executing = executingNode(null, { node: "1", display_node: "1", prompt_id: "p" }, 1000);
+  let live = liveReport(report, "p", executing, 8000);
+  assert.deepEqual(live.nodes.map((r) => r.status), ["running", "pending"]); // the first node, loading for 7 s
+  assert.equal(live.nodes[0].elapsed_s, 7);
+  assert.equal(executingNode(executing, { node: "1", prompt_id: "p" }, 5000), executing); // same node: same start
+  executing = withProgress(executingNode(executing, "3", 9000), { value: 12, max: 20, node: "3" });
+  live = liveReport({ ...report, prompt_id: "p" }, "p", { ...executing, promptId: "p" }, 69000);
+  const rows = timelineRows(live);
+  assert.equal(rows[1].state, "running");
+  assert.equal(rows[1].elapsed, 60);
+  assert.equal(rows[1].steps, "step 12/20");
+  assert.equal(withProgress(executing, { value: 1, max: 2, node: "9" }), executing); // another node's progress
+  assert.equal(executingNode(executing, null), null); // the host's "executing: null": the prompt ended
+  assert.equal(liveReport(report, "p", { node: "1", promptId: "other", since: 0 }, 1).nodes[0].status, "pending");
+});
+
+test("N15: the timeline names a file one way in placements and residency events", async () => {
+  const { timelineRows } = await import("../../js/lib/timeline.js");
+  const [row] = timelineRows({ nodes: [{ node: "3", status: "done", planned_placements: { "flux1-dev.safetensors [diffusion_model]": "gpu" }, residency_events: [{ component: "flux1-dev.safetensors [diffusion_model]", tier_from: "disk", tier_to: "gpu" }] }] });
+  assert.equal(row.placements, "flux1-dev [diffusion_model]: gpu");
+  assert.equal(row.events, "flux1-dev [diffusion_model]: disk → gpu");
 });

@@ -51,6 +51,16 @@ test("locating a node selects it and centres the canvas on it", () => {
   assert.equal(locateNode(app, "6", "KSampler"), false);
 });
 
+test("M10: locating a node from far out zooms in to a readable size, a readable zoom is kept", () => {
+  const app = fakeApp([new FakeNode(5, "KSampler", "KSampler")]);
+  app.canvas.ds = { scale: 0.37, offset: [0, 0] };
+  locateNode(app, "5", "KSampler");
+  assert.equal(app.canvas.ds.scale, 1);
+  app.canvas.ds.scale = 1.5;
+  locateNode(app, "5", "KSampler");
+  assert.equal(app.canvas.ds.scale, 1.5);
+});
+
 test("server messages are rewritten with the canvas's names, unknown nodes kept", () => {
   const text = 'KSampler (node 3) ... set by "Poster" (EmptySD3LatentImage, node 27); VAEDecode (node 8)';
   const out = renameNodes(text, (id) => ({ 3: "Main", 27: "Poster latent" })[id] ?? null);

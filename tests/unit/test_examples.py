@@ -130,3 +130,11 @@ def test_stored_node_boxes_do_not_meet(name: str) -> None:
         for b in boxes[i + 1 :]:
             apart = a[0] + a[2] <= b[0] or b[0] + b[2] <= a[0] or a[1] + a[3] + TITLE_HEIGHT <= b[1]
             assert apart or b[1] + b[3] + TITLE_HEIGHT <= a[1], (name, a, b)
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_m13_each_note_sends_artists_to_the_button_before_the_command_line(name: str) -> None:
+    ui = json.loads((WORKFLOWS / f"{name}.json").read_text(encoding="utf-8"))
+    text = next(n for n in ui["nodes"] if n["type"] == "MarkdownNote")["widgets_values"][0]
+    button = text.find("Your card: press **Will it fit?** in the Headroom sidebar")
+    assert 0 <= button < text.find("python -m comfyui_headroom plan"), text

@@ -255,3 +255,14 @@ def comfyui_reactive_s(b: Budget) -> float:
     from comfyui_headroom.memory.planning.baselines import comfyui_reactive
 
     return comfyui_reactive(two_experts(), b, HW).transfer_s
+
+
+def test_m14_a_cpu_server_is_not_said_to_run_with_disable_dynamic_vram() -> None:
+    import argparse
+
+    from comfyui_headroom.memory.planning.host_settings import settings_from_args
+
+    cpu = settings_from_args(argparse.Namespace(cpu=True))
+    assert cpu.describe() == "ComfyUI 2026 (DynamicVRAM off: --cpu, ram cache)" and cpu.flags() == []
+    flag = settings_from_args(argparse.Namespace(disable_dynamic_vram=True))
+    assert flag.describe() == "ComfyUI 2026 (DynamicVRAM off, ram cache) with --disable-dynamic-vram"
