@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from ..deadline import check_time
-from ..models.catalog import TEMPLATE_SOURCE, lookup, lookup_components, merge_parts
+from ..models.catalog import TEMPLATE_SOURCE, ModelsDir, lookup, lookup_components, merge_parts
 from ..models.header import ComponentError
 from ..models.info import ComponentInfo
 from ..names import STREAM_MODEL
@@ -67,9 +67,7 @@ class _Size(TypedDict):
 
 
 class _Extractor:
-    def __init__(
-        self, graph: Graph, order: list[str], node_io: NodeIO, models_dir: Path | Sequence[Path] | None
-    ) -> None:
+    def __init__(self, graph: Graph, order: list[str], node_io: NodeIO, models_dir: ModelsDir) -> None:
         self.g, self.order, self.io, self.models_dir = graph, order, node_io, models_dir
         self.components: dict[str, Component] = {}
         self.info: dict[str, ComponentInfo] = {}
@@ -539,7 +537,7 @@ def workload_from_graph(
     graph: Graph,
     order: list[str],
     node_io: NodeIO = node_io,
-    models_dir: Path | Sequence[Path] | None = None,
+    models_dir: ModelsDir = None,
     tflops: float | None = None,
     hardware: Hardware | None = None,
     tiled_decode: TiledDecodeFigures | None = None,

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..deadline import time_limit
+from ..models.catalog import ModelsDir
 from ..workflow.graph import Graph, load_workflow, parse_workflow
 from ..workflow.order import predict_order
 from .costmodel import Budget, Hardware
@@ -47,7 +48,7 @@ def plan_workflow(
     budget: Budget | None,
     hardware: Hardware | None = None,
     *,
-    models_dir: Path | Sequence[Path] | None = None,
+    models_dir: ModelsDir = None,
     outputs: list[str] | None = None,
     cached: Collection[str] | Callable[[Graph], Collection[str]] = frozenset(),
     order_by: OrderFn = predict_order,

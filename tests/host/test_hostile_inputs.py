@@ -191,12 +191,12 @@ def test_a_bad_decode_budget_is_refused_at_queue_time(tiny: Host, budget: str) -
 def test_a_prompt_the_host_refuses_for_a_missing_class_is_not_planned(host: Host) -> None:
     """The 1 KB hostile expression reached the preflight on hosts without ComfyMathExpression, which had
     already refused the prompt: a node class the host lacks now means "not planned", naming it."""
-    monitor = host.pack_module("nodes.host.monitor")
+    refusals = host.pack_module("nodes.host.refusals")
     prompt = {
         "1": {"class_type": "EmptyLatentImage", "inputs": {"width": ["2", 1], "height": 64, "batch_size": 1}},
         "2": {"class_type": "NoSuchMathNode", "inputs": {"expression": "4000000**4000000"}},
     }
-    assert monitor._missing_class(prompt) == (
+    assert refusals.host_refuses(prompt) == (
         "node 2 (NoSuchMathNode) is not a node class of this ComfyUI; the host refuses the prompt"
     )
-    assert monitor._missing_class({"1": prompt["1"]}) == ""
+    assert refusals.host_refuses({"1": prompt["1"]}) == ""

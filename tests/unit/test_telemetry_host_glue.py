@@ -203,7 +203,7 @@ def test_the_preflight_is_submitted_after_the_handler_returns_on_the_event_loop(
 
     m = state.monitor()
     submitted: list[Any] = []
-    m.pool.submit = lambda *job: submitted.append(job)  # type: ignore[method-assign]
+    m.pool.submit_preflight = lambda *job: submitted.append(job)  # type: ignore[method-assign]
 
     async def post() -> int:
         routes._on_prompt(m, {"prompt": {"1": {"class_type": "EmptyImage", "inputs": {}}}})
