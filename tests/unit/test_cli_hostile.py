@@ -249,3 +249,25 @@ def test_a_negative_size_names_the_node(
     assert code == 2 and out == ""
     line = one_error_line(err)
     assert f"({node_class}) input {name!r} is -1024: a size cannot be negative" in line
+
+
+@pytest.mark.parametrize(("budget", "refused"), [("0.001", True), ("1MiB", True), ("6", False), ("auto", False)])
+def test_a_streaming_budget_the_node_refuses_at_run_time_is_refused_by_the_plan(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, budget: str, refused: bool
+) -> None:
+    """Issue #43, bug 6: vram_budget "0.001" (1.02 MiB) passed and `plan` said "fits: yes", exit 0, where
+    the node refuses it when it runs ("cannot stream this model"). One rule: the plan refuses it too."""
+    prompt = json.loads(FLUX.read_text())
+    node = next(nid for nid, n in prompt.items() if n["class_type"] == "KSampler")
+    prompt[node]["class_type"] = "HeadroomStreamingSampler"
+    prompt[node]["inputs"]["vram_budget"] = budget
+    path = tmp_path / "streaming.json"
+    path.write_text(json.dumps(prompt))
+    code, out, err = plan(capsys, str(path), "--vram", "8GB", "--ram", "64GB")
+    if not refused:
+        assert code == 0 and err == "", err
+        return
+    assert code == 2 and out == ""
+    line = one_error_line(err)
+    assert f"node {node} (HeadroomStreamingSampler) input 'vram_budget'" in line, line
+    assert "cannot stream" in line and "needs at least" in line
