@@ -21,7 +21,7 @@ from ..models.catalog import TEMPLATE_SOURCE, ModelsDir, lookup, lookup_componen
 from ..models.header import ComponentError
 from ..models.info import ComponentInfo
 from ..names import STREAM_MODEL
-from ..units import parse_vram_budget
+from ..units import cut_text, parse_vram_budget
 from ..workflow.graph import Graph, Link, Node
 from ..workflow.node_types import lookup as lookup_node_type
 from ..workflow.node_types import node_table_host
@@ -578,4 +578,5 @@ def workload_from_graph(
     for label, count in idle.items():  # one line per file, not one per copy of a big prompt
         times = f" ({count:,} loaders)" if count > 1 else ""
         ex.notes.append(f"{label} is loaded{times} but nothing computes with it")
-    return Workload(tuple(ex.components.values()), steps, tuple(ex.notes), uncounted=tuple(uncounted))
+    notes = tuple(cut_text(n) for n in ex.notes)  # a value echoed in a note (a 1 MB expression) is cut
+    return Workload(tuple(ex.components.values()), steps, notes, uncounted=tuple(uncounted))

@@ -53,16 +53,29 @@ def monitor_enabled() -> bool:
 DEMAND_S = 15.0  # after the last /headroom/status read or node boundary, keep sampling this long
 
 
+MIN_RATE_HZ, MAX_RATE_HZ = 1 / 3600, 100.0  # one sample an hour (the sampler's longest period) to 100 Hz
+
+
 def _env_rate() -> float:
+    """HEADROOM_MONITOR_HZ: 0 (off), or a rate from one an hour to 100 Hz; anything else is said, naming
+    the variable and the range, and the default is used (the pack still imports)."""
     text = os.environ.get(RATE_ENV, "")
     try:
         rate = float(text) if text else DEFAULT_RATE_HZ
-        if not 0 <= rate <= 100:
-            raise ValueError
-        return rate
+        if rate == 0 or MIN_RATE_HZ <= rate <= MAX_RATE_HZ:
+            return rate
     except ValueError:
-        _log.warning("Headroom: %s=%r is not a rate in Hz (0-100); using %s", RATE_ENV, text, DEFAULT_RATE_HZ)
-        return DEFAULT_RATE_HZ
+        pass
+    _log.warning(
+        "Headroom: %s=%r is not a sampling rate: use 0 (off) or %.6f to %g Hz (one sample an hour to 100 a "
+        "second); using %s Hz",
+        RATE_ENV,
+        text[:40],
+        MIN_RATE_HZ,
+        MAX_RATE_HZ,
+        DEFAULT_RATE_HZ,
+    )
+    return DEFAULT_RATE_HZ
 
 
 def _env_vram() -> int | None:
