@@ -147,7 +147,7 @@ class HostModelFiles:
     def __call__(self, file_name: str, kind: str | None) -> Path | None:
         folder_paths = sys.modules.get("folder_paths")
         registered = getattr(folder_paths, "folder_names_and_paths", None)
-        if not isinstance(file_name, str) or not isinstance(registered, dict):
+        if folder_paths is None or not isinstance(file_name, str) or not isinstance(registered, dict):
             return None
         first = KIND_FOLDERS.get(kind or "", ())
         for folder in (*first, *(f for f in ALL_FOLDERS if f not in first)):
