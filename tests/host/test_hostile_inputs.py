@@ -20,6 +20,7 @@ from headroom_testing.tiny_models import (
     _on_meta,
     build_clip_l,
     build_tiny_sd15_unet,
+    build_tiny_sd_checkpoint,
     build_tiny_vae,
     build_tiny_wan,
     build_wan21_vae,
@@ -109,6 +110,20 @@ def test_a_wan_model_with_a_clip_is_refused_at_load(tiny: Host) -> None:
         _load(tiny, diffusion_model="hostile_wan.safetensors", text_encoder_1=CLIP, clip_type="wan")
     message = str(info.value)
     assert "input text_encoder_1 is a clip_l text encoder" in message and "umt5xxl" in message, message
+
+
+def test_a_wan_model_with_an_sd_checkpoints_own_encoders_is_refused_at_load(tiny: Host) -> None:
+    """Issue #43: a Wan DiT in diffusion_model with an SD checkpoint (its own CLIP-L, no text_encoder_*)
+    loaded, and the sampler failed with the raw "mat1 and mat2 shapes cannot be multiplied"."""
+    if "build_tiny_wan" not in supported_builders():
+        pytest.skip(f"the host ({tiny.version}) predates Wan: no Wan model to pair")
+    build_tiny_wan(tiny.models_dir, name="hostile_wan.safetensors")
+    build_tiny_sd_checkpoint(tiny.models_dir, name="hostile_sd_checkpoint.safetensors", seed=24)
+    tiny.register_models_dir(tiny.models_dir)
+    with pytest.raises(tiny.pack_module("nodes.input_checks").OffloadError) as info:
+        _load(tiny, diffusion_model="hostile_wan.safetensors", checkpoint="hostile_sd_checkpoint.safetensors")
+    message = str(info.value)
+    assert "umt5xxl" in message and "checkpoint" in message, message
 
 
 def test_a_matching_pair_still_loads(tiny: Host) -> None:
