@@ -242,7 +242,7 @@ def test_csv_cells_are_never_formulas(served: Served) -> None:
     """Issue #43, bug 5: node ids such as =HYPERLINK(...) went into the CSV export as live formulas."""
     ids = ['=HYPERLINK("http://example.invalid","x")', "@SUM(1+1)", "+1", "-1", "\tx", "\rx"]
     prompt = {
-        ids[0]: {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 8, "batch_size": 1}},
+        ids[0]: image_prompt(8)["1"],
         ids[1]: {"class_type": "HeadroomMemoryMonitor", "inputs": {"value": [ids[0], 0]}},
     }
     result = served.host.run(copy.deepcopy(prompt))
