@@ -106,12 +106,8 @@ def _submit(m: Monitor, key: str, prompt: dict[str, Any], prompt_id: str | None,
     full."""
     if m.was_refused(prompt):
         return
-    problem = unreadable_value(prompt)
-    if problem:
-        m.not_planned(prompt_id, f"not planned: {problem}")
-        return
     size = _json_size(prompt)
-    job = functools.partial(_safe, "preflight", m.preflight, prompt, prompt_id, client_id)
+    job = functools.partial(_safe, "preflight", _preflight, m, prompt, prompt_id, client_id)
     if size is None or m.pool.submit_preflight(key, prompt, size, prompt_id, job) == "full":
         state = m.pool.state()
         m.not_planned(
@@ -119,6 +115,20 @@ def _submit(m: Monitor, key: str, prompt: dict[str, Any], prompt_id: str | None,
             f"not planned: the preflight queue is full ({state['waiting']} prompts waiting, at most "
             f"{state['max_waiting']} and {state['max_bytes'] // 2**20} MiB); the prompt runs as usual",
         )
+
+
+def _preflight(m: Monitor, prompt: dict[str, Any], prompt_id: str | None, client_id: Any) -> None:
+    """On the planning thread: an input the planner cannot read is said (not planned), else the plan."""
+    problem = unreadable_value(prompt)  # a walk of the whole prompt: off the event loop
+    if problem:
+        m.not_planned(prompt_id, f"not planned: {problem}")
+        return
+    m.preflight(prompt, prompt_id, client_id)
+
+
+def _fit(m: Monitor, prompt: dict[str, Any]) -> Any:
+    """On the planning thread: why the prompt cannot be planned (a str), or its plan and verdict."""
+    return unreadable_value(prompt) or m.plan_for(prompt)
 
 
 def _json_size(value: Any) -> int | None:
@@ -155,39 +165,23 @@ def _bad(web: Any, message: str) -> Any:
     return web.json_response({"error": message}, status=400)
 
 
-MAX_BODY_DEPTH = 200  # a JSON body nested past this is refused before it is parsed
-
-
 async def _json_body(request: Any) -> tuple[Any, str]:
     """The request's JSON body and "", or None and why it cannot be read ("" for no JSON at all): a body
-    nested past MAX_BODY_DEPTH (the parser recurses once per level), an integer of more digits than
-    Python converts; each a 400 naming it, never a 500."""
+    nested deeper than the parser recurses (RecursionError, at about 1,000 levels), an integer of more
+    digits than Python converts; each a 400 naming it, never a 500. (The parser is C: no Python loop over
+    a body of up to the host's upload limit runs on the event loop.)"""
     try:
         text = await request.text()
     except (ValueError, UnicodeDecodeError):
         return None, "the body is not UTF-8 text"
-    if _nesting(text) > MAX_BODY_DEPTH:
-        return None, f"the JSON body is nested deeper than {MAX_BODY_DEPTH} levels"
     try:
         return json.loads(text), ""
     except RecursionError:
-        return None, f"the JSON body is nested deeper than {MAX_BODY_DEPTH} levels"
+        return None, "the JSON body is nested too deeply to read"
     except ValueError as exc:
         if "digits" in str(exc):  # int(): "Exceeds the limit (4300 digits) for integer string conversion"
             return None, f"a number in the JSON body has too many digits ({str(exc)[:120]})"
         return None, ""
-
-
-def _nesting(text: str) -> int:
-    """An upper bound of the JSON text's nesting (brackets inside strings counted too), in one pass."""
-    depth = deepest = 0
-    for char in text:
-        if char in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char in "]}":
-            depth -= 1
-    return deepest
 
 
 def _prompt_id(web: Any, request: Any) -> tuple[str, Any]:
@@ -328,20 +322,20 @@ def _add_routes(web: Any, routes: Any) -> None:
         if not isinstance(prompt, dict) or not prompt:
             usage = 'send {"prompt": {...}}: the API-format prompt of the workflow to check'
             return _bad(web, unreadable or usage)
-        problem = unreadable_value(prompt)
-        if problem:
-            return _bad(web, problem)
         m = monitor()
-        future = m.pool.submit_urgent(m.plan_for, prompt)  # before every waiting preflight
+        future = m.pool.submit_urgent(_fit, m, prompt)  # before every waiting preflight
         if future is None:
             return web.json_response(
                 {"error": "busy: other fit checks are waiting; try again in a moment"}, status=429
             )
         try:
-            planned, verdict = await asyncio.wrap_future(future)
+            result = await asyncio.wrap_future(future)
         except Exception as exc:  # the planner's own failure: said, never a 500
             _log.exception("Headroom: the fit check failed")
             return _bad(web, f"this prompt could not be planned ({type(exc).__name__}: {str(exc)[:200]})")
+        if isinstance(result, str):
+            return _bad(web, result)  # an input it cannot read, named
+        planned, verdict = result
         plan = planned.plan if planned is not None else {}
         return web.json_response(
             {
