@@ -110,3 +110,13 @@ def parse_vram_budget(text: str | float | int | None) -> int | None:
         smallest = format_bytes(MIN_VRAM_BUDGET)
         raise ValueError(f"{text!r} is below the smallest budget, {smallest}: write {VRAM_BUDGET_FORMS}")
     return nbytes
+
+
+NOTE_CHARS = 400  # a note or message line longer than this is cut: a 1 MB value makes no readable note
+
+
+def cut_text(text: str, limit: int = NOTE_CHARS) -> str:
+    """``text`` itself, or its first ``limit`` characters and how many more were cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit:,} more characters)"

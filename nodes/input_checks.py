@@ -90,6 +90,24 @@ def encoder_pairing_problem(model_family: str | None, encoders: dict[str, str | 
     return None
 
 
+def conditioning_error(node: str, model: Any, positive: Any, exc: BaseException) -> str:
+    """The message for a sampler whose model could not take its conditioning (the host's raw "mat1 and
+    mat2 shapes cannot be multiplied"): the conditioning's width, the model's class and the fix."""
+    try:
+        width = int(positive[0][0].shape[-1])
+        got = f"the conditioning is {width} wide"
+    except (IndexError, TypeError, AttributeError, ValueError):
+        got = "the conditioning"
+    config = getattr(getattr(model, "model", None), "model_config", None)
+    family = type(config).__name__ if config is not None else "this"
+    return (
+        f"{node}: inputs positive and negative: {got}, and the {family} diffusion model cannot take it "
+        f"({str(exc)[:160]}). The prompt was encoded with text encoders of another model family (a "
+        "checkpoint's own CLIP for a Wan, Flux or SD3 model, say): encode it with the text encoders this "
+        "model was trained with (a Wan model takes umt5xxl, Flux t5xxl with clip_l)"
+    )
+
+
 # --- Offload Loader: files that load but cannot work together ------------------------------------
 def check_checkpoint_parts(path: Path, infos: list[Any], need_clip: bool, need_vae: bool) -> None:
     """A checkpoint must hold what no other input replaces (a diffusion-model-only file has no VAE)."""

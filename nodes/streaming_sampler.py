@@ -9,7 +9,7 @@ from ..memory.streaming import BudgetExceeded
 from ..memory.units import format_bytes
 from .common import CATEGORY, node_vram_budget, streaming_inputs, validate_vram_budget
 from .host import lookups, sampling
-from .input_checks import latent_error, latent_problem
+from .input_checks import conditioning_error, latent_error, latent_problem
 
 
 class HeadroomStreamingSampler:
@@ -70,6 +70,10 @@ class HeadroomStreamingSampler:
                 f"{self.DISPLAY_NAME}: input vram_budget {vram_budget!r}: {exc}. Raise vram_budget, use "
                 "auto, or lower prefetch."
             ) from None
+        except RuntimeError as exc:
+            if "mat1 and mat2" not in str(exc):
+                raise
+            raise ValueError(conditioning_error(self.DISPLAY_NAME, model, positive, exc)) from exc
         return {"ui": {"text": [describe_run(run.summary, run.note)]}, "result": (latent,)}
 
     def _check_latent(self, model: Any, latent_image: Any) -> None:

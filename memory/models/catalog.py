@@ -21,7 +21,7 @@ import functools
 import gc
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TypedDict
 
@@ -184,10 +184,16 @@ def _catalog_components(name: str, kind: str | None) -> tuple[ComponentInfo, ...
 
 # --- lookup ----------------------------------------------------------------------------------------
 
+# Where a loader's file name is, by the host's own rule: (file name, kind) -> the file, or None where the
+# host would not open it. The host adapter's finder (nodes/host/lookups.HostModelFiles) answers only
+# names the host lists, so a name from a client (an absolute path, "../") never reaches the disk.
+ModelFinder = Callable[[str, str | None], Path | None]
+# What the planner reads model files from: folders searched by name (the command line's --models-dir,
+# chosen by the user who runs it), a host's finder, or nothing (the catalog and names only).
+ModelsDir = Path | Sequence[Path] | ModelFinder | None
 
-def lookup(
-    file_name: str, kind: str | None = None, models_dir: Path | Sequence[Path] | None = None
-) -> ComponentInfo:
+
+def lookup(file_name: str, kind: str | None = None, models_dir: ModelsDir = None) -> ComponentInfo:
     """Size, dtype, family and blocks of the model file ``file_name`` as loaded for ``kind``.
 
     A checkpoint looked up with ``kind`` None or "checkpoint" is summarised as one ComponentInfo of kind
@@ -199,9 +205,13 @@ def lookup(
 
 
 def lookup_components(
-    file_name: str, kind: str | None = None, models_dir: Path | Sequence[Path] | None = None
+    file_name: str, kind: str | None = None, models_dir: ModelsDir = None
 ) -> list[ComponentInfo]:
     """Every component of ``file_name`` (one, or several for a single-file checkpoint)."""
+    if callable(models_dir):
+        found = models_dir(file_name, kind)
+        if found is not None:
+            return _from_file(found, kind)
     for root in model_roots(models_dir):
         path = find_model_file(file_name, kind, root)
         if path is not None:
@@ -212,9 +222,9 @@ def lookup_components(
     return [estimate_from_name(file_name, kind)]
 
 
-def model_roots(models_dir: Path | Sequence[Path] | None) -> list[Path]:
-    """The models folders to search: one, several (a host's extra model paths), or none."""
-    if models_dir is None:
+def model_roots(models_dir: ModelsDir) -> list[Path]:
+    """The models folders to search: one, several, or none (a finder searches by its own rule)."""
+    if models_dir is None or callable(models_dir):
         return []
     if isinstance(models_dir, (str, Path)):
         return [Path(models_dir)]
@@ -432,6 +442,6 @@ def folder_kind(folder: str) -> str | None:
 
 
 __all__ = [
-    "CATALOG_PATH", "KIND_FOLDERS", "catalog", "catalog_name", "estimate_from_name", "find_model_file",
-    "folder_kind", "lookup", "lookup_components", "normalise_name",
+    "CATALOG_PATH", "KIND_FOLDERS", "ModelFinder", "ModelsDir", "catalog", "catalog_name",
+    "estimate_from_name", "find_model_file", "folder_kind", "lookup", "lookup_components", "normalise_name",
 ]  # fmt: skip

@@ -146,9 +146,13 @@ def _strip_to_known(
         keys = frozenset(current)
         if detect(keys, current, kind) is not None:
             return keys, current
-        first = {k.split(".", 1)[0] for k in keys}
-        if len(first) != 1 or not all("." in k for k in keys):
+        # a stray scalar beside the wrapper (an SD checkpoint's cond_stage_model.logit_scale) stays as it is
+        first = {k.split(".", 1)[0] for k in keys if "." in k}
+        if len(first) != 1:
             break
         (head,) = first
-        current = {k[len(head) + 1 :]: v for k, v in current.items()}
+        inner = {(k[len(head) + 1 :] if "." in k else k): v for k, v in current.items()}
+        if len(inner) != len(current):  # a scalar of the same name as an inner key: leave it
+            break
+        current = inner
     return frozenset(tensors), tensors

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from ..deadline import check_time
-from ..models.catalog import TEMPLATE_SOURCE, lookup, lookup_components, merge_parts
+from ..models.catalog import TEMPLATE_SOURCE, ModelsDir, lookup, lookup_components, merge_parts
 from ..models.header import ComponentError
 from ..models.info import ComponentInfo
 from ..names import STREAM_MODEL
-from ..units import parse_vram_budget
+from ..units import cut_text, parse_vram_budget
 from ..workflow.graph import Graph, Link, Node
 from ..workflow.node_types import lookup as lookup_node_type
 from ..workflow.node_types import node_table_host
@@ -68,7 +68,7 @@ class _Size(TypedDict):
 
 class _Extractor:
     def __init__(
-        self, graph: Graph, order: list[str], node_io: NodeIO, models_dir: Path | Sequence[Path] | None,
+        self, graph: Graph, order: list[str], node_io: NodeIO, models_dir: ModelsDir,
         media: MediaSizes | None = None,
     ) -> None:  # fmt: skip
         self.g, self.order, self.io, self.models_dir = graph, order, node_io, models_dir
@@ -541,7 +541,7 @@ def workload_from_graph(
     graph: Graph,
     order: list[str],
     node_io: NodeIO = node_io,
-    models_dir: Path | Sequence[Path] | None = None,
+    models_dir: ModelsDir = None,
     tflops: float | None = None,
     hardware: Hardware | None = None,
     tiled_decode: TiledDecodeFigures | None = None,
@@ -584,4 +584,5 @@ def workload_from_graph(
     for label, count in idle.items():  # one line per file, not one per copy of a big prompt
         times = f" ({count:,} loaders)" if count > 1 else ""
         ex.notes.append(f"{label} is loaded{times} but nothing computes with it")
-    return Workload(tuple(ex.components.values()), steps, tuple(ex.notes), uncounted=tuple(uncounted))
+    notes = tuple(cut_text(n) for n in ex.notes)  # a value echoed in a note (a 1 MB expression) is cut
+    return Workload(tuple(ex.components.values()), steps, notes, uncounted=tuple(uncounted))

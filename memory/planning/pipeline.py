@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..deadline import time_limit
+from ..models.catalog import ModelsDir
+from ..names import NODE_IDS
+from ..units import format_bytes, parse_vram_budget
 from ..workflow.graph import Graph, load_workflow, parse_workflow
 from ..workflow.order import predict_order
 from .costmodel import Budget, Hardware
@@ -48,7 +51,7 @@ def plan_workflow(
     budget: Budget | None,
     hardware: Hardware | None = None,
     *,
-    models_dir: Path | Sequence[Path] | None = None,
+    models_dir: ModelsDir = None,
     outputs: list[str] | None = None,
     cached: Collection[str] | Callable[[Graph], Collection[str]] = frozenset(),
     order_by: OrderFn = predict_order,
@@ -94,9 +97,39 @@ def plan_workflow(
         workload = workload_from_graph(
             graph, order, models_dir=models_dir, hardware=hardware, tiled_decode=tiled_decode, media=media
         )
+        check_stream_budgets(graph, workload)
         lap("extract")
         result = None
         if budget is not None:
             result = plan(workload, budget, hardware)
             lap("plan")
     return Planned(graph, order, workload, result, hardware, held, seconds)
+
+
+def check_stream_budgets(graph: Graph, workload: Workload) -> None:
+    """The streaming nodes' run-time rule (streaming.placement.choose_streaming), applied to the plan: a
+    VRAM budget below a model's non-block weights plus one slot for its largest block cannot stream it,
+    whatever the activations, and the node refuses it when it runs, so the plan refuses it too (raises
+    ValueError naming the node, its input and the least budget). The Streaming KSampler's own budget and a
+    Stream Model node's (``Step.streamed``) are checked alike."""
+    for step in workload.steps:
+        node = graph.nodes.get(step.node_id)
+        at = f"node {step.node_id} ({node.class_type if node else step.label})"
+        budgets = {cid: (b, f"the Stream Model's input 'vram_budget' (for {at})") for cid, b in step.streamed}
+        if node is not None and node.class_type == NODE_IDS["streaming_sampler"]:
+            try:
+                own = parse_vram_budget(node.inputs.get("vram_budget"))
+            except (ValueError, TypeError):  # a link, or a size its own validation refuses
+                own = None
+            for cid in step.uses if own is not None else ():
+                if workload.component(cid).kind == "diffusion_model":
+                    budgets[cid] = (own, f"{at} input 'vram_budget'")
+        for cid, (budget, where) in sorted(budgets.items()):
+            c = workload.component(cid)
+            need = c.rest + max(c.blocks, default=0)
+            if budget is not None and c.blocks and budget < need:
+                raise ValueError(
+                    f"{where}: a VRAM budget of {format_bytes(budget)} cannot stream {c.label}: it needs at "
+                    f"least {format_bytes(need)} before activations (its non-block weights and one slot for "
+                    "its largest block); the node refuses it when it runs: raise vram_budget, or auto"
+                )

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from ..deadline import PlanTimeout
+from ..models.catalog import ModelsDir
 from ..units import format_bytes, format_bytes_up
 from ..workflow.graph_types import Graph, Link, WorkflowError
 from ..workflow.values import Evaluator
@@ -373,7 +373,7 @@ def plan_prompt(
     prompt: dict[str, Any],
     budget: Budget,
     hardware: Hardware | None = None,
-    models_dir: Path | Sequence[Path] | None = None,
+    models_dir: ModelsDir = None,
     outputs: list[str] | None = None,
     time_limit_s: float | None = None,
     card: str | None = None,

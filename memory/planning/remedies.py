@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..deadline import PlanTimeout, time_limit
-from ..models.catalog import catalog, catalog_name, model_roots, normalise_name
+from ..models.catalog import ModelsDir, catalog, catalog_name, model_roots, normalise_name
 from ..names import NODE_IDS
 from ..units import format_bytes
 from ..workflow.graph_types import Graph, Link, Node
@@ -34,6 +34,7 @@ from ..workflow.order import predict_order
 from .baselines import comfyui_reactive
 from .costmodel import Budget, Hardware
 from .extract import workload_from_graph
+from .latents import MediaSizes
 from .pipeline import plan_workflow
 from .planner import Plan, minimum_vram, plan
 from .preflight import latent_driver, latent_size, node_name
@@ -146,7 +147,7 @@ class Replanner:
         hardware: Hardware,
         *,
         headroom: bool = True,
-        models_dir: Path | Sequence[Path] | None = None,
+        models_dir: ModelsDir = None,
         outputs: list[str] | None = None,
         tiled_decode: TiledDecodeFigures | None = None,
     ) -> None:
@@ -330,9 +331,7 @@ def _catalog_bytes(name: str, kind: str) -> tuple[str, int] | None:
     return None
 
 
-def smaller_files(
-    file_name: str, kind: str, models_dir: Path | Sequence[Path] | None
-) -> list[tuple[str, int, str]]:
+def smaller_files(file_name: str, kind: str, models_dir: ModelsDir) -> list[tuple[str, int, str]]:
     """Files of the same model at a lower precision, smallest last: (name, bytes, where: "catalog" or
     "folder"), from the catalog (same folder, fewer bytes) and the models folders (.gguf or fp8)."""
     stem = precision_stem(file_name)
@@ -464,7 +463,7 @@ def make_it_fit(
     workload: Workload,
     result: Plan,
     *,
-    models_dir: Path | Sequence[Path] | None = None,
+    models_dir: ModelsDir = None,
     outputs: list[str] | None = None,
     tiled_decode: TiledDecodeFigures | None = None,
 ) -> list[Remedy]:
@@ -521,17 +520,24 @@ def prompt_remedies(
     budget: Budget,
     hardware: Hardware,
     *,
-    models_dir: Path | Sequence[Path] | None = None,
+    models_dir: ModelsDir = None,
     outputs: list[str] | None = None,
     tiled_decode: TiledDecodeFigures | None = None,
     time_limit_s: float | None = None,
+    media: MediaSizes | None = None,
 ) -> list[Remedy]:
     """make_it_fit for an API prompt (POST /headroom/fit's): never raises on a bad prompt or past the
     time limit, where it offers nothing (the verdict has said what it could)."""
     try:
         with time_limit(time_limit_s):
             planned = plan_workflow(
-                prompt, budget, hardware, models_dir=models_dir, outputs=outputs, tiled_decode=tiled_decode
+                prompt,
+                budget,
+                hardware,
+                models_dir=models_dir,
+                outputs=outputs,
+                tiled_decode=tiled_decode,
+                media=media,
             )
             assert planned.plan is not None  # planned under a budget
             return make_it_fit(

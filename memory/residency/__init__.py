@@ -5,11 +5,20 @@
 from . import read_through
 from .controller import Controller
 from .host_memory import Footprint, can_pin, footprint, pin, to_pageable
-from .mapped import Binding, FileChanged, MappedFile, bind, file_identity, live_mappings, open_mapped
+from .mapped import (
+    Binding,
+    FileChanged,
+    MappedFile,
+    bind,
+    file_identity,
+    file_version,
+    live_mappings,
+    open_mapped,
+)
 from .run_log import Event, HostOps, Run
 
 __all__ = [
     "Binding", "Controller", "Event", "FileChanged", "Footprint", "HostOps", "MappedFile", "Run", "bind",
-    "can_pin", "file_identity", "footprint", "live_mappings", "open_mapped", "pin", "read_through",
-    "to_pageable",
+    "can_pin", "file_identity", "file_version", "footprint", "live_mappings", "open_mapped", "pin",
+    "read_through", "to_pageable",
 ]  # fmt: skip

@@ -27,12 +27,12 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from ..deadline import PlanTimeout, time_limit
+from ..models.catalog import ModelsDir
 from ..planning.costmodel import CHOICE_HOST, Budget, Hardware, Tier
 from ..planning.latents import MediaSizes
 from ..planning.pipeline import plan_workflow
@@ -112,7 +112,7 @@ class Controller:
         prompt: dict[str, Any],
         budget: Budget,
         hardware: Hardware,
-        models_dir: Path | Sequence[Path] | None = None,
+        models_dir: ModelsDir = None,
         outputs: list[str] | None = None,
         lazy_inputs: Callable[[str], frozenset[str]] | None = None,
     ) -> Run | None:

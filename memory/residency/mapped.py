@@ -11,13 +11,18 @@ bytes equal a tensor of the file at that tensor and lets the copy go. Parameters
 Files change under us (a re-download overwrites a model in place, a copy truncates it): a private map
 then reads the new bytes where it has not copied a page yet, and pages past a shortened end raise SIGBUS,
 which kills the process. So a mapping remembers its file's identity (device, inode, size, modification
-time) and ``check`` refuses it once the file differs, before anything reads its pages; ``bind`` and
-``to_pageable`` check first. A file is mapped once per process and identity (``open_mapped``), however
-many components use it, and unmapped when none holds it any more (``live_mappings`` counts them).
+time, and the inode change time, which ``rsync --inplace -t`` or a restore from backup cannot put back as
+they put back the modification time) and ``check`` refuses it once the file differs, before anything reads
+its pages; ``bind`` and ``to_pageable`` check first. A mapping is reused only when the file's fingerprint
+(a hash of its header and of sampled blocks, ``file_fingerprint``) is still the one mapped: the change time
+of some file systems moves in steps of milliseconds, so a rewrite just after the mapping can keep it.
+A file is mapped once per process and identity (``open_mapped``), however many components use it, and
+unmapped when none holds it any more (``live_mappings`` counts them).
 """
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import os
 import struct
@@ -43,13 +48,39 @@ for _code, _name in (("F8_E4M3", "float8_e4m3fn"), ("F8_E5M2", "float8_e5m2")):
         TORCH_DTYPES[_code] = getattr(torch, _name)
 
 
-Identity = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns
+Identity = tuple[int, int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns
 
 
 def file_identity(path: str | Path) -> Identity:
     """What tells one version of a file from another, cheaply (one stat)."""
     st = os.stat(path)
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+SAMPLES, SAMPLE_BYTES = 16, 4096  # blocks hashed across the data, besides the header
+HEADER_HASHED = 16 * 2**20  # of the header's JSON (a real header is well under a megabyte)
+
+
+def file_fingerprint(path: str | Path) -> str:
+    """A hash of the file's header and of SAMPLES blocks spread over it and its last block: what tells a
+    file rewritten in place with its dates put back from the one before (two checkpoints of one
+    architecture share a header: the blocks differ). Reads about 70 KiB besides the header."""
+    digest = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        head = f.read(8)
+        digest.update(head)
+        if len(head) == 8:
+            digest.update(f.read(min(struct.unpack("<Q", head)[0], HEADER_HASHED)))
+        for at in [size * i // SAMPLES for i in range(SAMPLES)] + [max(0, size - SAMPLE_BYTES)]:
+            f.seek(at)
+            digest.update(f.read(SAMPLE_BYTES))
+    return f"{size}:{digest.hexdigest()}"
+
+
+def file_version(path: str | Path) -> str:
+    """The file's identity and fingerprint in one string (the Offload Loader's IS_CHANGED per file)."""
+    return f"{file_identity(path)}:{file_fingerprint(path)}"
 
 
 class FileChanged(ComponentError):
@@ -62,6 +93,7 @@ class MappedFile:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.identity = file_identity(self.path)
+        self.fingerprint = file_fingerprint(self.path)
         self.specs, _ = read_header(self.path)  # raises ComponentError naming the file and the problem
         size = self.identity[2]
         with self.path.open("rb") as f:
@@ -93,7 +125,9 @@ class MappedFile:
             return f"its size went from {self.identity[2]:,} to {now[2]:,} bytes"
         if now[:2] != self.identity[:2]:
             return "it was replaced by another file"
-        return "it was rewritten (its modification time changed)"
+        if now[3] != self.identity[3]:
+            return "it was rewritten (its modification time changed)"
+        return "it was rewritten (its modification time was put back, its change time was not)"
 
     def check(self) -> None:
         """Raise FileChanged, saying what to do, when the file is no longer the one mapped."""
@@ -267,6 +301,8 @@ def open_mapped(paths: Iterable[str | Path]) -> list[MappedFile]:
             key = (str(Path(p).resolve()), file_identity(p))
             with _MAPPINGS_LOCK:
                 mf = _MAPPINGS.get(key)
+                if mf is not None and mf.fingerprint != file_fingerprint(p):  # rewritten within a tick
+                    mf = None
                 if mf is None:
                     mf = MappedFile(p)
                     _MAPPINGS[(key[0], mf.identity)] = mf

@@ -132,11 +132,25 @@ def report_csv(run: RunRecord) -> str:
             f"{e['component']}:{e['tier_from']}->{e['tier_to']}" for e in row["residency_events"]
         )
         cells["bounded_by"] = row["bounded_by"]["line"] if row["bounded_by"] else None
+        cells = {k: inert_cell(v) for k, v in cells.items()}  # text only: numbers stay numbers
         for key in ("duration_s", "planned_wall_s"):
             if isinstance(cells[key], float):
                 cells[key] = f"{cells[key]:.4f}"
         writer.writerow({k: "" if v is None else v for k, v in cells.items()})
     return out.getvalue()
+
+
+# A text cell starting with one of these is a formula to a spreadsheet (=HYPERLINK(...), @SUM(...)), or
+# starts one after a tab or carriage return (OWASP's CSV injection list).
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def inert_cell(value: Any) -> Any:
+    """A text cell a spreadsheet shows as text: a leading quote before a formula's first character (the
+    text after it is unchanged); anything else as it is."""
+    if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
+        return "'" + value
+    return value
 
 
 def _mib(n: int | None) -> str:

@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..units import cut_text
 from .graph_types import Graph, Link
 from .node_outputs import NODE_OUTPUTS
 from .walk import fill
@@ -297,4 +298,5 @@ class Evaluator:
         try:
             return Value((math_expression(expression.value, names)[output],))
         except Exception as exc:  # noqa: BLE001 - the host fails the node on any error; we only say why
-            return Value((), f"{_node_name(self.graph, node_id)}: {expression.value!r} fails ({exc})")
+            text = cut_text(repr(expression.value), 80)
+            return Value((), f"{_node_name(self.graph, node_id)}: {text} fails ({cut_text(str(exc), 200)})")

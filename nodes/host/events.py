@@ -60,8 +60,9 @@ class Subscriber:
     def validation_started(self) -> None:
         pass
 
-    def validation_finished(self) -> None:
-        pass
+    def validation_finished(self, prompt: Any = None, valid: bool | None = None) -> None:
+        """The host validated ``prompt`` (the object POSTed): ``valid`` False when it refused it, None
+        when not known (the validation raised, or its answer had another shape)."""
 
     def nodes_cached(self, prompt_id: str, node_ids: list[str]) -> None:
         """The nodes of the prompt the host serves from its cache (after prompt_started)."""
@@ -128,12 +129,14 @@ class EventSource:
         self._publish("node_finished", None if prompt_id is None else str(prompt_id), str(node_id), ok)
 
     @contextlib.contextmanager
-    def validation(self) -> Iterator[None]:
+    def validation(self, prompt: Any = None) -> Iterator[list[Any]]:
+        """Around the host's validation of ``prompt``: the caller appends the host's answer to the list."""
+        answer: list[Any] = []
         self._publish("validation_started")
         try:
-            yield
+            yield answer
         finally:
-            self._publish("validation_finished")
+            self._publish("validation_finished", prompt, _valid(answer[0]) if answer else None)
 
     def out_of_memory(self, exc: BaseException) -> bool:
         """Whether ``exc`` is the host's out-of-memory error and a subscriber made room to run once more."""
@@ -269,19 +272,35 @@ def _hook_validation(source: EventSource, execution: ModuleType) -> str:
         @functools.wraps(original)
         async def validate_prompt(*args: Any, **kwargs: Any) -> Any:
             patch.fire()
-            with source.validation():
-                return await original(*args, **kwargs)
+            with source.validation(_prompt_of(args, kwargs)) as answer:
+                answer.append(await original(*args, **kwargs))
+                return answer[0]
     else:
 
         @functools.wraps(original)
         def validate_prompt(*args: Any, **kwargs: Any) -> Any:
             patch.fire()
-            with source.validation():
-                return original(*args, **kwargs)
+            with source.validation(_prompt_of(args, kwargs)) as answer:
+                answer.append(original(*args, **kwargs))
+                return answer[0]
 
     validate_prompt.__headroom__ = True  # type: ignore[attr-defined]
     patch = REGISTRY.replace("execution.validate_prompt", execution, "validate_prompt", validate_prompt)
     return "on"
+
+
+def _prompt_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The prompt validate_prompt was given: (prompt) on the 2024 host, (prompt_id, prompt, targets) now."""
+    if isinstance(kwargs.get("prompt"), dict):
+        return kwargs["prompt"]
+    return next((a for a in args if isinstance(a, dict)), None)
+
+
+def _valid(answer: Any) -> bool | None:
+    """validate_prompt's verdict: its answer is (valid, error, outputs, node_errors) on every host."""
+    if isinstance(answer, (tuple, list)) and answer and isinstance(answer[0], bool):
+        return answer[0]
+    return None
 
 
 def _hook_cached(source: EventSource, execution: ModuleType) -> str:

@@ -183,7 +183,7 @@ class NodeScopes:
     def validation_started(self) -> None:
         pass
 
-    def validation_finished(self) -> None:
+    def validation_finished(self, prompt: Any = None, valid: bool | None = None) -> None:
         pass
 
     def nodes_cached(self, prompt_id: str, node_ids: list[str]) -> None:

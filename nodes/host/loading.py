@@ -18,7 +18,7 @@ from ...memory.models.components import describe_file
 from ...memory.models.header import ComponentError
 from ...memory.names import OFFLOAD_CHECKPOINT_INPUT, OFFLOAD_RESIDENCY_INPUTS
 from ...memory.planning.workload import component_id
-from ...memory.residency import MappedFile, file_identity, open_mapped
+from ...memory.residency import MappedFile, file_version, open_mapped
 from ..input_checks import OffloadError, check_checkpoint_parts, check_pairing, loading
 from . import legacy_2024
 from .lookups import host_module
@@ -198,9 +198,11 @@ _FILE_INPUTS = (
 
 
 def file_versions(inputs: dict[str, Any]) -> str:
-    """The identity (size, modification time, inode) of every file the inputs name: the Offload Loader's
-    IS_CHANGED, so the host loads it again, from the new bytes, when a file is overwritten or truncated
-    between runs instead of computing with a mapping of a file that changed. A file that cannot be found
+    """The version (size, modification and change times, inode, and a hash of the header and of sampled
+    blocks: ``mapped.file_version``) of every file the inputs name: the Offload Loader's IS_CHANGED, so the
+    host loads it again, from the new bytes, when a file is overwritten or truncated between runs, also
+    with its modification time put back (rsync --inplace -t), instead of computing with a mapping of a
+    file that changed. A file that cannot be found
     reads as "" (the load itself says what is wrong)."""
     versions = []
     for input_name, kind in _FILE_INPUTS:
@@ -208,7 +210,7 @@ def file_versions(inputs: dict[str, Any]) -> str:
         if name in ("", "none", None):
             continue
         try:
-            versions.append(f"{input_name}={file_identity(_full_path(kind, str(name), input_name))}")
+            versions.append(f"{input_name}={file_version(_full_path(kind, str(name), input_name))}")
         except (OffloadError, OSError):
             versions.append(f"{input_name}=?")
     return ";".join(versions)

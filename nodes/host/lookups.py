@@ -10,7 +10,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ...memory.models.catalog import ALL_FOLDERS, LOADER_FOLDERS
+from ...memory.models.catalog import ALL_FOLDERS, KIND_FOLDERS, LOADER_FOLDERS
 from . import legacy_2024
 
 
@@ -135,21 +135,52 @@ def prompt_server() -> Any:
     return getattr(getattr(sys.modules.get("server"), "PromptServer", None), "instance", None)
 
 
-def models_dir() -> list[Path]:
-    """Every models root the host reads: its own models folder and the roots of extra model paths (a
-    folder registered as <root>/checkpoints, <root>/vae... names <root>), so the planner sizes the files
-    the loaders will open."""
-    folder_paths = sys.modules.get("folder_paths")
-    roots: list[Path] = []
-    own = getattr(folder_paths, "models_dir", None)
-    if own and Path(own).is_dir():
-        roots.append(Path(own))
-    for name, entry in (getattr(folder_paths, "folder_names_and_paths", None) or {}).items():
+class HostModelFiles:
+    """Model files by the host's own rule (``memory.models.catalog.ModelFinder``): a name the host lists
+    for one of the kind's folders (``folder_paths.get_filename_list``; then every other folder, as a
+    checkpoint's parts may be asked for under another kind), at the path ``get_full_path`` gives, and only
+    where its real path lies inside a folder the host registered. A name from a client that the host
+    does not list (an absolute path, ``../``, a file it has never seen) is never looked at on disk, so
+    the answer is the same whether or not such a file exists; a listed link that leaves every models
+    folder is not read either (extra_model_paths.yaml registers a folder elsewhere)."""
+
+    def __call__(self, file_name: str, kind: str | None) -> Path | None:
+        folder_paths = sys.modules.get("folder_paths")
+        registered = getattr(folder_paths, "folder_names_and_paths", None)
+        if folder_paths is None or not isinstance(file_name, str) or not isinstance(registered, dict):
+            return None
+        first = KIND_FOLDERS.get(kind or "", ())
+        for folder in (*first, *(f for f in ALL_FOLDERS if f not in first)):
+            if folder not in registered:
+                continue
+            try:
+                if file_name not in folder_paths.get_filename_list(folder):
+                    continue
+                full = folder_paths.get_full_path(folder, file_name)
+            except Exception:  # a folder the host cannot list: as if the name were not in it
+                continue
+            if full and _inside_models_folders(Path(full), registered):
+                return Path(full)
+        return None
+
+
+def _inside_models_folders(path: Path, registered: dict[str, Any]) -> bool:
+    """Whether ``path``, links resolved, lies inside one of the host's registered folders (resolved)."""
+    try:
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return False
+    for entry in registered.values():
         for folder in entry[0] if isinstance(entry, (tuple, list)) and entry else ():
-            path = Path(folder)
-            if path.name in (name, *ALL_FOLDERS) and path.parent not in roots and path.parent.is_dir():
-                roots.append(path.parent)
-    return roots
+            try:
+                if real.is_relative_to(Path(folder).resolve()):
+                    return True
+            except (OSError, RuntimeError, TypeError):
+                continue
+    return False
+
+
+HOST_MODEL_FILES = HostModelFiles()
 
 
 def output_nodes(prompt: dict[str, Any]) -> list[str] | None:

@@ -14,7 +14,6 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -37,8 +36,10 @@ from .events import Subscriber
 from .host_flags import running_host_settings
 from .host_gauges import gauges
 from .links import hardware_for, measured_links, record_disk
-from .lookups import host_module, models_dir, output_nodes
+from .lookups import HOST_MODEL_FILES, host_module, output_nodes
 from .media_sizes import media_sizes
+from .preflight_queue import PreflightQueue
+from .refusals import host_refuses
 from .vae_plan import tiled_decode_figures
 
 _log = logging.getLogger("headroom")
@@ -55,16 +56,29 @@ def monitor_enabled() -> bool:
 DEMAND_S = 15.0  # after the last /headroom/status read or node boundary, keep sampling this long
 
 
+MIN_RATE_HZ, MAX_RATE_HZ = 1 / 3600, 100.0  # one sample an hour (the sampler's longest period) to 100 Hz
+
+
 def _env_rate() -> float:
+    """HEADROOM_MONITOR_HZ: 0 (off), or a rate from one an hour to 100 Hz; anything else is said, naming
+    the variable and the range, and the default is used (the pack still imports)."""
     text = os.environ.get(RATE_ENV, "")
     try:
         rate = float(text) if text else DEFAULT_RATE_HZ
-        if not 0 <= rate <= 100:
-            raise ValueError
-        return rate
+        if rate == 0 or MIN_RATE_HZ <= rate <= MAX_RATE_HZ:
+            return rate
     except ValueError:
-        _log.warning("Headroom: %s=%r is not a rate in Hz (0-100); using %s", RATE_ENV, text, DEFAULT_RATE_HZ)
-        return DEFAULT_RATE_HZ
+        pass
+    _log.warning(
+        "Headroom: %s=%r is not a sampling rate: use 0 (off) or %.6f to %g Hz (one sample an hour to 100 a "
+        "second); using %s Hz",
+        RATE_ENV,
+        text[:40],
+        MIN_RATE_HZ,
+        MAX_RATE_HZ,
+        DEFAULT_RATE_HZ,
+    )
+    return DEFAULT_RATE_HZ
 
 
 def _env_vram() -> int | None:
@@ -74,19 +88,6 @@ def _env_vram() -> int | None:
     except ValueError as exc:
         _log.warning("Headroom: %s; it is ignored (no card is assumed)", exc)
         return None
-
-
-def _missing_class(prompt: dict[str, Any]) -> str:
-    """Why the host refuses ``prompt`` for a node class it does not have ("" when it has them all)."""
-    try:
-        known = host_module("nodes").NODE_CLASS_MAPPINGS
-    except Exception:  # no host nodes module (a test without one): leave the verdict to the planner
-        return ""
-    for node_id, node in prompt.items():
-        kind = node.get("class_type") if isinstance(node, dict) else None
-        if isinstance(kind, str) and kind not in known:
-            return f"node {node_id} ({kind}) is not a node class of this ComfyUI; the host refuses the prompt"
-    return ""
 
 
 def _history_folder() -> Path:
@@ -125,7 +126,10 @@ class Monitor(Subscriber):
         self.plans = PlanCache(self._plan)
         self.queued: OrderedDict[str, str] = OrderedDict()  # prompt id -> plan key, queued but not run yet
         self.workflows: OrderedDict[str, str] = OrderedDict()  # prompt id -> the frontend's workflow id
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="headroom-preflight")
+        self.pool = PreflightQueue()  # the one planning thread; bounded (preflight_queue.py)
+        # prompts POSTed whose validation has not been reported: id(prompt) -> [prompt, prompt id, valid]
+        self.posting: OrderedDict[int, list[Any]] = OrderedDict()
+        self.unplanned: OrderedDict[str, str] = OrderedDict()  # prompt id -> why its preflight was not made
         self.assume_vram = _env_vram()
         self.server: Any = None
         self.hooks: dict[str, str] = {}  # hook -> "on", or why it is off
@@ -188,7 +192,7 @@ class Monitor(Subscriber):
                 f"no CUDA device to plan for (set {ASSUME_VRAM_ENV}=8GB to check a workflow against a card)"
             )
             return None, Preflight(None, "skipped", reason)
-        refused = _missing_class(prompt)
+        refused = host_refuses(prompt)
         if refused:  # the host refuses the prompt at validation: nothing of it runs, so nothing is planned
             return None, Preflight(None, "skipped", f"not planned: {refused}", budget_vram=budget.vram)
         deadline = getattr(self.local, "deadline", None)  # set by a preflight on this thread
@@ -200,7 +204,7 @@ class Monitor(Subscriber):
             prompt,
             budget,
             hardware,
-            models_dir(),
+            HOST_MODEL_FILES,
             outputs=outputs,
             time_limit_s=left,
             card=name,
@@ -224,10 +228,11 @@ class Monitor(Subscriber):
             prompt,
             budget,
             hardware,
-            models_dir=models_dir(),
+            models_dir=HOST_MODEL_FILES,
             outputs=output_nodes(prompt),
             tiled_decode=tiled_decode_figures,
             time_limit_s=HOST_PLAN_LIMIT_S,
+            media=media_sizes,
         )
 
     def card_name(self) -> str:
@@ -254,6 +259,8 @@ class Monitor(Subscriber):
         self.local.deadline = time.monotonic() + HOST_PLAN_LIMIT_S
         try:
             self.validated.wait(HOST_PLAN_LIMIT_S)
+            if self.pool.cancelled():  # the host refused it while this waited: nothing of it runs
+                return {"prompt_id": prompt_id, "fits": None, "level": "skipped", "message": "refused"}
             planned, verdict = self.plan_for(prompt)
         finally:
             self.local.deadline = None
@@ -267,11 +274,53 @@ class Monitor(Subscriber):
             self.validating += 1
             self.validated.clear()
 
-    def validation_finished(self) -> None:
+    def validation_finished(self, prompt: Any = None, valid: bool | None = None) -> None:
+        """The host validated ``prompt``: a refused one is not planned, its waiting preflight is dropped and
+        its id forgotten (set before the waiting preflights are let go, so none plans it)."""
+        try:
+            if valid is False and isinstance(prompt, dict):
+                self._refused(prompt)
+        finally:
+            with self.lock:
+                self.validating = max(0, self.validating - 1)
+                if not self.validating:
+                    self.validated.set()
+
+    def posted(self, prompt: dict[str, Any], prompt_id: str | None) -> None:
+        """A prompt POSTed to /prompt, before the host validates it (bounded: a flood forgets the oldest)."""
         with self.lock:
-            self.validating -= 1
-            if not self.validating:
-                self.validated.set()
+            self.posting[id(prompt)] = [prompt, prompt_id, None]
+            while len(self.posting) > 16:
+                self.posting.popitem(last=False)
+
+    def was_refused(self, prompt: dict[str, Any]) -> bool:
+        """Whether the host refused ``prompt`` (that object) already; forgets the posting either way."""
+        with self.lock:
+            entry = self.posting.pop(id(prompt), None)
+        return entry is not None and entry[0] is prompt and entry[2] is False
+
+    def _refused(self, prompt: dict[str, Any]) -> None:
+        with self.lock:
+            entry = self.posting.get(id(prompt))
+            ids: list[str] = []
+            if entry is not None and entry[0] is prompt:
+                entry[2] = False
+                ids += [entry[1]] if entry[1] else []
+        ids += [t for t in self.pool.drop(prompt) if isinstance(t, str)]
+        with self.lock:
+            for prompt_id in ids:
+                self.queued.pop(prompt_id, None)
+                self.workflows.pop(prompt_id, None)
+
+    def not_planned(self, prompt_id: str | None, why: str) -> None:
+        """A posted prompt whose preflight is not made (the queue was full): GET /headroom/plan says why."""
+        with self.lock:
+            if prompt_id is None:
+                return
+            self.queued.pop(prompt_id, None)
+            self.unplanned[prompt_id] = why
+            while len(self.unplanned) > 1024:
+                self.unplanned.popitem(last=False)
 
     def queued_prompt(self, prompt_id: str, key: str, workflow_id: str | None) -> None:
         """A prompt POSTed to /prompt: its plan key, and the workflow it came from (its runs are shown on

@@ -33,7 +33,7 @@ from ...memory.units import format_bytes
 from . import dynamic_vram, legacy_2024, lora_reads, recording, sampling, text_encoders
 from .events import Subscriber
 from .links import device_name, hardware_for
-from .lookups import host_module, lazy_inputs, models_dir, output_nodes, queued_outputs
+from .lookups import HOST_MODEL_FILES, host_module, lazy_inputs, output_nodes, queued_outputs
 from .media_sizes import media_sizes
 from .prefetch import HostPrefetch
 from .vae_plan import tiled_decode_figures
@@ -385,7 +385,7 @@ class Residency(Subscriber):
             prompt,
             budget,
             self.hardware,
-            models_dir=models_dir(),
+            models_dir=HOST_MODEL_FILES,
             outputs=queued_outputs(prompt_id) or output_nodes(prompt),
             lazy_inputs=lazy_inputs,
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib
+import json
 import logging
 import re
 import time
@@ -24,6 +25,7 @@ from . import legacy_2024
 from .lookups import host_version
 from .monitor import DEMAND_S, Monitor
 from .patches import REGISTRY
+from .refusals import unreadable_value
 from .state import configure_ram_budget, monitor, ram_budget, residency
 
 _log = logging.getLogger("headroom")
@@ -74,7 +76,9 @@ def _safe(what: str, fn: Callable[..., object], *args: object) -> None:
 def _on_prompt(m: Monitor, json_data: Any) -> Any:
     """POST /prompt, before validation, on the event loop: plan in the background, never block or alter the
     prompt. On hosts that honour a given prompt_id one is assigned here, so /headroom/plan/{id} works while
-    the prompt is still queued."""
+    the prompt is still queued. The work is bounded (preflight_queue.py): a prompt the host refuses is not
+    planned, the same prompt waits once, and past the queue's cap a prompt is not planned, which
+    /headroom/plan/{id} says."""
     REGISTRY.fire("server.PromptServer.on_prompt_handlers")
     try:
         prompt = json_data.get("prompt") if isinstance(json_data, dict) else None
@@ -83,18 +87,58 @@ def _on_prompt(m: Monitor, json_data: Any) -> Any:
         if not legacy_2024.makes_own_prompt_id() and "prompt_id" not in json_data:
             _assign_prompt_id(json_data)
         prompt_id = json_data.get("prompt_id")
+        prompt_id = str(prompt_id) if prompt_id is not None else None
+        key = m.plans.key(prompt, m.budget())
         if prompt_id is not None:
-            m.queued_prompt(str(prompt_id), m.plans.key(prompt, m.budget()), _workflow_id(json_data))
-        job = functools.partial(
-            _safe, "preflight", m.preflight, prompt, prompt_id, json_data.get("client_id")
-        )
+            m.queued_prompt(prompt_id, key, _workflow_id(json_data))
+        m.posted(prompt, prompt_id)
+        job = functools.partial(_submit, m, key, prompt, prompt_id, json_data.get("client_id"))
         try:  # after the host's handler: its validation runs on this loop and would share the GIL
-            asyncio.get_running_loop().call_soon(lambda: m.pool.submit(job))
+            asyncio.get_running_loop().call_soon(job)
         except RuntimeError:  # called outside the event loop
-            m.pool.submit(job)
+            job()
     except Exception:
         _log.exception("Headroom: preflight failed; the prompt is queued as usual")
     return json_data
+
+
+def _submit(m: Monitor, key: str, prompt: dict[str, Any], prompt_id: str | None, client_id: Any) -> None:
+    """Queue a posted prompt's preflight, unless the host refused it already; say so when the queue is
+    full."""
+    if m.was_refused(prompt):
+        return
+    size = _json_size(prompt)
+    job = functools.partial(_safe, "preflight", _preflight, m, prompt, prompt_id, client_id)
+    if size is None or m.pool.submit_preflight(key, prompt, size, prompt_id, job) == "full":
+        state = m.pool.state()
+        m.not_planned(
+            prompt_id,
+            f"not planned: the preflight queue is full ({state['waiting']} prompts waiting, at most "
+            f"{state['max_waiting']} and {state['max_bytes'] // 2**20} MiB); the prompt runs as usual",
+        )
+
+
+def _preflight(m: Monitor, prompt: dict[str, Any], prompt_id: str | None, client_id: Any) -> None:
+    """On the planning thread: an input the planner cannot read is said (not planned), else the plan."""
+    problem = unreadable_value(prompt)  # a walk of the whole prompt: off the event loop
+    if problem:
+        m.not_planned(prompt_id, f"not planned: {problem}")
+        return
+    m.preflight(prompt, prompt_id, client_id)
+
+
+def _fit(m: Monitor, prompt: dict[str, Any], gpu: Any = None) -> Any:
+    """On the planning thread: why the prompt cannot be planned (a str), or its plan and verdict (on the
+    card chosen in the sidebar, ``gpu``, when one was)."""
+    return unreadable_value(prompt) or m.plan_for(prompt, gpu)
+
+
+def _json_size(value: Any) -> int | None:
+    """The prompt's size as JSON (what the queue's byte cap counts); None for one JSON cannot write."""
+    try:
+        return len(json.dumps(value, default=str))
+    except (ValueError, TypeError, RecursionError):
+        return None
 
 
 def _assign_prompt_id(json_data: dict[str, Any]) -> None:
@@ -134,6 +178,25 @@ def _chosen_gpu(body: dict[str, Any]) -> tuple[Any, str | None]:
 
 def _bad(web: Any, message: str) -> Any:
     return web.json_response({"error": message}, status=400)
+
+
+async def _json_body(request: Any) -> tuple[Any, str]:
+    """The request's JSON body and "", or None and why it cannot be read ("" for no JSON at all): a body
+    nested deeper than the parser recurses (RecursionError, at about 1,000 levels), an integer of more
+    digits than Python converts; each a 400 naming it, never a 500. (The parser is C: no Python loop over
+    a body of up to the host's upload limit runs on the event loop.)"""
+    try:
+        text = await request.text()
+    except (ValueError, UnicodeDecodeError):
+        return None, "the body is not UTF-8 text"
+    try:
+        return json.loads(text), ""
+    except RecursionError:
+        return None, "the JSON body is nested too deeply to read"
+    except ValueError as exc:
+        if "digits" in str(exc):  # int(): "Exceeds the limit (4300 digits) for integer string conversion"
+            return None, f"a number in the JSON body has too many digits ({str(exc)[:120]})"
+        return None, ""
 
 
 def _prompt_id(web: Any, request: Any) -> tuple[str, Any]:
@@ -258,13 +321,10 @@ def _add_routes(web: Any, routes: Any) -> None:
     @routes.post(ROUTES["ram_budget"])
     async def headroom_set_ram_budget(request: Any) -> Any:
         """The frontend's setting "Headroom.RamBudget": "auto" (the machine's default) or a size."""
-        try:
-            body = await request.json()
-        except ValueError:
-            body = None
+        body, unreadable = await _json_body(request)
         value, error = _ram_budget_value(body)
         if value is None:
-            return _bad(web, error)
+            return _bad(web, unreadable or error)
         configure_ram_budget(value)
         return web.json_response(_ram_budget_body())
 
@@ -272,24 +332,34 @@ def _add_routes(web: Any, routes: Any) -> None:
     async def headroom_fit(request: Any) -> Any:
         """ "Will it fit?": plan an API prompt (the open workflow's) on the server's card without queueing
         it; the verdict both ways, the card it was checked on, the plan's VRAM peak and time."""
-        try:
-            body = await request.json()
-        except ValueError:
-            body = None
+        body, unreadable = await _json_body(request)
         prompt = body.get("prompt") if isinstance(body, dict) else None
         if not isinstance(prompt, dict) or not prompt:
-            return _bad(web, 'send {"prompt": {...}}: the API-format prompt of the workflow to check')
+            usage = 'send {"prompt": {...}}: the API-format prompt of the workflow to check'
+            return _bad(web, unreadable or usage)
         gpu, error = _chosen_gpu(body)
         if error is not None:
             return _bad(web, error)
         m = monitor()
-        loop = asyncio.get_running_loop()
-        planned, verdict = await loop.run_in_executor(m.pool, m.plan_for, prompt, gpu)
+        future = m.pool.submit_urgent(_fit, m, prompt, gpu)  # before every waiting preflight
+        if future is None:
+            return web.json_response(
+                {"error": "busy: other fit checks are waiting; try again in a moment"}, status=429
+            )
+        try:
+            result = await asyncio.wrap_future(future)
+        except Exception as exc:  # the planner's own failure: said, never a 500
+            _log.exception("Headroom: the fit check failed")
+            return _bad(web, f"this prompt could not be planned ({type(exc).__name__}: {str(exc)[:200]})")
+        if isinstance(result, str):
+            return _bad(web, result)  # an input it cannot read, named
+        planned, verdict = result
         plan = planned.plan if planned is not None else {}
         # what would make it fit, each change planned again (only when it does not: a dozen plans)
-        remedies = (
-            await loop.run_in_executor(m.pool, m.remedies_for, prompt, gpu) if verdict.fits is False else []
-        )
+        remedies: list[Any] = []
+        if verdict.fits is False:
+            found = m.pool.submit_urgent(m.remedies_for, prompt, gpu)  # None: other checks are waiting
+            remedies = await asyncio.wrap_future(found) if found is not None else []
         return web.json_response(
             {
                 "card": m.card_name() if gpu is None else verdict.card,
@@ -313,7 +383,9 @@ def _add_routes(web: Any, routes: Any) -> None:
             planned, note = run.planned, run.plan_note
         else:
             with m.lock:
-                key = m.queued.get(prompt_id)
+                key, why = m.queued.get(prompt_id), m.unplanned.get(prompt_id)
+            if key is None and why is not None:
+                return web.json_response({"prompt_id": prompt_id, "state": "not planned", "note": why})
             if key is None:
                 return web.json_response({"error": f"unknown prompt {prompt_id}"}, status=404)
             cached = m.plans.peek(key)
@@ -335,12 +407,9 @@ def _add_routes(web: Any, routes: Any) -> None:
     async def headroom_set_memory_history(request: Any) -> Any:
         """Arm the CUDA allocator's history for the next prompt ({"record": true}), disarm it, or end a
         recording now ({"stop": true}); 409 where this machine cannot record (no CUDA)."""
-        try:
-            body = await request.json()
-        except ValueError:
-            body = None
+        body, unreadable = await _json_body(request)
         if not isinstance(body, dict) or not isinstance(body.get("record", body.get("stop")), bool):
-            return _bad(web, 'send {"record": true|false} or {"stop": true}')
+            return _bad(web, unreadable or 'send {"record": true|false} or {"stop": true}')
         history = monitor().history
         if body.get("stop"):
             await asyncio.get_running_loop().run_in_executor(None, history.stop)

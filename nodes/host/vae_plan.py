@@ -18,11 +18,10 @@ from typing import Any
 
 import torch
 
-from ...memory.models.catalog import find_model_file
 from ...memory.models.header import ComponentError, read_header
 from ...memory.residency.mapped import TORCH_DTYPES
 from ...memory.tiled_vae import DecodeOptions, Unsupported, make_tiled_decoder
-from .lookups import host_module, models_dir
+from .lookups import HOST_MODEL_FILES, host_module
 
 _log = logging.getLogger("headroom")
 _PREFIXES = ("first_stage_model.", "vae.")  # a checkpoint's VAE part (SD/Flux; LTX-2's all-in-one)
@@ -73,17 +72,10 @@ def _build(path: Path) -> tuple[Any, Any] | str:
         return f"the node decodes this VAE with the host's own decode ({exc})"
 
 
-def _find(file: str) -> Path:
-    """The file the plan names (a path, or a name under the host's model folders: a VAE's or, for a
-    checkpoint's VAE part, a checkpoint's); the name as a path where it is in none of them."""
-    path = Path(file)
-    if path.is_absolute():
-        return path
-    for root in models_dir():
-        found = find_model_file(file, "vae", root)  # the vae folders first, then every other one
-        if found is not None:
-            return found
-    return path
+def _find(file: str) -> Path | None:
+    """The file the plan names, by the host's rule (a VAE's name, or for a checkpoint's VAE part a
+    checkpoint's; lookups.HostModelFiles): None for a name the host does not list, whatever the disk."""
+    return HOST_MODEL_FILES(file, "vae")
 
 
 def latent_shape(vae: Any, width: int, height: int, frames: int, batch: int) -> tuple[int, ...]:
@@ -104,9 +96,11 @@ def tiled_decode_figures(
     frame, bytes at the smallest tiles) of the Tiled VAE Decode, or why it cannot say."""
     path = _find(file)
     try:
-        stat = path.stat()
+        stat = path.stat() if path is not None else None
     except OSError:
-        return "the VAE's file is not on this machine"
+        stat = None
+    if path is None or stat is None:
+        return "the VAE's file is not one the host lists"
     if path.suffix.lower() not in (".safetensors", ".sft"):
         return "only a safetensors VAE is read for its decoder"
     key = (str(path), stat.st_size, stat.st_mtime_ns)

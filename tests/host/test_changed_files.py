@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from safetensors.torch import save_file
 
 from headroom_testing.harness import Host, PromptFailed
 from headroom_testing.prompts import offload_loader
@@ -98,6 +99,65 @@ def test_an_overwritten_file_gives_the_new_files_stock_picture(host: Host, files
     assert target.stat().st_size == files["changing_a.safetensors"].stat().st_size  # same size: a mix before
     second = host.run(offloaded(target.name, seed=4))
     assert torch.equal(image(second), image(host.run(stock("changing_b.safetensors", seed=4))))
+
+
+def _rewrite_keeping_dates(target: Path, source: Path) -> None:
+    """``rsync --inplace -t``: ``source``'s bytes written over ``target`` (same inode), then its access
+    and modification times put back; only the inode change time moves."""
+    before = target.stat()
+    with target.open("r+b") as f:
+        f.write(source.read_bytes())
+        f.truncate()
+    os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = target.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (
+        before.st_ino,
+        before.st_size,
+        before.st_mtime_ns,
+    )
+
+
+def test_a_file_rewritten_with_its_date_put_back_gives_the_old_or_the_new_picture(
+    host: Host, files: dict[str, Path], tmp_path: Path
+) -> None:
+    """Issue #43, bug 3: a model rewritten in place with another checkpoint's bytes, same size, its
+    modification time put back (rsync --inplace -t, a restore from backup): nothing was reloaded and the
+    next picture matched neither file's stock one. The inode change time and a hash of the header and of
+    sampled blocks tell the versions apart: the loader loads the new file whole, and the old mapping is
+    refused, never reused."""
+    residency = host.pack_module("memory.residency")
+    target = files["target"]
+    shutil.copyfile(files["changing_a.safetensors"], target)
+    first = host.run(offloaded(target.name, seed=11))
+    assert torch.equal(image(first), image(host.run(stock("changing_a.safetensors", seed=11))))
+    _rewrite_keeping_dates(target, files["changing_b.safetensors"])
+    second = image(host.run(offloaded(target.name, seed=12)))
+    new = image(host.run(stock("changing_b.safetensors", seed=12)))
+    old = image(host.run(stock("changing_a.safetensors", seed=12)))
+    assert torch.equal(second, new) or torch.equal(second, old)  # never a mix
+
+    # below the loader, the mapping itself (small files of one layout: the same header, other weights)
+    path, other = tmp_path / "mapped.safetensors", tmp_path / "other.safetensors"
+    save_file({"w": torch.zeros(64, 64)}, str(path))
+    save_file({"w": torch.ones(64, 64)}, str(other))
+    (mapped,) = residency.open_mapped([path])
+    _rewrite_keeping_dates(path, other)
+    assert "put back" in mapped.changed()
+    with pytest.raises(residency.FileChanged, match="Queue the prompt again"):
+        residency.bind(torch.nn.Linear(2, 2), [mapped])
+    assert residency.open_mapped([path])[0] is not mapped
+
+
+def test_a_rewrite_that_keeps_every_date_is_told_by_its_fingerprint(host: Host, tmp_path: Path) -> None:
+    """Where the change time does not move either (a coarse clock), the hash of the header and of sampled
+    blocks still tells two files of one layout apart, and a mapping is not reused for the other."""
+    mapped = host.pack_module("memory.residency.mapped")
+    a, b = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    save_file({"w": torch.zeros(256, 256)}, str(a))
+    save_file({"w": torch.ones(256, 256)}, str(b))
+    assert a.read_bytes()[:64] == b.read_bytes()[:64]  # one header
+    assert mapped.file_fingerprint(a) != mapped.file_fingerprint(b)
+    assert mapped.file_fingerprint(a) == mapped.file_fingerprint(a)
 
 
 def test_a_truncated_file_is_a_clear_error_and_the_next_run_works(host: Host, files: dict[str, Path]) -> None:

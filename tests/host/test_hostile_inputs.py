@@ -20,6 +20,7 @@ from headroom_testing.tiny_models import (
     _on_meta,
     build_clip_l,
     build_tiny_sd15_unet,
+    build_tiny_sd_checkpoint,
     build_tiny_vae,
     build_tiny_wan,
     build_wan21_vae,
@@ -116,6 +117,20 @@ def test_a_wan_model_with_a_clip_is_refused_at_load(tiny: Host) -> None:
     assert "input text_encoder_1 is a clip_l text encoder" in message and "umt5xxl" in message, message
 
 
+def test_a_wan_model_with_an_sd_checkpoints_own_encoders_is_refused_at_load(tiny: Host) -> None:
+    """Issue #43: a Wan DiT in diffusion_model with an SD checkpoint (its own CLIP-L, no text_encoder_*)
+    loaded, and the sampler failed with the raw "mat1 and mat2 shapes cannot be multiplied"."""
+    if "build_tiny_wan" not in supported_builders():
+        pytest.skip(f"the host ({tiny.version}) predates Wan: no Wan model to pair")
+    build_tiny_wan(tiny.models_dir, name="hostile_wan.safetensors")
+    build_tiny_sd_checkpoint(tiny.models_dir, name="hostile_sd_checkpoint.safetensors", seed=24)
+    tiny.register_models_dir(tiny.models_dir)
+    with pytest.raises(tiny.pack_module("nodes.input_checks").OffloadError) as info:
+        _load(tiny, diffusion_model="hostile_wan.safetensors", checkpoint="hostile_sd_checkpoint.safetensors")
+    message = str(info.value)
+    assert "umt5xxl" in message and "checkpoint" in message, message
+
+
 def test_a_matching_pair_still_loads(tiny: Host) -> None:
     model, clip, vae = _load(tiny, diffusion_model=UNET, text_encoder_1=CLIP, vae=VAE)
     assert model is not None and clip is not None and vae is not None
@@ -196,12 +211,12 @@ def test_a_bad_decode_budget_is_refused_at_queue_time(tiny: Host, budget: str) -
 def test_a_prompt_the_host_refuses_for_a_missing_class_is_not_planned(host: Host) -> None:
     """The 1 KB hostile expression reached the preflight on hosts without ComfyMathExpression, which had
     already refused the prompt: a node class the host lacks now means "not planned", naming it."""
-    monitor = host.pack_module("nodes.host.monitor")
+    refusals = host.pack_module("nodes.host.refusals")
     prompt = {
         "1": {"class_type": "EmptyLatentImage", "inputs": {"width": ["2", 1], "height": 64, "batch_size": 1}},
         "2": {"class_type": "NoSuchMathNode", "inputs": {"expression": "4000000**4000000"}},
     }
-    assert monitor._missing_class(prompt) == (
+    assert refusals.host_refuses(prompt) == (
         "node 2 (NoSuchMathNode) is not a node class of this ComfyUI; the host refuses the prompt"
     )
-    assert monitor._missing_class({"1": prompt["1"]}) == ""
+    assert refusals.host_refuses({"1": prompt["1"]}) == ""

@@ -34,10 +34,10 @@ def engine_figures(path: Any, shape: tuple[int, ...]) -> tuple[int, int]:
 def test_the_figures_are_the_engines_for_an_image_vae(host: Host) -> None:
     vae_plan = host.pack_module("nodes.host.vae_plan")
     path = build_tiny_vae(host.models_dir, name="plan_vae.safetensors", dtype=torch.float32)
-    whole, least = vae_plan.tiled_decode_figures(str(path), 1024, 768, 1, 2)
+    whole, least = vae_plan.tiled_decode_figures(path.name, 1024, 768, 1, 2)
     assert (whole, least) == engine_figures(path, (2, 4, 96, 128))
     assert least < whole  # the smallest tiles take less than the whole frame
-    bigger, _ = vae_plan.tiled_decode_figures(str(path), 2048, 1536, 1, 2)
+    bigger, _ = vae_plan.tiled_decode_figures(path.name, 2048, 1536, 1, 2)
     assert bigger > 3 * whole  # four times the pixels
 
 
@@ -46,18 +46,31 @@ def test_the_figures_are_the_engines_for_a_video_vae(host: Host) -> None:
         pytest.skip("this host has no Wan 2.1 VAE class")
     vae_plan = host.pack_module("nodes.host.vae_plan")
     path = build_wan21_vae(host.models_dir, name="plan_wan21.safetensors", dtype=torch.float32)
-    figures = vae_plan.tiled_decode_figures(str(path), 256, 128, 17, 1)
+    figures = vae_plan.tiled_decode_figures(path.name, 256, 128, 17, 1)
     assert figures == engine_figures(path, (1, 16, 5, 16, 32))  # 17 frames: 1 + 16 / 4 latent frames
 
 
 def test_what_cannot_be_read_is_a_reason_not_a_guess(host: Host, tmp_path: Any) -> None:
     vae_plan = host.pack_module("nodes.host.vae_plan")
-    assert "not on this machine" in vae_plan.tiled_decode_figures(
-        str(tmp_path / "gone.safetensors"), 64, 64, 1, 1
-    )
-    broken = tmp_path / "broken.safetensors"
+    assert "not one the host lists" in vae_plan.tiled_decode_figures("gone.safetensors", 64, 64, 1, 1)
+    broken = host.models_dir / "vae" / "plan_broken.safetensors"
     broken.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}")
-    assert "header could not be read" in vae_plan.tiled_decode_figures(str(broken), 64, 64, 1, 1)
+    host.register_models_dir(host.models_dir)  # the host lists the new file
+    assert "header could not be read" in vae_plan.tiled_decode_figures(broken.name, 64, 64, 1, 1)
+
+
+def test_a_name_the_host_does_not_list_is_never_opened(host: Host, tmp_path: Any) -> None:
+    """Issue #43: a path from a client (absolute, ../) is refused alike whether or not the file exists:
+    the decoder of a VAE outside the models folders is never built, its header never read."""
+    vae_plan = host.pack_module("nodes.host.vae_plan")
+    outside = build_tiny_vae(tmp_path, name="outside_vae.safetensors", dtype=torch.float32)
+    gone = outside.with_name("gone_vae.safetensors")
+    escape = "../" * 12 + str(outside).lstrip("/")
+    answers = {
+        name: vae_plan.tiled_decode_figures(name, 64, 64, 1, 1)
+        for name in (str(outside), str(gone), escape, "../" * 12 + str(gone).lstrip("/"))
+    }
+    assert set(answers.values()) == {"the VAE's file is not one the host lists"}, answers
 
 
 def prompt(vae: str, node: str) -> dict[str, Any]:
@@ -82,7 +95,7 @@ def test_the_planned_step_of_the_node_carries_them(host: Host) -> None:
         planned = plan_workflow(prompt(path.name, node), budget, hw, models_dir=host.models_dir, **kw)
         return next(s for s in planned.workload.steps if s.node_id == "3"), planned.workload.notes
 
-    figures = vae_plan.tiled_decode_figures(str(path), 1024, 1024, 1, 1)
+    figures = vae_plan.tiled_decode_figures(path.name, 1024, 1024, 1, 1)
     tiled, notes = decode_step("HeadroomTiledVAEDecode", tiled_decode=vae_plan.tiled_decode_figures)
     assert (tiled.activation, tiled.activation_min) == figures, notes
     assert not any("Tiled VAE Decode is planned" in n for n in notes)

@@ -249,3 +249,44 @@ def test_a_negative_size_names_the_node(
     assert code == 2 and out == ""
     line = one_error_line(err)
     assert f"({node_class}) input {name!r} is -1024: a size cannot be negative" in line
+
+
+@pytest.mark.parametrize(
+    ("budget", "refused"), [("0.001", True), ("1MiB", True), ("6", False), ("auto", False)]
+)
+def test_a_streaming_budget_the_node_refuses_at_run_time_is_refused_by_the_plan(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, budget: str, refused: bool
+) -> None:
+    """Issue #43, bug 6: vram_budget "0.001" (1.02 MiB) passed and `plan` said "fits: yes", exit 0, where
+    the node refuses it when it runs ("cannot stream this model"). One rule: the plan refuses it too."""
+    prompt = json.loads(FLUX.read_text())
+    node = next(nid for nid, n in prompt.items() if n["class_type"] == "KSampler")
+    prompt[node]["class_type"] = "HeadroomStreamingSampler"
+    prompt[node]["inputs"]["vram_budget"] = budget
+    path = tmp_path / "streaming.json"
+    path.write_text(json.dumps(prompt))
+    code, out, err = plan(capsys, str(path), "--vram", "8GB", "--ram", "64GB")
+    if not refused:
+        assert code == 0 and err == "", err
+        return
+    assert code == 2 and out == ""
+    line = one_error_line(err)
+    assert f"node {node} (HeadroomStreamingSampler) input 'vram_budget'" in line, line
+    assert "cannot stream" in line and "needs at least" in line
+
+
+def test_a_megabyte_value_is_cut_in_the_notes(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Issue #43: `plan` of a 1 MB math expression printed it whole in two note lines of a million
+    characters each. Notes are cut to a readable length, saying how much was cut."""
+    prompt = json.loads(FLUX.read_text())
+    latent = next(nid for nid, n in prompt.items() if n["class_type"] == "EmptySD3LatentImage")
+    expression = "9**9**9**9+" + "a+" * 500_000 + "1"
+    prompt["900"] = {"class_type": "ComfyMathExpression", "inputs": {"expression": expression, "values.a": 1}}
+    prompt[latent]["inputs"]["width"] = ["900", 1]
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(prompt))
+    code, out, err = plan(capsys, str(path), "--vram", "8GB", "--ram", "32GB")
+    assert code == 0, err
+    notes = [line for line in out.splitlines() if "ComfyMathExpression" in line and "note" in line]
+    assert notes and all(len(line) < 1000 for line in out.splitlines())
+    assert all("more characters)" in line for line in notes), notes

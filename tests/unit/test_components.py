@@ -57,6 +57,18 @@ def test_flux_variants_are_told_apart(tmp_path: Path) -> None:
     assert one(describe_file(write(tmp_path / "c.safetensors", chroma))).family == "chroma"
 
 
+def test_an_sd_checkpoints_clip_is_known_beside_its_logit_scale(tmp_path: Path) -> None:
+    """Issue #43: an SD checkpoint whose cond_stage_model. holds logit_scale beside transformer.text_model
+    read as an unknown text encoder (family None), so the Offload Loader's pairing check let a Wan DiT
+    take its CLIP, and the sampler failed with a raw matmul shape error."""
+    lay = {f"model.diffusion_model.{k}": v for k, v in unet_layout(768).items()}
+    lay |= {f"cond_stage_model.transformer.{k}": v for k, v in clip_text_layout(768).items()}
+    lay["cond_stage_model.logit_scale"] = ()
+    parts = describe_file(write(tmp_path / "sd15.safetensors", lay), "checkpoint")
+    assert isinstance(parts, list)
+    assert [(p.kind, p.family) for p in parts if p.kind == "text_encoder"] == [("text_encoder", "clip_l")]
+
+
 def test_checkpoint_prefix_is_stripped_for_a_lone_diffusion_model(tmp_path: Path) -> None:
     lay = {f"model.diffusion_model.{k}": v for k, v in flux_layout().items()}
     info = one(describe_file(write(tmp_path / "prefixed.safetensors", lay)))

@@ -447,3 +447,33 @@ def test_a_wan_model_with_an_sd_checkpoints_own_encoders_is_refused_at_load() ->
         check_pairing(files, infos, "wan")
     infos["diffusion_model"] = [info("diffusion_model", "sd15")]
     check_pairing(files, infos, "stable_diffusion")  # the same family: accepted
+
+
+def test_a_sampler_whose_model_cannot_take_its_conditioning_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #43: a Wan DiT with an SD checkpoint's own CLIP still failed with the raw "mat1 and mat2
+    shapes cannot be multiplied" at the sampler; the Streaming KSampler names the inputs and the fix."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from comfyui_headroom.nodes import streaming_sampler
+
+    class WAN21(SimpleNamespace):
+        pass
+
+    def fails(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied (77x768 and 4096x1536)")
+
+    monkeypatch.setattr(streaming_sampler.sampling, "streaming_ksample", fails)
+    monkeypatch.setattr(
+        streaming_sampler.lookups, "sampler_latent_spec", lambda model: (None, 2, False, False)
+    )
+    model = SimpleNamespace(model=SimpleNamespace(model_config=WAN21()))
+    positive = [[torch.zeros(1, 77, 768), {}]]
+    node = streaming_sampler.HeadroomStreamingSampler()
+    latent = {"samples": torch.zeros(1, 16, 8, 8)}
+    with pytest.raises(ValueError) as info:
+        node.sample(model, 1, 1, 1.0, "euler", "normal", positive, positive, latent)
+    message = str(info.value)
+    assert "inputs positive and negative: the conditioning is 768 wide" in message, message
+    assert "WAN21 diffusion model" in message and "umt5xxl" in message and "mat1 and mat2" in message

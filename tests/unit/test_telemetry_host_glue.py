@@ -203,7 +203,7 @@ def test_the_preflight_is_submitted_after_the_handler_returns_on_the_event_loop(
 
     m = state.monitor()
     submitted: list[Any] = []
-    m.pool.submit = lambda *job: submitted.append(job)  # type: ignore[method-assign]
+    m.pool.submit_preflight = lambda *job: submitted.append(job)  # type: ignore[method-assign]
 
     async def post() -> int:
         routes._on_prompt(m, {"prompt": {"1": {"class_type": "EmptyImage", "inputs": {}}}})
@@ -230,3 +230,24 @@ def test_a_host_reserve_larger_than_the_card_leaves_loading_to_the_host(
     mm.minimum_inference_memory = lambda: 2**30  # type: ignore[attr-defined]
     budget = control.budget()
     assert budget is not None and 0 < budget.vram < 8 * 2**30 and budget.reserve == 2**30
+
+
+@pytest.mark.parametrize("value", ["0.0001", "1e-300", "101", "inf", "nan", "fast", "-1"])
+def test_a_sampling_rate_out_of_range_is_said_naming_the_variable_and_the_pack_still_starts(
+    fresh: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, value: str
+) -> None:
+    """Issue #43: HEADROOM_MONITOR_HZ=0.0001 (below one sample an hour) stopped the whole pack importing
+    with a message that did not name the variable."""
+    monkeypatch.setenv("HEADROOM_MONITOR_HZ", value)
+    with caplog.at_level(logging.WARNING, logger="headroom"):
+        m = Monitor()
+    assert m.sampler.period_s == 1.0  # the default rate
+    assert "HEADROOM_MONITOR_HZ" in caplog.text and "one sample an hour to 100 a second" in caplog.text
+
+
+@pytest.mark.parametrize(("value", "period"), [("0", 0.0), ("0.0002777777777777778", 3600.0), ("100", 0.01)])
+def test_the_sampling_rate_range_ends_are_taken(
+    fresh: None, monkeypatch: pytest.MonkeyPatch, value: str, period: float
+) -> None:
+    monkeypatch.setenv("HEADROOM_MONITOR_HZ", value)
+    assert Monitor().sampler.period_s == pytest.approx(period)
