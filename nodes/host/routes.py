@@ -130,7 +130,7 @@ def _preflight(m: Monitor, prompt: dict[str, Any], prompt_id: str | None, client
 def _fit(m: Monitor, prompt: dict[str, Any], gpu: Any = None) -> Any:
     """On the planning thread: why the prompt cannot be planned (a str), or its plan and verdict (on the
     card chosen in the sidebar, ``gpu``, when one was)."""
-    return unreadable_value(prompt) or m.plan_for(prompt, gpu)
+    return unreadable_value(prompt) or (m.plan_for(prompt) if gpu is None else m.plan_for(prompt, gpu))
 
 
 def _json_size(value: Any) -> int | None:
