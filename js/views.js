@@ -278,7 +278,8 @@ export class TimelinePanel {
       el("strong", { textContent: "Residency timeline" }), el("span", { className: "headroom-verdict", textContent: planSummary(report) }),
       card ? el("span", { className: "headroom-card", textContent: card, title: "the card the plan was made for" }) : null,
       budget ? el("span", { className: "headroom-budget", textContent: budget, style: { opacity: "0.8" } }) : null,
-      ramLine ? el("span", { className: "headroom-ram-budget", textContent: ramLine, style: { opacity: "0.8" } }) : null);
+      ramLine ? el("span", { className: "headroom-ram-budget", textContent: ramLine, style: { opacity: "0.8" } }) : null,
+      timeLine(report?.preflight?.time)); // the card the planned times assume, what they count, their range
     if (report) {
       header.append(el("a", { href: this.reportUrl(report.prompt_id, "csv"), textContent: "CSV", download: `headroom-${report.prompt_id}.csv` }));
     }

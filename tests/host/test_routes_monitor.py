@@ -95,6 +95,7 @@ def test_report_and_plan_of_a_run(served: Served) -> None:
         served.state.monitor().configure(assume_vram=None)
     pid = result.prompt_id
     report = served.get_json(f"/headroom/report/{pid}")
+    assert report["preflight"]["time"]["card_source"] == "assumed"  # what the timeline's header shows
     assert [row["node"] for row in report["nodes"]] == ["1", "2"]
     assert all(row["status"] == "done" for row in report["nodes"])
     code, kind, text = served.get(f"/headroom/report/{pid}?format=csv")
@@ -271,6 +272,10 @@ def test_will_it_fit_answers_both_ways_without_queueing(served: Served) -> None:
         served.state.monitor().configure(assume_vram=None)
     assert small["card"].startswith("assumed card") and small["verdict"]["fits"] is True
     assert small["verdict"]["budget_vram"] > 0 and small["vram_peak"] is not None
+    # the time names its card and how it was chosen, what it counts and its range (issue #39); an
+    # assumed VRAM names no device, so the card is the plan's assumed one
+    time = big["time"]
+    assert time["card_source"] == "assumed" and time["card"] and time["left_out"]
     assert big["verdict"]["fits"] is False and big["verdict"]["level"] == "error"
     assert node is None or (big["verdict"]["node"], big["verdict"]["class_type"]) == node
     skipped = served.post_json("/headroom/fit", {"prompt": copy.deepcopy(PROMPT)})  # no card to check on
