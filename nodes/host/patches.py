@@ -158,6 +158,31 @@ class PatchRegistry:
             self.patches.append(patch)
             return patch
 
+    def record_on(self, name: str, obj: Any, undo: Callable[[Any], bool | None]) -> Patch:
+        """A change the caller made to the host object ``obj`` (a module's instance ``_apply``), held
+        weakly: the registry must not keep the host's model alive. ``undo(obj)`` undoes it while ``obj``
+        lives; once the host frees it, the patch is forgotten. One per name and object (``find_on``)."""
+        ref = weakref.ref(obj)
+
+        def run() -> bool | None:
+            live = ref()
+            return None if live is None else undo(live)
+
+        with self._lock:
+            if self.find_on(name, obj) is not None:
+                raise PatchRefused(f"{name} is already recorded on {obj!r}")
+            patch = Patch(name, run, ref, installed_at=self.prompts)
+            self.patches.append(patch)
+        weakref.finalize(obj, self.forget, patch)
+        return patch
+
+    def find_on(self, name: str, obj: Any) -> Patch | None:
+        """The patch ``name`` that ``record_on`` made on ``obj``, still installed (stuck or not)."""
+        for p in self.patches:
+            if p.installed and p.name == name and isinstance(p.target, weakref.ref) and p.target() is obj:
+                return p
+        return None
+
     def insert(self, name: str, seq: list[Any], item: Any, index: int = 0) -> Patch:
         """``seq.insert(index, item)`` into a host list; the undo removes that item (by identity) if it is
         still there. An item the host has taken out since (it unloaded the model) leaves the registry at

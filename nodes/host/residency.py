@@ -34,6 +34,7 @@ from . import dynamic_vram, legacy_2024, lora_reads, recording, sampling, text_e
 from .events import Subscriber
 from .links import device_name, hardware_for
 from .lookups import host_module, lazy_inputs, models_dir, output_nodes, queued_outputs
+from .patches import REGISTRY
 from .prefetch import HostPrefetch
 from .vae_plan import tiled_decode_figures
 
@@ -68,6 +69,13 @@ def host_part(h: Handle) -> str:
     return "D" if fp.mapped > fp.ram + fp.pinned else "P" if fp.pinned > fp.ram else "R"
 
 
+READ_THROUGH = "Module._apply[read through]"  # the disk tier's read-through hooks on a component
+
+
+def _remove_read_through(module: Any) -> None:
+    read_through.remove(module)  # (already removed is undone too)
+
+
 def place_host_copy(h: Handle, host: str | None = None) -> str:
     """Move the component's CPU copy to pinned RAM, pageable RAM or its file; returns a note."""
     host = host if host is not None else CHOICE_HOST.get(h.residency, "")  # "" (auto, gpu): leave it
@@ -75,13 +83,16 @@ def place_host_copy(h: Handle, host: str | None = None) -> str:
         return dynamic_vram.set_host_tier(h.patcher, host)
     if host:
         release_host_pins(h.patcher)
-        read_through.remove(h.module)  # (put back where its forward left it: the mapping's views)
+        hooks = REGISTRY.find_on(READ_THROUGH, h.module)  # the disk tier's hooks, their undo in the registry
+        if hooks is not None:
+            REGISTRY.uninstall(hooks)  # (put back where its forward left it: the mapping's views)
     if host == "D":
         binding = bind(h.module, h.mapped(), h.mapped_names)
         h.mapped_names.update(binding.bound)
         # the host's moves and its compute (a CPU's kernels, a GPU host's low-VRAM casts) read the file,
         # never its pages: no SIGBUS mid-node; pinned copies where the casts go to a CUDA GPU
-        read_through.install(h.module, pin=casts_to_cuda())
+        if read_through.install(h.module, pin=casts_to_cuda()):  # instance _apply overrides: a patch
+            REGISTRY.record_on(READ_THROUGH, h.module, _remove_read_through)
         lora_reads.install()  # and its LoRA patches (on clones of the patcher: wrapped on the class)
         if binding.kept_bytes >= 2**20:  # below a MiB: buffers the file does not hold (sigmas, scales)
             sample = next(iter(binding.kept.items()))

@@ -330,3 +330,27 @@ def test_a_forgotten_patch_is_not_undone() -> None:
     patch = registry.record("x", lambda: undone.append("x"))
     registry.forget(patch)
     assert registry.uninstall() == 0 and undone == [] and not patch.installed
+
+
+def test_a_write_recorded_on_a_host_object_holds_it_weakly_and_is_refused_twice() -> None:
+    """``record_on`` (a module's read-through hooks): undone with the object while it lives, one per name
+    and object, and forgotten when the host frees the object, which the registry does not keep alive."""
+    import gc
+    import weakref
+
+    registry = PatchRegistry()
+    undone: list[Any] = []
+    model, other = Model(), Model()
+    patch = registry.record_on("Module._apply[x]", model, undone.append)
+    assert (
+        registry.find_on("Module._apply[x]", model) is patch
+        and registry.find_on("Module._apply[x]", other) is None
+    )
+    with pytest.raises(PatchRefused):
+        registry.record_on("Module._apply[x]", model, undone.append)
+    registry.record_on("Module._apply[x]", other, undone.append)
+    assert registry.uninstall(patch) == 1 and undone == [model]
+    freed = weakref.ref(other)
+    del other
+    gc.collect()
+    assert freed() is None and registry.patches == []
