@@ -130,6 +130,14 @@ def release_host_pins(patcher: Any) -> int:
     return count
 
 
+def free_memory(patcher: Any, mm: ModuleType, device: Any) -> int:
+    """The device's free memory as the host's sampler reads it: the patcher's ``get_free_memory`` (0.33:
+    the module figure plus what comfy-aimdo's VBARs can give back under DynamicVRAM, which the module
+    figure alone under-counts; ``comfy/samplers.py`` asks ``model.current_patcher``), else the module's."""
+    ask = getattr(patcher, "get_free_memory", None)
+    return int(ask(device) if callable(ask) else mm.get_free_memory(device))
+
+
 class _HostOps:
     """memory.residency.HostOps on the host's model management."""
 
@@ -173,7 +181,7 @@ class _HostOps:
         if getattr(device, "type", "cpu") == "cpu":
             return True
         need = handle.patcher.model_size() * 1.1 + mm.minimum_inference_memory()
-        return mm.get_free_memory(device) >= need
+        return free_memory(handle.patcher, mm, device) >= need
 
     def load(self, handle: Handle) -> str:
         if recording.skip("a residency move"):
