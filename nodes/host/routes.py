@@ -163,6 +163,15 @@ def _ram_budget_value(body: Any) -> tuple[str | None, str]:
 
 
 def _add_routes(web: Any, routes: Any) -> None:
+    """Every /headroom/ route (memory.names.ROUTES), each answering as docs/hostile-input.md requires."""
+    _add_state_routes(web, routes)
+    _add_plan_routes(web, routes)
+    _add_history_routes(web, routes)
+
+
+def _add_state_routes(web: Any, routes: Any) -> None:
+    """What the monitor and the residency controller hold now: status, runs, residency, RAM."""
+
     @routes.get(ROUTES["status"])
     async def headroom_status(request: Any) -> Any:
         query = request.query
@@ -254,6 +263,10 @@ def _add_routes(web: Any, routes: Any) -> None:
         configure_ram_budget(value)
         return web.json_response(_ram_budget_body())
 
+
+def _add_plan_routes(web: Any, routes: Any) -> None:
+    """The preflight of a posted workflow (fit) and the plan of one."""
+
     @routes.post(ROUTES["fit"])
     async def headroom_fit(request: Any) -> Any:
         """ "Will it fit?": plan an API prompt (the open workflow's) on the server's card without queueing
@@ -302,6 +315,10 @@ def _add_routes(web: Any, routes: Any) -> None:
             body["preflight"] = planned.preflight
             body["plan"] = planned.plan
         return web.json_response(body)
+
+
+def _add_history_routes(web: Any, routes: Any) -> None:
+    """The memory history (its setting and its file) and the report of a run."""
 
     @routes.get(ROUTES["memory_history"])
     async def headroom_memory_history(request: Any) -> Any:
