@@ -181,7 +181,7 @@ def _hook_progress(source: EventSource, execution: ModuleType) -> str:
 
     handler_base: Any = progress.ProgressHandler  # the host's class, read from the running host
 
-    class HeadroomProgressHandler(handler_base):
+    class HeadroomProgressHandler(handler_base):  # type: ignore[misc]  # the host's class, read at run time
         def __init__(self) -> None:
             super().__init__("headroom")
 

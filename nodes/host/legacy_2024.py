@@ -224,7 +224,7 @@ def node_scopes() -> NodeScopes | None:
     return _SCOPES
 
 
-def plain_call(previous: Callable | None, apply_model: Any, args: dict[str, Any]) -> Any:
+def plain_call(previous: Callable[..., Any] | None, apply_model: Any, args: dict[str, Any]) -> Any:
     """The model call as the host makes it (through a ``model_function_wrapper`` set before, if any)."""
     if previous is not None:
         return previous(apply_model, args)

@@ -181,7 +181,7 @@ class _HostOps:
         if getattr(device, "type", "cpu") == "cpu":
             return True
         need = handle.patcher.model_size() * 1.1 + mm.minimum_inference_memory()
-        return free_memory(handle.patcher, mm, device) >= need
+        return bool(free_memory(handle.patcher, mm, device) >= need)
 
     def load(self, handle: Handle) -> str:
         if recording.skip("a residency move"):

@@ -208,7 +208,7 @@ class StreamedClip:
         self.order: list[str] = []
         self.last_run = ClipRun()
 
-    def __deepcopy__(self, memo: dict) -> StreamedClip:
+    def __deepcopy__(self, memo: dict[int, Any]) -> StreamedClip:
         return self  # clones share one state
 
     def run(self, clip: Any, call: Callable[[], Any], tokens: Any) -> Any:
