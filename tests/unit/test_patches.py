@@ -354,3 +354,40 @@ def test_a_write_recorded_on_a_host_object_holds_it_weakly_and_is_refused_twice(
     del other
     gc.collect()
     assert freed() is None and registry.patches == []
+
+
+def test_the_event_sources_oom_retry_under_another_packs_wrapper_steps_out_and_rearms_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The executor's patches as installed: another pack wraps get_output_data after Headroom. Uninstall
+    leaves the retry stuck (reported) and passing straight through; installing again arms it once."""
+    registry = PatchRegistry()
+    monkeypatch.setattr(events, "REGISTRY", registry)
+    calls: list[str] = []
+    execution = current_execution()
+
+    def host(*args: Any) -> str:
+        calls.append("host")
+        return "out"
+
+    execution.get_output_data = host
+    source = events.EventSource()
+    source.install(execution)
+    below = execution.get_output_data
+
+    def theirs(*args: Any) -> str:
+        calls.append("theirs")
+        return below(*args)
+
+    execution.get_output_data = theirs
+    assert source.uninstall() == 2  # the validation mark and the cache report came off; the retry is stuck
+    name = "execution.get_output_data[oom_retry]"
+    assert registry.state() == {name: {"installed": 0, "fired": 0, "stuck": 1}}
+    assert execution.get_output_data() == "out" and calls == ["theirs", "host"]
+    assert registry.state()[name]["fired"] == 0  # passed straight through: Headroom's wrapper did not run
+
+    assert source.install(execution)["oom_retry"] == "on"
+    calls.clear()
+    assert execution.get_output_data() == "out" and calls == ["theirs", "host"]
+    assert registry.state()[name] == {"installed": 1, "fired": 1, "stuck": 0}  # in the chain once
+    assert len([p for p in registry.patches if p.name == name]) == 1
