@@ -26,7 +26,7 @@ class AnyType(str):
 ANY = AnyType("*")
 
 
-def vram_budget_input() -> tuple[str, dict]:
+def vram_budget_input() -> tuple[str, dict[str, Any]]:
     return (
         "STRING",
         {
@@ -37,7 +37,7 @@ def vram_budget_input() -> tuple[str, dict]:
     )
 
 
-def streaming_inputs() -> dict[str, tuple[str, dict]]:
+def streaming_inputs() -> dict[str, tuple[str, dict[str, Any]]]:
     """The optional inputs of every node that streams a model's blocks (the sampler, Stream Model)."""
     return {
         "vram_budget": vram_budget_input(),

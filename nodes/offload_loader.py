@@ -13,7 +13,7 @@ def _files(kind: str) -> list[str]:
     return [NONE_CHOICE, *lookups.model_files(kind)]
 
 
-def _residency(what: str, verb: str) -> tuple[list[str], dict]:
+def _residency(what: str, verb: str) -> tuple[list[str], dict[str, Any]]:
     return (
         RESIDENCY_CHOICES,
         {

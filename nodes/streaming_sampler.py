@@ -47,7 +47,7 @@ class HeadroomStreamingSampler:
         scheduler: str,
         positive: Any,
         negative: Any,
-        latent_image: dict,
+        latent_image: dict[str, Any],
         denoise: float = 1.0,
         vram_budget: str = "auto",
         prefetch: int = -1,

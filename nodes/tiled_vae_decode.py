@@ -71,7 +71,12 @@ class HeadroomTiledVAEDecode:
         return validate_vram_budget(vram_budget, cls.DISPLAY_NAME)
 
     def decode(
-        self, samples: dict, vae: Any, vram_budget: str = "auto", mode: str = "exact", unique_id: Any = None
+        self,
+        samples: dict[str, Any],
+        vae: Any,
+        vram_budget: str = "auto",
+        mode: str = "exact",
+        unique_id: Any = None,
     ) -> tuple[torch.Tensor]:
         budget_bytes = node_vram_budget(vram_budget, self.DISPLAY_NAME)
         budget_gb = None if budget_bytes is None else budget_bytes / (1 << 30)

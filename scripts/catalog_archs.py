@@ -396,9 +396,9 @@ def esrgan(host: Path) -> torch.nn.Module:
 
 def qwen3vl(model_type: str) -> Callable[[Path], torch.nn.Module]:
     def build(host: Path) -> torch.nn.Module:
-        from comfy.text_encoders import qwen3vl as q
+        from comfy.text_encoders import qwen3vl as qwen3vl_te
 
-        cls = type(f"Qwen3VL_{model_type}", (q.Qwen3VL,), {"model_type": model_type})
+        cls = type(f"Qwen3VL_{model_type}", (qwen3vl_te.Qwen3VL,), {"model_type": model_type})
         return cls({}, dtype=torch.float16, device="meta", operations=_ops())
 
     return build
@@ -657,9 +657,9 @@ def qwen35(model_type: str) -> Callable[[Path], torch.nn.Module]:
     """Qwen3.5 (comfy/text_encoders/qwen35.py): the class reads its sizes from ``model_type``."""
 
     def build(host: Path) -> torch.nn.Module:
-        from comfy.text_encoders import qwen35 as q
+        from comfy.text_encoders import qwen35 as qwen35_te
 
-        cls = type(f"Qwen35_{model_type}", (q.Qwen35,), {"model_type": model_type})
+        cls = type(f"Qwen35_{model_type}", (qwen35_te.Qwen35,), {"model_type": model_type})
         return cls({}, torch.bfloat16, "meta", _ops())
 
     build.native = True  # type: ignore[attr-defined]

@@ -122,7 +122,7 @@ class DynamicBoundaries:
 
     def __init__(self) -> None:
         self.after: dict[str, list[tuple[str, ...]]] = {}  # prompt id -> uses of the next queued run
-        self.released: dict[int, weakref.ref] = {}  # id() -> the handles released to the host
+        self.released: dict[int, weakref.ref[Any]] = {}  # id() -> the handles released to the host
         self.told = False
 
     def is_released(self, handle: Any) -> bool:

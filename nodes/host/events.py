@@ -17,7 +17,8 @@ Two steps replace ``execution.get_output_data``, and the order is what makes a r
 2024 host: the retry wraps the node-boundary wrapper, so the attempt that ran out of memory is reported
 finished (failed) before subscribers are asked to recover, and the retry is a node start of its own. The
 other way round, recovery would run inside the failed node's boundaries and the retry would be invisible.
-Each wrapper carries a marker, so installing twice patches nothing twice.
+Installing twice patches nothing twice: a patch in force is found in the registry (and a wrapper's marker
+says so when the pack was loaded twice); installing over a stuck patch re-arms its shim in place.
 
 Subscribers (the monitor, the residency controller) get every event in the order they were subscribed;
 each call fails open: an exception is logged and the next subscriber still gets the event. The host has no
@@ -175,15 +176,15 @@ def _hook_progress(source: EventSource, execution: ModuleType) -> str:
     """Current hosts: a ProgressHandler per prompt. The registry is recreated every prompt, so the wrapper
     around execution.reset_progress_state (imported there by name) registers ours each time."""
     progress = sys.modules.get("comfy_execution.progress")
-    original = getattr(execution, "reset_progress_state", None)
-    if progress is None or original is None or not hasattr(progress, "add_progress_handler"):
+    current = getattr(execution, "reset_progress_state", None)
+    if progress is None or current is None or not hasattr(progress, "add_progress_handler"):
         return "off: no comfy_execution.progress registry on this host"
-    if getattr(original, "__headroom__", False):
+    if REGISTRY.already_on("execution.reset_progress_state", execution, current):
         return "on"
 
     handler_base: Any = progress.ProgressHandler  # the host's class, read from the running host
 
-    class HeadroomProgressHandler(handler_base):
+    class HeadroomProgressHandler(handler_base):  # type: ignore[misc]  # the host's class, read at run time
         def __init__(self) -> None:
             super().__init__("headroom")
 
@@ -193,27 +194,26 @@ def _hook_progress(source: EventSource, execution: ModuleType) -> str:
         def finish_handler(self, node_id: str, state: Any, prompt_id: str) -> None:
             source.node_finished(prompt_id, node_id)
 
-    @functools.wraps(original)
-    def reset_progress_state(*args: Any, **kwargs: Any) -> Any:
-        result = original(*args, **kwargs)
-        patch.fire()
-        try:
-            prompt_id = args[0] if args else kwargs["prompt_id"]
-            dynprompt = args[1] if len(args) > 1 else kwargs.get("dynprompt")
-            REGISTRY.prompt_seen(prompt_id)
-            source.prompt_started(prompt_id, getattr(dynprompt, "original_prompt", None))
-            progress.add_progress_handler(HeadroomProgressHandler())
-        except Exception:
-            _log.exception("Headroom: could not add the progress handler; the workflow is not affected")
-        return result
+    def make(original: Any) -> Any:
+        @functools.wraps(original)
+        def reset_progress_state(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            patch.fire()
+            try:
+                prompt_id = args[0] if args else kwargs["prompt_id"]
+                dynprompt = args[1] if len(args) > 1 else kwargs.get("dynprompt")
+                REGISTRY.prompt_seen(prompt_id)
+                source.prompt_started(prompt_id, getattr(dynprompt, "original_prompt", None))
+                progress.add_progress_handler(HeadroomProgressHandler())
+            except Exception:
+                _log.exception("Headroom: could not add the progress handler; the workflow is not affected")
+            return result
 
-    reset_progress_state.__headroom__ = True  # type: ignore[attr-defined]
-    patch = REGISTRY.replace(
-        "execution.reset_progress_state",
-        execution,
-        "reset_progress_state",
-        reset_progress_state,
-        per_prompt=True,
+        reset_progress_state.__headroom__ = True  # type: ignore[attr-defined]
+        return reset_progress_state
+
+    patch = REGISTRY.wrap(
+        "execution.reset_progress_state", execution, "reset_progress_state", make, per_prompt=True
     )
     return "on"
 
@@ -222,70 +222,75 @@ def _hook_oom_retry(source: EventSource, execution: ModuleType) -> str:
     """A node that runs out of memory is run once more when a subscriber (the residency controller, in a
     prompt it manages) freed the device and put back what the node needs: the prompt finishes when the
     budget allows. (Without it the host unloads everything and fails the prompt.)"""
-    run = getattr(execution, "get_output_data", None)
-    if run is None:
+    name = "execution.get_output_data[oom_retry]"
+    current = getattr(execution, "get_output_data", None)
+    if current is None:
         return "off: no get_output_data on this host"
-    if getattr(run, "__headroom_oom__", False):
+    if REGISTRY.already_on(name, execution, current, marker="__headroom_oom__"):
         return "on"
 
-    if inspect.iscoroutinefunction(run):
+    def make(run: Any) -> Any:
+        if inspect.iscoroutinefunction(run):
 
-        @functools.wraps(run)
-        async def get_output_data(*args: Any, **kwargs: Any) -> Any:
-            patch.fire()
-            try:
-                return await run(*args, **kwargs)
-            except Exception as exc:
-                if not source.out_of_memory(exc):
-                    raise
-            return await run(*args, **kwargs)  # outside the except: the failed try's tensors are gone
-    else:
+            @functools.wraps(run)
+            async def get_output_data(*args: Any, **kwargs: Any) -> Any:
+                patch.fire()
+                try:
+                    return await run(*args, **kwargs)
+                except Exception as exc:
+                    if not source.out_of_memory(exc):
+                        raise
+                return await run(*args, **kwargs)  # outside the except: the failed try's tensors are gone
+        else:
 
-        @functools.wraps(run)
-        def get_output_data(*args: Any, **kwargs: Any) -> Any:
-            patch.fire()
-            try:
+            @functools.wraps(run)
+            def get_output_data(*args: Any, **kwargs: Any) -> Any:
+                patch.fire()
+                try:
+                    return run(*args, **kwargs)
+                except Exception as exc:
+                    if not source.out_of_memory(exc):
+                        raise
                 return run(*args, **kwargs)
-            except Exception as exc:
-                if not source.out_of_memory(exc):
-                    raise
-            return run(*args, **kwargs)
 
-    get_output_data.__headroom_oom__ = True  # type: ignore[attr-defined]
-    patch = REGISTRY.replace(
-        "execution.get_output_data[oom_retry]", execution, "get_output_data", get_output_data
-    )
+        get_output_data.__headroom_oom__ = True  # type: ignore[attr-defined]
+        return get_output_data
+
+    patch = REGISTRY.wrap(name, execution, "get_output_data", make)
     return "on"
 
 
 def _hook_validation(source: EventSource, execution: ModuleType) -> str:
     """Mark the host's prompt validation (on the event loop, seconds for a big prompt) so that a preflight
     waits for it instead of sharing the GIL with it: routes answer after the host's validation alone."""
-    original = getattr(execution, "validate_prompt", None)
-    if original is None:
+    current = getattr(execution, "validate_prompt", None)
+    if current is None:
         return "off: no execution.validate_prompt on this host"
-    if getattr(original, "__headroom__", False):
+    if REGISTRY.already_on("execution.validate_prompt", execution, current):
         return "on"
 
-    if inspect.iscoroutinefunction(original):
+    def make(original: Any) -> Any:
+        if inspect.iscoroutinefunction(original):
 
-        @functools.wraps(original)
-        async def validate_prompt(*args: Any, **kwargs: Any) -> Any:
-            patch.fire()
-            with source.validation(_prompt_of(args, kwargs)) as answer:
-                answer.append(await original(*args, **kwargs))
-                return answer[0]
-    else:
+            @functools.wraps(original)
+            async def validate_prompt(*args: Any, **kwargs: Any) -> Any:
+                patch.fire()
+                with source.validation(_prompt_of(args, kwargs)) as answer:
+                    answer.append(await original(*args, **kwargs))
+                    return answer[0]
+        else:
 
-        @functools.wraps(original)
-        def validate_prompt(*args: Any, **kwargs: Any) -> Any:
-            patch.fire()
-            with source.validation(_prompt_of(args, kwargs)) as answer:
-                answer.append(original(*args, **kwargs))
-                return answer[0]
+            @functools.wraps(original)
+            def validate_prompt(*args: Any, **kwargs: Any) -> Any:
+                patch.fire()
+                with source.validation(_prompt_of(args, kwargs)) as answer:
+                    answer.append(original(*args, **kwargs))
+                    return answer[0]
 
-    validate_prompt.__headroom__ = True  # type: ignore[attr-defined]
-    patch = REGISTRY.replace("execution.validate_prompt", execution, "validate_prompt", validate_prompt)
+        validate_prompt.__headroom__ = True  # type: ignore[attr-defined]
+        return validate_prompt
+
+    patch = REGISTRY.wrap("execution.validate_prompt", execution, "validate_prompt", make)
     return "on"
 
 
@@ -306,29 +311,31 @@ def _valid(answer: Any) -> bool | None:
 def _hook_cached(source: EventSource, execution: ModuleType) -> str:
     """Read the host's execution_cached message as the executor sends it (both hosts send it through
     PromptExecutor.add_message, once per prompt, before its first node runs)."""
+    name = "execution.PromptExecutor.add_message"
     executor = getattr(execution, "PromptExecutor", None)
-    original = getattr(executor, "add_message", None)
-    if original is None:
+    current = getattr(executor, "add_message", None)
+    if current is None:
         return "off: no PromptExecutor.add_message on this host"
-    if getattr(original, "__headroom__", False):
+    if REGISTRY.already_on(name, executor, current):
         return "on"
 
-    @functools.wraps(original)
-    def add_message(*args: Any, **kwargs: Any) -> Any:
-        try:
-            event = args[1] if len(args) > 1 else kwargs.get("event")
-            data = args[2] if len(args) > 2 else kwargs.get("data")
-            if isinstance(data, dict) and data.get("prompt_id") is not None:
-                patch.fire()
-                REGISTRY.prompt_seen(data["prompt_id"])
-                if event == "execution_cached":
-                    source.nodes_cached(data["prompt_id"], list(data.get("nodes") or ()))
-        except Exception:
-            _log.exception("Headroom: reading the cached nodes failed; the workflow is not affected")
-        return original(*args, **kwargs)
+    def make(original: Any) -> Any:
+        @functools.wraps(original)
+        def add_message(*args: Any, **kwargs: Any) -> Any:
+            try:
+                event = args[1] if len(args) > 1 else kwargs.get("event")
+                data = args[2] if len(args) > 2 else kwargs.get("data")
+                if isinstance(data, dict) and data.get("prompt_id") is not None:
+                    patch.fire()
+                    REGISTRY.prompt_seen(data["prompt_id"])
+                    if event == "execution_cached":
+                        source.nodes_cached(data["prompt_id"], list(data.get("nodes") or ()))
+            except Exception:
+                _log.exception("Headroom: reading the cached nodes failed; the workflow is not affected")
+            return original(*args, **kwargs)
 
-    add_message.__headroom__ = True  # type: ignore[attr-defined]
-    patch = REGISTRY.replace(
-        "execution.PromptExecutor.add_message", executor, "add_message", add_message, per_prompt=True
-    )
+        add_message.__headroom__ = True  # type: ignore[attr-defined]
+        return add_message
+
+    patch = REGISTRY.wrap(name, executor, "add_message", make, per_prompt=True)
     return "on"

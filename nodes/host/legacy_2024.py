@@ -57,7 +57,7 @@ def hook_node_boundaries(source: Any, execution: ModuleType) -> str | None:
     rec, run = getattr(execution, "recursive_execute", None), getattr(execution, "get_output_data", None)
     if rec is None or run is None:
         return "off: neither comfy_execution.progress nor recursive_execute on this host"
-    if getattr(rec, "__headroom__", False):
+    if REGISTRY.already_on("execution.recursive_execute", execution, rec):
         return "on"
     try:
         signature = inspect.signature(rec)
@@ -67,47 +67,51 @@ def hook_node_boundaries(source: Any, execution: ModuleType) -> str | None:
         return f"off: unexpected recursive_execute{signature}"
     local = threading.local()
 
-    @functools.wraps(rec)
-    def recursive_execute(*args: Any, **kwargs: Any) -> Any:
-        rec_patch.fire()
-        stack = local.__dict__.setdefault("stack", [])
-        try:
-            bound = signature.bind_partial(*args, **kwargs).arguments
-            prompt_id, node_id = str(bound["prompt_id"]), str(bound["current_item"])
-            REGISTRY.prompt_seen(prompt_id)
-            if not stack and source.current != prompt_id:
-                source.prompt_started(prompt_id, bound["prompt"])
-        except Exception:
-            prompt_id, node_id = None, None
-        stack.append((prompt_id, node_id))
-        try:
-            return rec(*args, **kwargs)
-        finally:
-            stack.pop()
+    def make_rec(rec: Any) -> Any:
+        @functools.wraps(rec)
+        def recursive_execute(*args: Any, **kwargs: Any) -> Any:
+            rec_patch.fire()
+            stack = local.__dict__.setdefault("stack", [])
+            try:
+                bound = signature.bind_partial(*args, **kwargs).arguments
+                prompt_id, node_id = str(bound["prompt_id"]), str(bound["current_item"])
+                REGISTRY.prompt_seen(prompt_id)
+                if not stack and source.current != prompt_id:
+                    source.prompt_started(prompt_id, bound["prompt"])
+            except Exception:
+                prompt_id, node_id = None, None
+            stack.append((prompt_id, node_id))
+            try:
+                return rec(*args, **kwargs)
+            finally:
+                stack.pop()
 
-    @functools.wraps(run)
-    def get_output_data(*args: Any, **kwargs: Any) -> Any:
-        run_patch.fire()
-        stack = local.__dict__.get("stack")
-        if not stack or stack[-1][1] is None:
-            return run(*args, **kwargs)
-        prompt_id, node_id = stack[-1]
-        source.node_started(prompt_id, node_id)
-        ok = False
-        try:
-            result = run(*args, **kwargs)
-            ok = True
-            return result
-        finally:
-            source.node_finished(prompt_id, node_id, ok)
+        recursive_execute.__headroom__ = True  # type: ignore[attr-defined]
+        return recursive_execute
 
-    recursive_execute.__headroom__ = True  # type: ignore[attr-defined]
-    rec_patch = REGISTRY.replace(
-        "execution.recursive_execute", execution, "recursive_execute", recursive_execute, per_prompt=True
+    def make_run(run: Any) -> Any:
+        @functools.wraps(run)
+        def get_output_data(*args: Any, **kwargs: Any) -> Any:
+            run_patch.fire()
+            stack = local.__dict__.get("stack")
+            if not stack or stack[-1][1] is None:
+                return run(*args, **kwargs)
+            prompt_id, node_id = stack[-1]
+            source.node_started(prompt_id, node_id)
+            ok = False
+            try:
+                result = run(*args, **kwargs)
+                ok = True
+                return result
+            finally:
+                source.node_finished(prompt_id, node_id, ok)
+
+        return get_output_data
+
+    rec_patch = REGISTRY.wrap(
+        "execution.recursive_execute", execution, "recursive_execute", make_rec, per_prompt=True
     )
-    run_patch = REGISTRY.replace(
-        "execution.get_output_data[nodes]", execution, "get_output_data", get_output_data
-    )
+    run_patch = REGISTRY.wrap("execution.get_output_data[nodes]", execution, "get_output_data", make_run)
     return "on"
 
 
@@ -220,7 +224,7 @@ def node_scopes() -> NodeScopes | None:
     return _SCOPES
 
 
-def plain_call(previous: Callable | None, apply_model: Any, args: dict[str, Any]) -> Any:
+def plain_call(previous: Callable[..., Any] | None, apply_model: Any, args: dict[str, Any]) -> Any:
     """The model call as the host makes it (through a ``model_function_wrapper`` set before, if any)."""
     if previous is not None:
         return previous(apply_model, args)
@@ -296,20 +300,26 @@ def arm(patcher: Any, stream: Any, active: dict[int, Any]) -> LegacyArm | None:
     if not is_2024_host():
         return None
     module = patcher.model
-    original = module.apply_model
 
-    def apply_model(x: Any, t: Any, **c: Any) -> Any:
-        armed.patch.fire()
-        other = active.get(id(module.diffusion_model))
-        if other is not None and other is not stream.session:  # a Stream Model node's clone streams it
-            if all(other.run is not r for r in armed.seen):
-                armed.seen.append(other.run)
-            return original(x, t, **c)
-        return model_call(stream, original, {"input": x, "timestep": t, "c": c})
+    def make(original: Any) -> Any:
+        def apply_model(x: Any, t: Any, **c: Any) -> Any:
+            armed.patch.fire()
+            other = active.get(id(module.diffusion_model))
+            if other is not None and other is not stream.session:  # a Stream Model node's clone streams it
+                if all(other.run is not r for r in armed.seen):
+                    armed.seen.append(other.run)
+                return original(x, t, **c)
+            return model_call(stream, original, {"input": x, "timestep": t, "c": c})
+
+        return apply_model
 
     scope = stream.sampling()
     scope.__enter__()
     # an instance attribute over the class's method, until undo
-    patch = REGISTRY.replace("BaseModel.apply_model[2024 stream]", module, "apply_model", apply_model)
+    try:
+        patch = REGISTRY.wrap("BaseModel.apply_model[2024 stream]", module, "apply_model", make)
+    except Exception:  # refused: an arm not undone is still on this model
+        scope.__exit__(None, None, None)
+        raise
     armed = LegacyArm(module, patch, scope)
     return armed

@@ -22,6 +22,7 @@ from ...memory.residency import MappedFile, file_version, open_mapped
 from ..input_checks import OffloadError, check_checkpoint_parts, check_pairing, loading
 from . import legacy_2024
 from .lookups import host_module
+from .patches import REGISTRY
 from .residency import place_host_copy
 from .state import residency
 
@@ -32,6 +33,9 @@ _DTYPE_OPTIONS: dict[str, dict[str, Any]] = {  # the stock UNETLoader's weight_d
     "fp8_e4m3fn_fast": {"dtype": "float8_e4m3fn", "fp8_optimizations": True},
     "fp8_e5m2": {"dtype": "float8_e5m2"},
 }
+
+
+CLONE_WATCH = "ModelPatcher.callbacks[ON_CLONE]"  # our clone watch on a loaded patcher, in the registry
 
 
 @dataclass
@@ -96,6 +100,16 @@ class ComponentHandle:
             clones.append(weakref.ref(clone))
 
         self.patcher.add_callback(callbacks.ON_CLONE, on_clone)
+        ref = weakref.ref(self.patcher)  # the registry must not keep the host's model alive
+
+        def undo() -> None:  # (by identity: the host keeps callbacks in lists per key)
+            patcher = ref()
+            for listed in getattr(patcher, "callbacks", {}).get(callbacks.ON_CLONE, {}).values():
+                if any(c is on_clone for c in listed):
+                    listed[:] = [c for c in listed if c is not on_clone]
+
+        patch = REGISTRY.record(CLONE_WATCH, undo)
+        weakref.finalize(self.patcher, REGISTRY.forget, patch)
 
     def mapped(self) -> list[MappedFile]:
         if self.files is None:

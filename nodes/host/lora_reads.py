@@ -48,22 +48,25 @@ def install() -> bool:
         i = position.get(name)
         return bool(kwargs.get(name) or (i is not None and 0 <= i < len(args) and args[i]))
 
-    @functools.wraps(original)
-    def patch_weight_to_device(self: Any, key: str, *args: Any, **kwargs: Any) -> Any:
-        patch.fire()
-        lent = None
-        if key in getattr(self, "patches", {}) or arg(args, kwargs, "force_cast"):  # else nothing is read
-            lent = _borrow(self, key)
-        try:
-            return original(self, key, *args, **kwargs)
-        finally:
-            if lent is not None:
-                inplace = bool(getattr(self, "weight_inplace_update", False)) or arg(
-                    args, kwargs, "inplace_update"
-                )
-                lent.give_back(in_place=inplace and not arg(args, kwargs, "return_weight"))
+    def make(original: Any) -> Any:
+        @functools.wraps(original)
+        def patch_weight_to_device(self: Any, key: str, *args: Any, **kwargs: Any) -> Any:
+            patch.fire()
+            lent = None
+            if key in getattr(self, "patches", {}) or arg(args, kwargs, "force_cast"):  # else nothing is read
+                lent = _borrow(self, key)
+            try:
+                return original(self, key, *args, **kwargs)
+            finally:
+                if lent is not None:
+                    inplace = bool(getattr(self, "weight_inplace_update", False)) or arg(
+                        args, kwargs, "inplace_update"
+                    )
+                    lent.give_back(in_place=inplace and not arg(args, kwargs, "return_weight"))
 
-    patch = REGISTRY.replace(NAME, cls, "patch_weight_to_device", patch_weight_to_device)
+        return patch_weight_to_device
+
+    patch = REGISTRY.wrap(NAME, cls, "patch_weight_to_device", make)
     return True
 
 

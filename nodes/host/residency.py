@@ -35,6 +35,7 @@ from .events import Subscriber
 from .links import device_name, hardware_for
 from .lookups import HOST_MODEL_FILES, host_module, lazy_inputs, output_nodes, queued_outputs
 from .media_sizes import media_sizes
+from .patches import REGISTRY
 from .prefetch import HostPrefetch
 from .vae_plan import tiled_decode_figures
 
@@ -69,6 +70,13 @@ def host_part(h: Handle) -> str:
     return "D" if fp.mapped > fp.ram + fp.pinned else "P" if fp.pinned > fp.ram else "R"
 
 
+READ_THROUGH = "Module._apply[read through]"  # the disk tier's read-through hooks on a component
+
+
+def _remove_read_through(module: Any) -> None:
+    read_through.remove(module)  # (already removed is undone too)
+
+
 def place_host_copy(h: Handle, host: str | None = None) -> str:
     """Move the component's CPU copy to pinned RAM, pageable RAM or its file; returns a note."""
     host = host if host is not None else CHOICE_HOST.get(h.residency, "")  # "" (auto, gpu): leave it
@@ -76,13 +84,16 @@ def place_host_copy(h: Handle, host: str | None = None) -> str:
         return dynamic_vram.set_host_tier(h.patcher, host)
     if host:
         release_host_pins(h.patcher)
-        read_through.remove(h.module)  # (put back where its forward left it: the mapping's views)
+        hooks = REGISTRY.find_on(READ_THROUGH, h.module)  # the disk tier's hooks, their undo in the registry
+        if hooks is not None:
+            REGISTRY.uninstall(hooks)  # (put back where its forward left it: the mapping's views)
     if host == "D":
         binding = bind(h.module, h.mapped(), h.mapped_names)
         h.mapped_names.update(binding.bound)
         # the host's moves and its compute (a CPU's kernels, a GPU host's low-VRAM casts) read the file,
         # never its pages: no SIGBUS mid-node; pinned copies where the casts go to a CUDA GPU
-        read_through.install(h.module, pin=casts_to_cuda())
+        if read_through.install(h.module, pin=casts_to_cuda()):  # instance _apply overrides: a patch
+            REGISTRY.record_on(READ_THROUGH, h.module, _remove_read_through)
         lora_reads.install()  # and its LoRA patches (on clones of the patcher: wrapped on the class)
         if binding.kept_bytes >= 2**20:  # below a MiB: buffers the file does not hold (sigmas, scales)
             sample = next(iter(binding.kept.items()))
@@ -118,6 +129,14 @@ def release_host_pins(patcher: Any) -> int:
         _log.warning("Headroom: the host's unpin_all_weights failed (%r); its pins stay", exc)
         return 0
     return count
+
+
+def free_memory(patcher: Any, mm: ModuleType, device: Any) -> int:
+    """The device's free memory as the host's sampler reads it: the patcher's ``get_free_memory`` (0.33:
+    the module figure plus what comfy-aimdo's VBARs can give back under DynamicVRAM, which the module
+    figure alone under-counts; ``comfy/samplers.py`` asks ``model.current_patcher``), else the module's."""
+    ask = getattr(patcher, "get_free_memory", None)
+    return int(ask(device) if callable(ask) else mm.get_free_memory(device))
 
 
 class _HostOps:
@@ -163,7 +182,7 @@ class _HostOps:
         if getattr(device, "type", "cpu") == "cpu":
             return True
         need = handle.patcher.model_size() * 1.1 + mm.minimum_inference_memory()
-        return mm.get_free_memory(device) >= need
+        return bool(free_memory(handle.patcher, mm, device) >= need)
 
     def load(self, handle: Handle) -> str:
         if recording.skip("a residency move"):

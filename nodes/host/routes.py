@@ -12,8 +12,8 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 from ...memory.names import ROUTES
 from ...memory.planning.gpus import find_gpu, gpu_names
@@ -239,7 +239,27 @@ def _ram_budget_value(body: Any) -> tuple[str | None, str]:
     return text, ""
 
 
-def _add_routes(web: Any, routes: Any) -> None:
+_Handler = Callable[[Any], Awaitable[Any]]
+
+
+class _RouteTable(Protocol):
+    """aiohttp's RouteTableDef as the routes use it (the host's server holds one)."""
+
+    def get(self, path: str) -> Callable[[_Handler], _Handler]: ...
+
+    def post(self, path: str) -> Callable[[_Handler], _Handler]: ...
+
+
+def _add_routes(web: Any, routes: _RouteTable) -> None:
+    """Every /headroom/ route (memory.names.ROUTES), each answering as docs/hostile-input.md requires."""
+    _add_state_routes(web, routes)
+    _add_plan_routes(web, routes)
+    _add_history_routes(web, routes)
+
+
+def _add_state_routes(web: Any, routes: _RouteTable) -> None:
+    """What the monitor and the residency controller hold now: status, runs, residency, RAM."""
+
     @routes.get(ROUTES["status"])
     async def headroom_status(request: Any) -> Any:
         query = request.query
@@ -328,6 +348,10 @@ def _add_routes(web: Any, routes: Any) -> None:
         configure_ram_budget(value)
         return web.json_response(_ram_budget_body())
 
+
+def _add_plan_routes(web: Any, routes: _RouteTable) -> None:
+    """The preflight of a posted workflow (fit) and the plan of one."""
+
     @routes.post(ROUTES["fit"])
     async def headroom_fit(request: Any) -> Any:
         """ "Will it fit?": plan an API prompt (the open workflow's) on the server's card without queueing
@@ -398,6 +422,10 @@ def _add_routes(web: Any, routes: Any) -> None:
             body["preflight"] = planned.preflight
             body["plan"] = planned.plan
         return web.json_response(body)
+
+
+def _add_history_routes(web: Any, routes: _RouteTable) -> None:
+    """The memory history (its setting and its file) and the report of a run."""
 
     @routes.get(ROUTES["memory_history"])
     async def headroom_memory_history(request: Any) -> Any:

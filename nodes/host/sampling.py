@@ -75,7 +75,7 @@ _ACTIVE: dict[int, _Session] = {}  # id(diffusion module) -> the session streami
 class _Session:
     """One sampling of a streamed model: attach at the first model call, ``end`` detaches."""
 
-    def __init__(self, settings: StreamSettings, patcher: Any, previous: Callable | None) -> None:
+    def __init__(self, settings: StreamSettings, patcher: Any, previous: Callable[..., Any] | None) -> None:
         self.settings, self.patcher, self.previous = settings, patcher, previous
         self.run = StreamingRun()
         self.streamer: Any = None
@@ -200,7 +200,7 @@ class StreamedModel:
     of the sampling under way, and what the last one did (``last_run``)."""
 
     def __init__(
-        self, settings: StreamSettings, patcher: Any = None, previous: Callable | None = None
+        self, settings: StreamSettings, patcher: Any = None, previous: Callable[..., Any] | None = None
     ) -> None:
         self.settings = settings
         self.session: _Session | None = None
@@ -210,10 +210,10 @@ class StreamedModel:
         self.patcher, self.previous = patcher, previous
         self._scopes = 0
 
-    def __deepcopy__(self, memo: dict) -> StreamedModel:
+    def __deepcopy__(self, memo: dict[int, Any]) -> StreamedModel:
         return self  # a clone that deep-copies the model options shares the one state
 
-    def begin(self, patcher: Any, previous: Callable | None) -> _Session:
+    def begin(self, patcher: Any, previous: Callable[..., Any] | None) -> _Session:
         self.session = _Session(self.settings, patcher, previous)
         return self.session
 
@@ -310,7 +310,7 @@ class Armed:
     legacy: legacy_2024.LegacyArm | None = None  # the 2024 host's arming instead of wrappers
 
 
-def _hooks(wrappers_mp: Any, stream: StreamedModel) -> list[tuple[Any, str, Callable]]:
+def _hooks(wrappers_mp: Any, stream: StreamedModel) -> list[tuple[Any, str, Callable[..., Any]]]:
     """Our wrappers: (host wrapper type, our key, wrapper); CALC_COND_BATCH where the host has it."""
     hooks = [(wrappers_mp.OUTER_SAMPLE, KEY, stream.outer_sample)]
     if hasattr(wrappers_mp, "CALC_COND_BATCH"):
@@ -406,7 +406,7 @@ def streaming_ksample(
     prefetch: int | None,
     resident_blocks: int | None,
     pin: bool,
-) -> tuple[dict, StreamingRun]:
+) -> tuple[dict[str, Any], StreamingRun]:
     """The stock ``common_ksampler`` on ``stream_model(model, …)``: what the streaming sampler runs."""
     nodes = host_module("nodes")
     patched, stream = stream_model(model, StreamSettings(budget, prefetch, resident_blocks, pin))

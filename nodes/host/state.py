@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TypeVar
 
 from ...memory.planning.costmodel import Budget
 from ...memory.residency.ram_budget import RAM, RamBudget
@@ -29,12 +29,16 @@ _EVENTS: EventSource | None = None
 _LOCK = threading.RLock()  # reentrant: the event source's factory makes the other two
 
 
-def _process_wide(name: str, factory: Callable[[], Any]) -> Any:
+_T = TypeVar("_T")
+
+
+def _process_wide(name: str, factory: Callable[[], _T]) -> _T:
     """This module's global ``name``, made by ``factory`` on first use (tests reset it to None)."""
     with _LOCK:
         if globals()[name] is None:
             globals()[name] = factory()
-        return globals()[name]
+        made: _T = globals()[name]
+        return made
 
 
 def monitor() -> Monitor:

@@ -208,7 +208,7 @@ class StreamedClip:
         self.order: list[str] = []
         self.last_run = ClipRun()
 
-    def __deepcopy__(self, memo: dict) -> StreamedClip:
+    def __deepcopy__(self, memo: dict[int, Any]) -> StreamedClip:
         return self  # clones share one state
 
     def run(self, clip: Any, call: Callable[[], Any], tokens: Any) -> Any:
@@ -238,8 +238,7 @@ def _streamed_class(cls_or_streamed: type) -> type:
 
     def clone(self: Any, *args: Any, **kwargs: Any) -> Any:
         copy = base.clone(self, *args, **kwargs)  # the host's CLIP(no_init=True) with its fields
-        copy.__class__ = type(self)
-        setattr(copy, ATTR, getattr(self, ATTR))
+        _swap_class(copy, getattr(self, ATTR))  # a patch of its own: uninstall gives it its class back
         return copy
 
     def streamed(name: str) -> Callable[..., Any]:
@@ -278,11 +277,16 @@ SWAP = "CLIP.__class__[Stream CLIP]"  # the class swap of our clone, in the patc
 
 def _swap_class(clip: Any, state: StreamedClip) -> None:
     """Make our clone ``clip`` a streamed subclass of its class carrying ``state``, as a patch whose undo
-    gives it its class back and takes the state off; the registry forgets it when the clone is freed."""
-    base = type(clip)
+    gives it its class back and takes the state off; the registry forgets it when the clone is freed.
+    A clone that is streamed already (made by a streamed CLIP's ``clone``, its swap a patch of its own)
+    takes the new state alone."""
+    base: type = getattr(type(clip), "_headroom_base", type(clip))
+    swapped = type(clip) is not base
     ref = weakref.ref(clip)
     clip.__class__ = _streamed_class(base)
     setattr(clip, ATTR, state)
+    if swapped:
+        return
 
     def undo() -> None:
         target = ref()

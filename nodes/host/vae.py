@@ -13,7 +13,8 @@ from .lookups import host_module
 
 def vae_nonlinearity() -> Callable[[Any], Any]:
     """The activation the host's KL decoder applies before conv_out (it differs between hosts)."""
-    return host_module("comfy.ldm.modules.diffusionmodules.model").nonlinearity
+    nonlinearity: Callable[[Any], Any] = host_module("comfy.ldm.modules.diffusionmodules.model").nonlinearity
+    return nonlinearity
 
 
 def vae_oom_errors() -> tuple[type[BaseException], ...]:

@@ -4,7 +4,9 @@ A pytest plugin (tests/conftest.py loads it). The run ends with one line per tie
 on. With ``--coverage-floor=FILE`` (``./scripts/test`` passes tests/coverage_floor.json when it runs
 the whole suite) the run fails when a tier ran fewer tests than the floor recorded for this host, so
 a test that silently starts skipping, or is deleted, turns CI red instead of leaving it green.
-``--coverage-record`` writes this run's counts as the new floor for this host.
+``--coverage-record`` writes this run's counts as the new floor for this host. ``--coverage-tiers=host``
+holds (or records) those tiers alone: a run of one tier (scripts/primary-host runs tests/host) against
+the floor of the whole suite's host entry.
 """
 
 from __future__ import annotations
@@ -94,9 +96,11 @@ def read_floor(path: Path, host: str) -> dict[str, int] | None:
     return None if entry is None else {str(k): int(v) for k, v in entry.items()}
 
 
-def record_floor(path: Path, host: str, ran: dict[str, int]) -> None:
+def record_floor(path: Path, host: str, ran: dict[str, int], tiers: tuple[str, ...] = TIERS) -> None:
+    """Write this run's counts of ``tiers`` as the host's floor, keeping its other tiers' floors."""
     data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    data.setdefault("hosts", {})[host] = {t: n for t, n in ran.items() if t in TIERS}
+    entry = data.setdefault("hosts", {}).setdefault(host, {})
+    entry.update({t: n for t, n in ran.items() if t in tiers and t in TIERS})
     data["hosts"] = dict(sorted(data["hosts"].items()))
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
@@ -105,6 +109,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("headroom coverage")
     group.addoption("--coverage-floor", default=None, help="fail when a tier runs fewer tests than FILE says")
     group.addoption("--coverage-record", action="store_true", help="write this run's counts as the floor")
+    group.addoption(
+        "--coverage-tiers", default=",".join(TIERS), help="the tiers the floor holds, comma-separated"
+    )
 
 
 class _Plugin:
@@ -114,6 +121,7 @@ class _Plugin:
         self.host = host_label()
         floor = config.getoption("--coverage-floor")
         self.floor_path = Path(floor) if floor else None
+        self.tiers = tuple(t.strip() for t in config.getoption("--coverage-tiers").split(",") if t.strip())
         self.failures: list[str] = []
         self.note = ""
 
@@ -125,14 +133,14 @@ class _Plugin:
         if self.floor_path is None or self.config.getoption("collectonly"):
             return
         if self.config.getoption("--coverage-record"):
-            record_floor(self.floor_path, self.host, self.counts.ran)
+            record_floor(self.floor_path, self.host, self.counts.ran, self.tiers)
             self.note = f"coverage floor for {self.host} recorded in {self.floor_path}"
             return
         floor = read_floor(self.floor_path, self.host)
         if floor is None:
             self.note = f"no coverage floor recorded for {self.host} in {self.floor_path}"
             return
-        self.failures = below_floor(self.counts.ran, floor)
+        self.failures = below_floor(self.counts.ran, {t: n for t, n in floor.items() if t in self.tiers})
         if self.failures and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

@@ -31,7 +31,11 @@ CONVENTIONAL = {
     "progress": "comfy_execution.progress",
     "server": "server:PromptServer",  # an instance: module:Class
 }
-HOST_ROOTS = ("comfy", "comfy_execution", "execution", "server", "nodes", "folder_paths", "comfyui_version")
+# comfy_aimdo: the DynamicVRAM library the host pins (its records: comfy-aimdo-<version>.json)
+HOST_ROOTS = (
+    "comfy", "comfy_execution", "execution", "server", "nodes", "folder_paths", "comfyui_version",
+    "comfy_aimdo",
+)  # fmt: skip
 
 
 @dataclass

@@ -200,14 +200,14 @@ def hunyuan15_autoencoder(config: dict[str, Any], seed: int) -> torch.nn.Module:
     """HunyuanVideo 1.5's VAE (the host's ``comfy.ldm.hunyuan_video.vae_refiner`` classes) at ``config``'s
     widths, random weights, in eval mode. ``comfy.sd.VAE`` builds only the full-width config, so the
     tests and the speed bench make their smaller ones here."""
-    import comfy.ldm.hunyuan_video.vae_refiner as module
     from comfy.ldm.models.autoencoder import AutoencodingEngine
 
+    module = "comfy.ldm.hunyuan_video.vae_refiner"  # the host imports it from the target's name
     model = _on_meta(
         lambda: AutoencodingEngine(
             regularizer_config={"target": "comfy.ldm.models.autoencoder.EmptyRegularizer"},
-            encoder_config={"target": f"{module.__name__}.Encoder", "params": dict(config)},
-            decoder_config={"target": f"{module.__name__}.Decoder", "params": dict(config)},
+            encoder_config={"target": f"{module}.Encoder", "params": dict(config)},
+            decoder_config={"target": f"{module}.Decoder", "params": dict(config)},
         )
     )
     model.load_state_dict(_init_state_dict(model, seed, torch.float32), assign=True)

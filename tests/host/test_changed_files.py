@@ -187,6 +187,11 @@ def test_a_file_truncated_while_a_node_computes_from_it_is_a_clear_error(
     patcher = first.outputs["31"][0][0]  # the loader's model, which the host keeps cached for the next run
     read_through = host.pack_module("memory.residency.read_through")
     assert read_through.installed(patcher.model)  # else the truncation below would kill this process
+    registry, residency = (
+        host.pack_module("nodes.host.patches").REGISTRY,
+        host.pack_module("nodes.host.residency"),
+    )
+    assert registry.find_on(residency.READ_THROUGH, patcher.model) is not None  # its undo is registered
     # a ResBlock (the UNet calls each layer of its input blocks, not the block: hooks go on layers)
     block = patcher.model.diffusion_model.input_blocks[1][0]
 

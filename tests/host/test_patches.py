@@ -152,8 +152,12 @@ def test_every_other_patch_comes_off_exactly(host: Host, tmp_path: Any) -> None:
     text_encoders._swap_class(ours, text_encoders.StreamedClip(sampling.StreamSettings()))
     installed.append("CLIP.__class__")
     assert type(ours) is not cls and isinstance(getattr(ours, text_encoders.ATTR), text_encoders.StreamedClip)
-    assert registry.uninstall(prefix=text_encoders.SWAP) == 1
+    theirs = ours.clone()  # a clone of our clone (a LoRA loader's) is streamed too: a swap of its own
+    assert type(theirs) is type(ours)
+    assert getattr(theirs, text_encoders.ATTR) is getattr(ours, text_encoders.ATTR)
+    assert registry.uninstall(prefix=text_encoders.SWAP) == 2
     assert type(ours) is cls and _by_identity(fields, dict(vars(ours))) == []
+    assert type(theirs) is cls and not hasattr(theirs, text_encoders.ATTR)
 
     # the LoRA patch call that reads a disk weight through its file (on the class: process-wide)
     lora_reads = host.pack_module("nodes.host.lora_reads")
@@ -168,6 +172,24 @@ def test_every_other_patch_comes_off_exactly(host: Host, tmp_path: Any) -> None:
     assert registry.uninstall(prefix=lora_reads.NAME) == 1
     assert _by_identity(own, dict(vars(patcher_cls))) == []
 
+    # the watch for clones of a loaded patcher (hosts with patcher callbacks)
+    loading = host.pack_module("nodes.host.loading")
+    watched = model.clone()
+
+    def callbacks() -> list[tuple[str, Any, int]]:  # every callback, by identity (empty lists aside)
+        every = getattr(watched, "callbacks", {})
+        return [(kind, key, id(c)) for kind, d in every.items() for key, v in d.items() for c in v]
+
+    listed_callbacks = callbacks()
+    handle = loading.ComponentHandle("1:ckpt:model", "model", "model", watched, watched.model, [], "R")
+    handle.watch_clones()
+    if hasattr(watched, "add_callback"):
+        installed.append("ON_CLONE")
+        seen = watched.clone()
+        assert handle.live_clones() == [seen] and callbacks() != listed_callbacks
+        assert registry.uninstall(prefix=loading.CLONE_WATCH) == 1
+    assert callbacks() == listed_callbacks
+
     # the prompt_id written into a posted prompt (current hosts take it; the 2024 host makes its own)
     routes, state = host.pack_module("nodes.host.routes"), host.pack_module("nodes.host.state")
     posted: dict[str, Any] = {"prompt": copy.deepcopy(PROMPT), "client_id": "patches"}
@@ -181,5 +203,12 @@ def test_every_other_patch_comes_off_exactly(host: Host, tmp_path: Any) -> None:
     assert installed == (
         ["apply_model", "current_loaded_models", "CLIP.__class__", "patch_weight_to_device"]
         if host.legacy
-        else ["hold_back", "current_loaded_models", "CLIP.__class__", "patch_weight_to_device", "prompt_id"]
+        else [
+            "hold_back",
+            "current_loaded_models",
+            "CLIP.__class__",
+            "patch_weight_to_device",
+            "ON_CLONE",
+            "prompt_id",
+        ]
     )

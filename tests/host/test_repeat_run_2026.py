@@ -39,7 +39,7 @@ LAYERS = {"te": 3, "high": 6, "low": 6}
 
 
 @pytest.fixture(scope="module")
-def comfy(request: pytest.FixtureRequest) -> SimpleNamespace:
+def core(request: pytest.FixtureRequest) -> SimpleNamespace:
     """The host's modules: the harness's host when it loads, else its memory modules imported directly."""
     if "comfy.model_management" not in sys.modules:
         try:
@@ -115,8 +115,8 @@ class NoRoomVBAR:
 class Machine:
     """The RAM the host reads (psutil) and the CUDA registration it calls, for a 16 GiB machine."""
 
-    def __init__(self, comfy: SimpleNamespace) -> None:
-        self.comfy, self.patchers = comfy, []
+    def __init__(self, core: SimpleNamespace) -> None:
+        self.core, self.patchers = core, []
 
     def available(self) -> int:
         return TOTAL_RAM - sum(int(p.loaded_ram_size()) for p in self.patchers)
@@ -129,10 +129,10 @@ class Machine:
 
 
 @pytest.fixture
-def machine(comfy: SimpleNamespace, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Machine:
-    mm = comfy.mm
-    m = Machine(comfy)
-    monkeypatch.setattr(comfy.cmm, "aimdo_enabled", True)
+def machine(core: SimpleNamespace, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Machine:
+    mm = core.mm
+    m = Machine(core)
+    monkeypatch.setattr(core.cmm, "aimdo_enabled", True)
     monkeypatch.setattr(mm, "get_torch_device", lambda: CUDA)
     monkeypatch.setattr(
         mm, "get_free_memory", lambda dev=None, torch_free_too=False: (0, 0) if torch_free_too else 0
@@ -158,50 +158,50 @@ def machine(comfy: SimpleNamespace, monkeypatch: pytest.MonkeyPatch, tmp_path: P
 
 
 class Layers(torch.nn.Module):
-    def __init__(self, comfy: SimpleNamespace, depth: int) -> None:
+    def __init__(self, core: SimpleNamespace, depth: int) -> None:
         super().__init__()
         with torch.device("meta"):
             self.layers = torch.nn.ModuleList(
-                comfy.ops.disable_weight_init.Linear(WIDTH, WIDTH) for _ in range(depth)
+                core.ops.disable_weight_init.Linear(WIDTH, WIDTH) for _ in range(depth)
             )
 
 
-def build(comfy: SimpleNamespace, machine: Machine, tmp: Path, name: str) -> Any:
+def build(core: SimpleNamespace, machine: Machine, tmp: Path, name: str) -> Any:
     path = tmp / f"{name}.safetensors"
     sparse_safetensors(path, LAYERS[name])
-    module = Layers(comfy, LAYERS[name])
-    module.load_state_dict(comfy.utils.load_torch_file(str(path)), assign=True)  # aimdo maps the file
+    module = Layers(core, LAYERS[name])
+    module.load_state_dict(core.utils.load_torch_file(str(path)), assign=True)  # aimdo maps the file
     module.model_loaded_weight_memory, module.current_weight_patches_uuid, module.device = 0, None, CUDA
-    patcher = comfy.mp.ModelPatcherDynamic(module, CUDA, torch.device("cpu"))
+    patcher = core.mp.ModelPatcherDynamic(module, CUDA, torch.device("cpu"))
     module.dynamic_vbars[CUDA] = NoRoomVBAR(name)
     machine.patchers.append(patcher)
     return patcher
 
 
-def compute(comfy: SimpleNamespace, patcher: Any) -> int:
+def compute(core: SimpleNamespace, patcher: Any) -> int:
     """One node computing with ``patcher`` on the host: its load, then each layer's host copy (pinned on
     the way where the budget allows, as ``ops.py`` does for a layer with no VRAM page); returns the bytes
     read from the file (layers with no pin at their first use)."""
-    comfy.mm.load_models_gpu([patcher])
+    core.mm.load_models_gpu([patcher])
     read = 0
     for layer in patcher.model.layers:
-        size = comfy.cmm.vram_aligned_size([layer.weight, layer.bias])
-        if comfy.pm.get_pin(layer, "weights") is None and comfy.pm.get_pin(layer, "weights-loaded") is None:
+        size = core.cmm.vram_aligned_size([layer.weight, layer.bias])
+        if core.pm.get_pin(layer, "weights") is None and core.pm.get_pin(layer, "weights-loaded") is None:
             read += size
-            comfy.pm.pin_memory(layer, subset="weights", size=size)
+            core.pm.pin_memory(layer, subset="weights", size=size)
     return read
 
 
-def after_node(comfy: SimpleNamespace, machine: Machine, headroom: int) -> None:
+def after_node(core: SimpleNamespace, machine: Machine, headroom: int) -> None:
     """What the host runs after a node with the RAM-pressure cache (0.33 execution.py, the cache's own
     release aside: this workflow's outputs are all models of the current prompt)."""
-    comfy.mm.reset_cast_buffers()
+    core.mm.reset_cast_buffers()
     shortfall = headroom - machine.available()
-    if comfy.mm.should_free_pins_for_ram_pressure(shortfall):
-        comfy.mm.free_pins(shortfall + 512 * 2**20)
+    if core.mm.should_free_pins_for_ram_pressure(shortfall):
+        core.mm.free_pins(shortfall + 512 * 2**20)
 
 
-def two_runs(comfy: SimpleNamespace, machine: Machine, tmp: Path, retention: bool) -> dict[str, int]:
+def two_runs(core: SimpleNamespace, machine: Machine, tmp: Path, retention: bool) -> dict[str, int]:
     """The workflow (encode, high expert, low expert) run, then run again with a new seed: the encode is
     served from the cache. Returns what the repeat run read from the files, per model."""
     from comfyui_headroom.memory.planning.costmodel import Tier
@@ -211,9 +211,9 @@ def two_runs(comfy: SimpleNamespace, machine: Machine, tmp: Path, retention: boo
     from comfyui_headroom.nodes.host import dynamic_vram
 
     tmp.mkdir(parents=True, exist_ok=True)
-    patchers = {name: build(comfy, machine, tmp, name) for name in LAYERS}
+    patchers = {name: build(core, machine, tmp, name) for name in LAYERS}
     headroom = int(min(10, max(2, 0.1 * TOTAL_RAM / GiB)) * GiB)  # --cache-ram's default active headroom
-    comfy.cmm.set_ram_cache_release_state(None, headroom)
+    core.cmm.set_ram_cache_release_state(None, headroom)
     rows = [("4", ("te",)), ("7", ("high",)), ("8", ("low",))]
     plan = [
         StepPlan(Step(n, "Node", uses), {c: Placement(Tier.GPU_RAM) for c in uses}, 0, 0, 0, 0.0)
@@ -223,7 +223,7 @@ def two_runs(comfy: SimpleNamespace, machine: Machine, tmp: Path, retention: boo
     reads: dict[str, int] = {}
     try:
         for run, steps in ((1, plan), (2, plan[1:])):
-            tracker = comfy.mp.PromptModelTracker()
+            tracker = core.mp.PromptModelTracker()
             tracker.start()
             # ExecutionList links every cached loader output to the nodes that will run when the prompt
             # starts (cache_link -> the tracker's add); in the first run the loaders run first
@@ -236,13 +236,13 @@ def two_runs(comfy: SimpleNamespace, machine: Machine, tmp: Path, retention: boo
                         if move.action == policy.RELEASE:
                             assert dynamic_vram.to_disk(patchers[move.component_id]) == ""
                 (name,) = sp.step.uses
-                read = compute(comfy, patchers[name])
+                read = compute(core, patchers[name])
                 if run == 2 and read:
                     reads[name] = reads.get(name, 0) + read
-                after_node(comfy, machine, headroom)
+                after_node(core, machine, headroom)
             tracker.end()
     finally:
-        comfy.cmm.set_ram_cache_release_state(None, 0)
+        core.cmm.set_ram_cache_release_state(None, 0)
     return reads
 
 
@@ -264,9 +264,9 @@ def predicted(retention: bool) -> dict[str, int]:
 
 
 def test_the_repeat_run_reloads_what_the_plan_predicts_and_retention_reloads_nothing(
-    comfy: SimpleNamespace, machine: Machine, tmp_path: Path
+    core: SimpleNamespace, machine: Machine, tmp_path: Path
 ) -> None:
-    host = two_runs(comfy, machine, tmp_path / "host", retention=False)
+    host = two_runs(core, machine, tmp_path / "host", retention=False)
     plan = predicted(retention=False)
     assert host, "under the RAM-pressure cache the host reads weights again in the repeat run"
     assert set(plan) == set(host)  # the plan names the models the host reloads
@@ -276,17 +276,17 @@ def test_the_repeat_run_reloads_what_the_plan_predicts_and_retention_reloads_not
 
 
 def test_with_headroom_retention_the_repeat_run_reads_nothing_the_budget_holds(
-    comfy: SimpleNamespace, machine: Machine, tmp_path: Path
+    core: SimpleNamespace, machine: Machine, tmp_path: Path
 ) -> None:
     # the budget holds both experts (2 x 384 MiB) above the host's 2 GiB free-RAM floor, not the encoder too
     experts = 2 * 6 * 4 * (WIDTH * WIDTH + WIDTH)
     assert experts <= TOTAL_RAM - 2 * GiB < experts + 3 * 4 * (WIDTH * WIDTH + WIDTH)
-    assert two_runs(comfy, machine, tmp_path / "kept", retention=True) == {}
+    assert two_runs(core, machine, tmp_path / "kept", retention=True) == {}
     assert predicted(retention=True) == {}
 
 
 def test_the_controller_gives_back_the_pins_of_a_model_the_graph_is_done_with(
-    comfy: SimpleNamespace, machine: Machine, tmp_path: Path, request: pytest.FixtureRequest
+    core: SimpleNamespace, machine: Machine, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """The same release through the residency controller at a node boundary (DynamicBoundaries), logged
     per move with its reason: the encoder's pins go back when the high expert's node starts."""
@@ -299,7 +299,7 @@ def test_the_controller_gives_back_the_pins_of_a_model_the_graph_is_done_with(
     state = host.pack_module("nodes.host.state")
     request.getfixturevalue("monkeypatch").setattr(state, "_RESIDENCY", None)
     (tmp_path / "m").mkdir()
-    patchers = {name: build(comfy, machine, tmp_path / "m", name) for name in LAYERS}
+    patchers = {name: build(core, machine, tmp_path / "m", name) for name in LAYERS}
     ids = {name: f"{n}:{name}:model" for n, name in enumerate(LAYERS, 1)}
     loading, run_log = host.pack_module("nodes.host.loading"), host.pack_module("memory.residency.run_log")
     controller = state.residency().controller
@@ -309,7 +309,7 @@ def test_the_controller_gives_back_the_pins_of_a_model_the_graph_is_done_with(
             ids[name], path.name, "diffusion_model", patcher, patcher.model, [path], "auto"
         )
         controller.register(ids[name], path.name, handle)
-    compute(comfy, patchers["te"])
+    compute(core, patchers["te"])
     assert patchers["te"].loaded_ram_size() > 0
     from comfyui_headroom.memory.planning.costmodel import Budget, Hardware, Tier
     from comfyui_headroom.memory.planning.planner import Placement, Plan, StepPlan
@@ -336,18 +336,18 @@ def test_the_controller_gives_back_the_pins_of_a_model_the_graph_is_done_with(
 
 
 def test_the_bound_gauges_read_the_hosts_pins_and_comfy_aimdos_vram_by_their_names(
-    comfy: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+    core: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What a node's "bounded by" line reads from this host (nodes/host/host_gauges.py): its pinned total,
     and comfy-aimdo's own VRAM figure through its Python function (the native call stands in: no device)."""
     from comfyui_headroom.nodes.host import host_gauges
 
-    monkeypatch.setattr(comfy.mm, "TOTAL_PINNED_MEMORY", 3 * GiB)
+    monkeypatch.setattr(core.mm, "TOTAL_PINNED_MEMORY", 3 * GiB)
     assert host_gauges.host_pinned() == 3 * GiB
     vram, note = host_gauges.aimdo_vram()
     assert vram is None and note.startswith("DynamicVRAM is off")  # a CPU host pages nothing
     control = sys.modules["comfy_aimdo.control"]
-    monkeypatch.setattr(comfy.cmm, "aimdo_enabled", True)
+    monkeypatch.setattr(core.cmm, "aimdo_enabled", True)
     monkeypatch.setattr(control, "devctxs", [1, 2])
     monkeypatch.setattr(control.lib, "get_total_vram_usage", lambda devctx: devctx * GiB)
     assert host_gauges.aimdo_vram() == (3 * GiB, "")

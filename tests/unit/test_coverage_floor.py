@@ -126,3 +126,32 @@ def test_with_comfyui_root_the_floor_is_that_hosts_and_a_drop_fails(
     assert dropped.returncode == 1, dropped.stdout
     assert f"coverage on {label}: unit 1 ran / 0 skipped" in dropped.stdout
     assert "coverage below the floor: unit: 1 tests ran, the floor is 2" in dropped.stdout
+
+
+def test_a_run_of_one_tier_is_held_to_that_tiers_floor_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """scripts/primary-host runs tests/host alone with ``--coverage-tiers host``: the unit floor of the
+    same host entry does not fail it, a host test dropped does, and recording keeps the unit floor."""
+    monkeypatch.delenv("COMFYUI_ROOT", raising=False)
+    _project(tmp_path)
+    host_tests = tmp_path / "tests" / "host"
+    host_tests.mkdir()
+    (host_tests / "test_h.py").write_text("def test_h1():\n    pass\n\ndef test_h2():\n    pass\n")
+    floor = tmp_path / "floor.json"
+    floor.write_text(json.dumps({"hosts": {host_label(): {"unit": 2, "host": 2}}}))
+    args = ("tests/host", "--coverage-floor", str(floor))
+
+    whole_floor = _run(tmp_path, *args)
+    assert whole_floor.returncode == 1, whole_floor.stdout  # unit: 0 ran, the floor is 2
+    one_tier = _run(tmp_path, *args, "--coverage-tiers", "host")
+    assert one_tier.returncode == 0, one_tier.stdout
+
+    (host_tests / "test_h.py").write_text("def test_h1():\n    pass\n")
+    dropped = _run(tmp_path, *args, "--coverage-tiers", "host")
+    assert dropped.returncode == 1, dropped.stdout
+    assert "coverage below the floor: host: 1 tests ran, the floor is 2" in dropped.stdout
+
+    recorded = _run(tmp_path, *args, "--coverage-tiers", "host", "--coverage-record")
+    assert recorded.returncode == 0, recorded.stdout
+    assert read_floor(floor, host_label()) == {"unit": 2, "host": 1}

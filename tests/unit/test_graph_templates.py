@@ -97,7 +97,8 @@ def test_widget_mapping_agrees_with_the_templates_own_names() -> None:
     A few templates' names are stale (their values were edited later), so a small disagreement rate is
     allowed; a systematic error (control values, upload buttons, widget order) would exceed it.
     """
-    from comfyui_headroom.memory.workflow.workflow_ui import _Scope, _UiParser
+    from comfyui_headroom.memory.workflow.ui_scope import _Scope
+    from comfyui_headroom.memory.workflow.workflow_ui import _UiParser
 
     checked = agreed = 0
     for _, data in _template_workflows():
@@ -134,7 +135,8 @@ def test_every_node_type_of_the_templates_is_in_the_table() -> None:
 
 @needs_templates
 def test_promoted_subgraph_values_agree_with_the_templates_own_names() -> None:
-    from comfyui_headroom.memory.workflow.workflow_ui import _Scope, _UiParser
+    from comfyui_headroom.memory.workflow.ui_scope import _Scope
+    from comfyui_headroom.memory.workflow.workflow_ui import _UiParser
 
     checked = 0
     for _, data in _template_workflows():

@@ -24,6 +24,10 @@ USES = touched(ROOT / "nodes" / "host")
 def test_there_is_a_record_for_each_host_the_pack_supports() -> None:
     assert {"2024-03", "0.3.64", "0.18.2", "0.33.0", "0.38.0"} <= set(RECORDS)
     assert RECORDS["0.38.0"]["modules"] == ["comfy.model_management"]  # what a public index had to read
+    # the DynamicVRAM library: 0.33 pins 0.4.13, 0.38 pins 0.5.5, 0.6.0 is the newest (read from the wheels)
+    assert {"comfy-aimdo-0.4.13", "comfy-aimdo-0.5.5", "comfy-aimdo-0.6.0"} <= set(RECORDS)
+    for version in ("0.4.13", "0.5.5", "0.6.0"):
+        assert RECORDS[f"comfy-aimdo-{version}"]["names"]["comfy_aimdo.control.get_total_vram_usage"]
 
 
 def test_the_scan_finds_what_the_pack_patches_and_calls() -> None:

@@ -328,3 +328,19 @@ def test_acyclic_imports_pass_and_outside_modules_are_kept(tmp_path: Path) -> No
     assert [(i.target, i.in_pack) for i in graph["memory.a"]] == [
         ("torch", False), ("memory.b", True), ("comfy", False),
     ]  # fmt: skip
+
+
+def test_the_module_map_in_docs_architecture_names_every_module() -> None:
+    """docs/architecture.md's "Folders" section is the module map: a new module is named there."""
+    import re
+
+    doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = doc[doc.index("## Folders") : doc.index("## Layer rules")]
+    named = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", section))
+    missing = [
+        str(p.relative_to(ROOT))
+        for folder in PACK_DIRS
+        for p in sorted((ROOT / folder).rglob("*.py"))
+        if p.stem != "__init__" and p.stem not in named
+    ]
+    assert missing == [], f"name these in docs/architecture.md's module map: {missing}"

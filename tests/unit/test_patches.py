@@ -5,13 +5,14 @@ hook that never fires while prompts run is a warning, and the executor patches g
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
 
 from comfyui_headroom.nodes.host import events
-from comfyui_headroom.nodes.host.patches import PatchRegistry
+from comfyui_headroom.nodes.host.patches import PatchRefused, PatchRegistry
 
 
 class Model:
@@ -43,15 +44,149 @@ def test_patches_undo_newest_first_so_stacked_wrappers_unwind() -> None:
     assert module.run is original
 
 
-def test_a_patch_replaced_again_by_someone_else_is_left_alone(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_value_replaced_again_by_someone_else_is_left_alone_and_stays_stuck(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    registry = PatchRegistry()
+    target = SimpleNamespace(flag=False)
+    patch = registry.replace("server.flag", target, "flag", True)
+    target.flag = "theirs"
+    with caplog.at_level(logging.WARNING, logger="headroom"):
+        assert registry.uninstall() == 0
+    assert target.flag == "theirs" and "replaced again" in caplog.text
+    assert registry.patches == [patch] and patch.stuck and patch.installed
+    assert registry.state() == {"server.flag": {"installed": 0, "fired": 0, "stuck": 1}}
+    target.flag = True  # they put it back: the retry undoes ours
+    assert registry.uninstall() == 1 and target.flag is False and registry.patches == []
+
+
+def _another_packs_wrapper(module: ModuleType, calls: list[str]) -> Callable[[], None]:
+    """What another pack does after Headroom: wrap ``module.run`` by plain assignment; returns its unwrap."""
+    below = module.run
+
+    def run() -> None:
+        calls.append("theirs")
+        below()
+
+    module.run = run
+    return lambda: setattr(module, "run", below)
+
+
+def _ours(registry: PatchRegistry, module: ModuleType, calls: list[str]) -> Any:
+    def make(original: Any) -> Any:
+        def run() -> None:
+            patch.fire()
+            calls.append("ours")
+            original()
+
+        return run
+
+    patch = registry.wrap("execution.run", module, "run", make)
+    return patch
+
+
+def test_under_another_packs_wrapper_a_failed_undo_is_stuck_passes_through_and_rearms_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Another pack wraps after Headroom: uninstall cannot put the attribute back, so the patch stays,
+    stuck and reported, its shim stepping out of the middle of the chain; installing again re-arms that
+    shim (one wrap, not two), and once the other pack is gone the retry restores the host's own."""
+    registry = PatchRegistry()
+    calls: list[str] = []
+    module = ModuleType("execution")
+
+    def host() -> None:
+        calls.append("host")
+
+    module.run = host
+    patch = _ours(registry, module, calls)
+    unwrap = _another_packs_wrapper(module, calls)
+    module.run()
+    assert calls == ["theirs", "ours", "host"]
+
+    with caplog.at_level(logging.WARNING, logger="headroom"):
+        assert registry.uninstall() == 0
+    assert "could not undo execution.run (replaced again by someone else)" in caplog.text
+    assert registry.patches == [patch] and patch.installed and patch.stuck
+    assert registry.state() == {"execution.run": {"installed": 0, "fired": 1, "stuck": 1}}
+    assert registry.find("execution.run") is None
+    calls.clear()
+    module.run()
+    assert calls == ["theirs", "host"]  # ours stepped out of the middle of the chain
+
+    again = _ours(registry, module, calls)
+    assert again is patch and not patch.stuck and len(registry.patches) == 1
+    calls.clear()
+    module.run()
+    assert calls == ["theirs", "ours", "host"]  # exactly once: not ours, theirs, ours, host
+    assert registry.state() == {"execution.run": {"installed": 1, "fired": 2, "stuck": 0}}
+
+    with caplog.at_level(logging.WARNING, logger="headroom"):
+        registry.uninstall()  # stuck again, and the retry below is not warned about twice
+        caplog.clear()
+        assert registry.uninstall() == 0
+    assert not caplog.records
+    unwrap()  # they take theirs off: ours is on top again
+    assert registry.uninstall() == 1 and module.run is host and registry.patches == []
+
+
+def test_a_second_install_of_the_same_name_on_the_same_target_is_refused() -> None:
+    registry = PatchRegistry()
+    module, other = ModuleType("execution"), ModuleType("other")
+    module.run = other.run = lambda: "host"
+    registry.replace("execution.run", module, "run", lambda: "ours")
+    with pytest.raises(PatchRefused, match="already installed"):
+        registry.replace("execution.run", module, "run", lambda: "twice")
+    with pytest.raises(PatchRefused, match="already installed"):
+        registry.wrap("execution.run", module, "run", lambda inner: inner)
+    registry.replace("execution.run", other, "run", lambda: "ours")  # another target is another patch
+    assert module.run() == "ours" and len(registry.patches) == 2
+
+
+def test_an_undo_that_raises_is_stuck_and_retried_at_the_next_uninstall(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    registry = PatchRegistry()
+    attempts: list[int] = []
+
+    def undo() -> None:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise OSError("busy")
+
+    patch = registry.record("host.write", undo)
+    with caplog.at_level(logging.WARNING, logger="headroom"):
+        assert registry.uninstall() == 0
+    assert "its undo raised OSError('busy')" in caplog.text and patch.stuck
+    assert registry.state()["host.write"]["stuck"] == 1
+    assert registry.uninstall() == 1 and len(attempts) == 2 and registry.patches == []
+
+
+def test_a_shim_keeps_a_coroutine_function_one_and_binds_as_a_method() -> None:
+    import asyncio
+    import inspect
+
     registry = PatchRegistry()
     module = ModuleType("execution")
-    module.run = lambda: "host"
-    registry.replace("execution.run", module, "run", lambda: "ours")
-    theirs = module.run = lambda: "theirs"
-    with caplog.at_level(logging.WARNING, logger="headroom"):
-        registry.uninstall()
-    assert module.run is theirs and "replaced again" in caplog.text
+
+    async def validate() -> str:
+        return "host"
+
+    module.validate = validate
+
+    def make(original: Any) -> Any:
+        async def ours() -> str:
+            return "ours+" + await original()
+
+        return ours
+
+    registry.wrap("execution.validate", module, "validate", make)
+    assert inspect.iscoroutinefunction(module.validate)
+    assert asyncio.run(module.validate()) == "ours+host"
+    registry.replace("Model.apply_model", Model, "apply_model", lambda self, x: x + 1)
+    assert Model().apply_model(1) == 2
+    registry.uninstall()
+    assert Model().apply_model(1) == 1 and "apply_model" in vars(Model)
 
 
 def test_installed_and_fired_are_separate_and_a_silent_per_prompt_hook_is_a_warning_once(
@@ -62,15 +197,15 @@ def test_installed_and_fired_are_separate_and_a_silent_per_prompt_hook_is_a_warn
     live = registry.replace("host.a", target, "a", object(), per_prompt=True)
     registry.replace("host.b", target, "b", object(), per_prompt=True)
     assert registry.state() == {
-        "host.a": {"installed": 1, "fired": 0},
-        "host.b": {"installed": 1, "fired": 0},
+        "host.a": {"installed": 1, "fired": 0, "stuck": 0},
+        "host.b": {"installed": 1, "fired": 0, "stuck": 0},
     }
     with caplog.at_level(logging.WARNING, logger="headroom"):
         for prompt in ("p1", "p1", "p2", "p3"):  # p1 is seen twice (two hooks report it): one prompt
             registry.prompt_seen(prompt)
             live.fire()
-    assert registry.state()["host.a"] == {"installed": 1, "fired": 4}
-    assert registry.state()["host.b"] == {"installed": 1, "fired": 0}
+    assert registry.state()["host.a"] == {"installed": 1, "fired": 4, "stuck": 0}
+    assert registry.state()["host.b"] == {"installed": 1, "fired": 0, "stuck": 0}
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1 and "host.b" in warnings[0] and "never fired" in warnings[0]
 
@@ -124,7 +259,7 @@ def test_the_event_sources_patches_go_through_the_registry_and_come_off_exactly(
     state = registry.state()
     assert state["execution.reset_progress_state"]["fired"] == 1
     assert state["execution.PromptExecutor.add_message"]["fired"] == 1
-    assert state["execution.validate_prompt"] == {"installed": 1, "fired": 0}
+    assert state["execution.validate_prompt"] == {"installed": 1, "fired": 0, "stuck": 0}
     assert source.uninstall() == 4 and source.hooks == {}
     assert dict(vars(execution)) == before[0]
     assert dict(vars(execution.PromptExecutor)) == before[1]
@@ -195,3 +330,64 @@ def test_a_forgotten_patch_is_not_undone() -> None:
     patch = registry.record("x", lambda: undone.append("x"))
     registry.forget(patch)
     assert registry.uninstall() == 0 and undone == [] and not patch.installed
+
+
+def test_a_write_recorded_on_a_host_object_holds_it_weakly_and_is_refused_twice() -> None:
+    """``record_on`` (a module's read-through hooks): undone with the object while it lives, one per name
+    and object, and forgotten when the host frees the object, which the registry does not keep alive."""
+    import gc
+    import weakref
+
+    registry = PatchRegistry()
+    undone: list[Any] = []
+    model, other = Model(), Model()
+    patch = registry.record_on("Module._apply[x]", model, undone.append)
+    assert (
+        registry.find_on("Module._apply[x]", model) is patch
+        and registry.find_on("Module._apply[x]", other) is None
+    )
+    with pytest.raises(PatchRefused):
+        registry.record_on("Module._apply[x]", model, undone.append)
+    registry.record_on("Module._apply[x]", other, undone.append)
+    assert registry.uninstall(patch) == 1 and undone == [model]
+    freed = weakref.ref(other)
+    del other
+    gc.collect()
+    assert freed() is None and registry.patches == []
+
+
+def test_the_event_sources_oom_retry_under_another_packs_wrapper_steps_out_and_rearms_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The executor's patches as installed: another pack wraps get_output_data after Headroom. Uninstall
+    leaves the retry stuck (reported) and passing straight through; installing again arms it once."""
+    registry = PatchRegistry()
+    monkeypatch.setattr(events, "REGISTRY", registry)
+    calls: list[str] = []
+    execution = current_execution()
+
+    def host(*args: Any) -> str:
+        calls.append("host")
+        return "out"
+
+    execution.get_output_data = host
+    source = events.EventSource()
+    source.install(execution)
+    below = execution.get_output_data
+
+    def theirs(*args: Any) -> str:
+        calls.append("theirs")
+        return below(*args)
+
+    execution.get_output_data = theirs
+    assert source.uninstall() == 2  # the validation mark and the cache report came off; the retry is stuck
+    name = "execution.get_output_data[oom_retry]"
+    assert registry.state() == {name: {"installed": 0, "fired": 0, "stuck": 1}}
+    assert execution.get_output_data() == "out" and calls == ["theirs", "host"]
+    assert registry.state()[name]["fired"] == 0  # passed straight through: Headroom's wrapper did not run
+
+    assert source.install(execution)["oom_retry"] == "on"
+    calls.clear()
+    assert execution.get_output_data() == "out" and calls == ["theirs", "host"]
+    assert registry.state()[name] == {"installed": 1, "fired": 1, "stuck": 0}  # in the chain once
+    assert len([p for p in registry.patches if p.name == name]) == 1
