@@ -133,3 +133,20 @@ def check_stream_budgets(graph: Graph, workload: Workload) -> None:
                     f"least {format_bytes(need)} before activations (its non-block weights and one slot for "
                     "its largest block); the node refuses it when it runs: raise vram_budget, or auto"
                 )
+
+
+def graph_workload(
+    graph: Graph,
+    hardware: Hardware,
+    *,
+    models_dir: ModelsDir = None,
+    outputs: list[str] | None = None,
+    tiled_decode: TiledDecodeFigures | None = None,
+    media: MediaSizes | None = None,
+) -> Workload:
+    """The order and extraction stages alone, for a graph already parsed (and changed: the remedies plan
+    variants of one workflow), with nothing cached."""
+    order = predict_order(graph, frozenset(), outputs)
+    return workload_from_graph(
+        graph, order, models_dir=models_dir, hardware=hardware, tiled_decode=tiled_decode, media=media
+    )

@@ -30,12 +30,10 @@ from ..models.catalog import ModelsDir, catalog, catalog_name, model_roots, norm
 from ..names import NODE_IDS
 from ..units import format_bytes
 from ..workflow.graph_types import Graph, Link, Node
-from ..workflow.order import predict_order
 from .baselines import comfyui_reactive
 from .costmodel import Budget, Hardware
-from .extract import workload_from_graph
 from .latents import MediaSizes
-from .pipeline import plan_workflow
+from .pipeline import graph_workload, plan_workflow
 from .planner import Plan, minimum_vram, plan
 from .preflight import latent_driver, latent_size, node_name
 from .tiled_decode import TiledDecodeFigures
@@ -150,16 +148,18 @@ class Replanner:
         models_dir: ModelsDir = None,
         outputs: list[str] | None = None,
         tiled_decode: TiledDecodeFigures | None = None,
+        media: MediaSizes | None = None,
     ) -> None:
         self.graph, self.budget, self.hardware, self.headroom = graph, budget, hardware, headroom
+        self.media = media
         self.models_dir, self.outputs, self.tiled_decode = models_dir, outputs, tiled_decode
         self.count = 0  # plans made, for the tests and the bench
 
     def workload(self, graph: Graph) -> Workload:
-        order = predict_order(graph, frozenset(), self.outputs)
-        return workload_from_graph(
-            graph, order, models_dir=self.models_dir, hardware=self.hardware, tiled_decode=self.tiled_decode
-        )
+        return graph_workload(
+            graph, self.hardware, models_dir=self.models_dir, outputs=self.outputs,
+            tiled_decode=self.tiled_decode, media=self.media,
+        )  # fmt: skip
 
     def outcome(self, changes: Sequence[Change]) -> Outcome:
         self.count += 1
@@ -466,6 +466,7 @@ def make_it_fit(
     models_dir: ModelsDir = None,
     outputs: list[str] | None = None,
     tiled_decode: TiledDecodeFigures | None = None,
+    media: MediaSizes | None = None,
 ) -> list[Remedy]:
     """Up to three changes that make the workflow fit (see the module docstring); [] when it fits both ways
     or nothing found fits."""
@@ -474,7 +475,7 @@ def make_it_fit(
         return []
     rp = Replanner(
         graph, result.budget, result.hardware, headroom=headroom, models_dir=models_dir, outputs=outputs,
-        tiled_decode=tiled_decode,
+        tiled_decode=tiled_decode, media=media,
     )  # fmt: skip
     step = _worst(workload, result, headroom)
     if step is None:
@@ -490,6 +491,7 @@ def make_it_fit(
             models_dir=models_dir,
             outputs=outputs,
             tiled_decode=tiled_decode,
+            media=media,
         )
     )
     found: list[Remedy] = []
@@ -547,6 +549,7 @@ def prompt_remedies(
                 models_dir=models_dir,
                 outputs=outputs,
                 tiled_decode=tiled_decode,
+                media=media,
             )
     except (ValueError, KeyError, TypeError, OverflowError, RecursionError, PlanTimeout):
         return []
