@@ -106,6 +106,15 @@ def plan_workflow(
     return Planned(graph, order, workload, result, hardware, held, seconds)
 
 
+class BudgetRefused(ValueError):
+    """A streaming node's VRAM budget the node refuses when it runs; ``node_id`` is the node that computes
+    with the model (the Streaming KSampler, or the sampler a Stream Model's model reaches)."""
+
+    def __init__(self, message: str, node_id: str) -> None:
+        super().__init__(message)
+        self.node_id = node_id
+
+
 def check_stream_budgets(graph: Graph, workload: Workload) -> None:
     """The streaming nodes' run-time rule (streaming.placement.choose_streaming), applied to the plan: a
     VRAM budget below a model's non-block weights plus one slot for its largest block cannot stream it,
@@ -128,10 +137,11 @@ def check_stream_budgets(graph: Graph, workload: Workload) -> None:
             c = workload.component(cid)
             need = c.rest + max(c.blocks, default=0)
             if budget is not None and c.blocks and budget < need:
-                raise ValueError(
+                raise BudgetRefused(
                     f"{where}: a VRAM budget of {format_bytes(budget)} cannot stream {c.label}: it needs at "
                     f"least {format_bytes(need)} before activations (its non-block weights and one slot for "
-                    "its largest block); the node refuses it when it runs: raise vram_budget, or auto"
+                    "its largest block); the node refuses it when it runs: raise vram_budget, or auto",
+                    step.node_id,
                 )
 
 

@@ -38,6 +38,7 @@ from types import ModuleType
 from typing import Any
 
 from . import legacy_2024
+from .budget_check import refuse_unstreamable
 from .patches import REGISTRY
 
 _log = logging.getLogger("headroom")
@@ -275,16 +276,18 @@ def _hook_validation(source: EventSource, execution: ModuleType) -> str:
             @functools.wraps(original)
             async def validate_prompt(*args: Any, **kwargs: Any) -> Any:
                 patch.fire()
-                with source.validation(_prompt_of(args, kwargs)) as answer:
-                    answer.append(await original(*args, **kwargs))
+                prompt = _prompt_of(args, kwargs)
+                with source.validation(prompt) as answer:
+                    answer.append(refuse_unstreamable(prompt, await original(*args, **kwargs)))
                     return answer[0]
         else:
 
             @functools.wraps(original)
             def validate_prompt(*args: Any, **kwargs: Any) -> Any:
                 patch.fire()
-                with source.validation(_prompt_of(args, kwargs)) as answer:
-                    answer.append(original(*args, **kwargs))
+                prompt = _prompt_of(args, kwargs)
+                with source.validation(prompt) as answer:
+                    answer.append(refuse_unstreamable(prompt, original(*args, **kwargs)))
                     return answer[0]
 
         validate_prompt.__headroom__ = True  # type: ignore[attr-defined]

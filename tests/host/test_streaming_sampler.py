@@ -111,6 +111,16 @@ def test_a_bad_budget_is_refused_at_queue_time_naming_the_node_and_the_input(tin
     assert SAMPLER_NAME in str(info.value) and "6GB" in str(info.value)  # what to write instead
 
 
+def test_a_budget_the_node_would_refuse_at_run_time_is_refused_at_validation(tiny: Host) -> None:
+    """Issue #43: "0.001" (1 MiB) passed the node's own validation, which sees the text but not the model,
+    and was refused only when the node ran. Headroom's hook of the host's validate_prompt applies the
+    node's run-time rule (non-block weights plus one block) with the model it reads from the prompt."""
+    with pytest.raises(PromptInvalid, match="vram_budget") as info:
+        tiny.validate(prompt("HeadroomStreamingSampler", vram_budget="0.001"), "unstreamable-budget")
+    assert "cannot stream" in str(info.value) and "'9'" in str(info.value)  # the node, and why
+    assert tiny.validate(prompt("HeadroomStreamingSampler", vram_budget="0.075"), "streamable") == ["7"]
+
+
 @pytest.mark.parametrize("budget", ["6", "6GB", "6 GiB", "6144MB", "auto", " 0.5 gb "])
 def test_the_budget_sizes_the_command_line_takes_pass_validation(tiny: Host, budget: str) -> None:
     """The host accepts the prompt whole (its one output will run) and the node reads the budget as the
