@@ -165,6 +165,13 @@ class Stack:
     latent: str = "EmptySD3LatentImage"
 
 
+# the Wan stacks' encoder, VAE and latent (the 5B's own VAE and latent aside)
+_WAN21: dict[str, Any] = {
+    "clip": ("umt5_xxl_fp16.safetensors",),
+    "clip_type": "wan",
+    "vae": "wan_2.1_vae.safetensors",
+    "latent": "EmptyHunyuanLatentVideo",
+}
 STACKS: dict[str, Stack] = {
     "flux": Stack(
         {"bf16": "flux1-dev.safetensors", "fp8": "flux1-dev-fp8.safetensors"},
@@ -201,27 +208,18 @@ STACKS: dict[str, Stack] = {
     ),
     "wan21_14b": Stack(
         {"bf16": "wan2.1_t2v_14B_bf16.safetensors", "fp8": "wan2.1_t2v_14B_fp8_scaled.safetensors"},
-        clip=("umt5_xxl_fp16.safetensors",),
-        clip_type="wan",
-        vae="wan_2.1_vae.safetensors",
-        latent="EmptyHunyuanLatentVideo",
+        **_WAN21,
     ),
     "wan21_1.3b": Stack(
         {"bf16": "wan2.1_t2v_1.3B_bf16.safetensors"},
-        clip=("umt5_xxl_fp16.safetensors",),
-        clip_type="wan",
-        vae="wan_2.1_vae.safetensors",
-        latent="EmptyHunyuanLatentVideo",
+        **_WAN21,
     ),
     "wan22_14b": Stack(
         {
             "bf16": "wan2.2_t2v_high_noise_14B_fp16.safetensors",
             "fp8": "wan2.2_t2v_high_noise_14B_fp8_scaled.safetensors",
         },
-        clip=("umt5_xxl_fp16.safetensors",),
-        clip_type="wan",
-        vae="wan_2.1_vae.safetensors",
-        latent="EmptyHunyuanLatentVideo",
+        **_WAN21,
     ),
     "wan22_5b": Stack(
         {"bf16": "wan2.2_ti2v_5B_fp16.safetensors"},
