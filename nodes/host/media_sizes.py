@@ -17,11 +17,6 @@ from typing import Any
 from .lookups import host_module
 
 _log = logging.getLogger("headroom")
-_ANNOTATIONS = {
-    "[input]": "get_input_directory",
-    "[output]": "get_output_directory",
-    "[temp]": "get_temp_directory",
-}
 MAX_NAME = 512  # a longer name is no file the host lists
 NOT_READ = "its size is read from the file when it runs (not a file of the input folder Headroom may read)"
 
@@ -31,15 +26,12 @@ def _path(name: str) -> str | None:
     if not name or len(name) > MAX_NAME or "\x00" in name:
         return None
     folder_paths = host_module("folder_paths")
-    getter = "get_input_directory"
-    for tag, fn in _ANNOTATIONS.items():
-        if name.endswith(f" {tag}") or name.endswith(tag):
-            name, getter = name[: -len(tag)].rstrip(), fn
-            break
-    base = getattr(folder_paths, getter, None)
-    if base is None:
+    annotated = getattr(folder_paths, "annotated_filepath", None)  # the host's own "[input]" rule
+    name, folder = annotated(name) if annotated is not None else (name, None)
+    base = folder or getattr(folder_paths, "get_input_directory", lambda: None)()
+    if not base:
         return None
-    root = os.path.realpath(base())
+    root = os.path.realpath(base)
     path = os.path.realpath(os.path.join(root, name))
     try:
         inside = os.path.commonpath((root, path)) == root
