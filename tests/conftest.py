@@ -12,6 +12,7 @@ import atexit
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,18 @@ def host_root() -> Path:
         if os.environ.get("HEADROOM_REQUIRE_HOST") == "1":
             pytest.fail(f"HEADROOM_REQUIRE_HOST=1 but {exc}")
         pytest.skip(str(exc))
+
+
+@pytest.fixture
+def fresh_process_state() -> Iterator[None]:
+    """The pack's process-wide state made new for the test and again after it, in one call
+    (``nodes.host.reset_process_state``; docs/architecture.md, "Process-wide state"). The hooks a test
+    armed on stand-in modules are left off."""
+    from comfyui_headroom.nodes.host import reset_process_state
+
+    reset_process_state(rearm=False)
+    yield
+    reset_process_state(rearm=False)
 
 
 @pytest.fixture(scope="session")

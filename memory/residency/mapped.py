@@ -36,6 +36,7 @@ from typing import cast
 import torch
 
 from ..models.header import ComponentError, read_header
+from ..process_state import PROCESS
 from ..streaming import file_reads
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
@@ -288,7 +289,12 @@ def _equal_through_file(view: torch.Tensor, t: torch.Tensor) -> bool:
 
 # Every live mapping of this process, by (resolved path, identity): held weakly, so a file is unmapped
 # when the last component using it lets it go.
-_MAPPINGS: weakref.WeakValueDictionary[tuple[str, Identity], MappedFile] = weakref.WeakValueDictionary()
+_MAPPINGS: weakref.WeakValueDictionary[tuple[str, Identity], MappedFile] = PROCESS.hold(
+    "residency.mapped: live mappings",
+    weakref.WeakValueDictionary(),
+    "one mapping per file for every component using it; weak, so it empties as components go (forgetting "
+    "a live one would map its file twice)",
+)
 _MAPPINGS_LOCK = threading.Lock()
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..optional import optional_module
+from ..process_state import PROCESS
 from ..units import GiB, format_bytes, parse_size_setting
 
 _log = logging.getLogger("headroom")
@@ -135,6 +136,11 @@ class RamKnob:
             if self.last is None or now - self.read_at >= self.refresh_s:
                 self.last, self.read_at = self.machine(), now
             return self.last
+
+    def reset(self) -> None:
+        """As made: no setting, nothing warned, the machine read again at the next use."""
+        with self.lock:
+            self.setting, self.warned, self.last, self.read_at = None, "", None, -math.inf
 
     def configure(self, value: int | str | None) -> None:
         """Set the budget (bytes, or a size such as "24GB"; None or "auto": the machine's). A bad size
@@ -306,4 +312,9 @@ def release_pinned_cache() -> bool:
         return False
 
 
-RAM = RamKnob()  # the process's knob (the host sets it through state.configure_ram_budget)
+RAM: RamKnob = PROCESS.hold(  # the process's knob (the host sets it through state.configure_ram_budget)
+    "residency.ram_budget: RAM knob",
+    RamKnob(),
+    "the RAM budget the user set (Offload Loader, route), read at every node boundary",
+    reset=lambda: RAM.reset(),
+)

@@ -36,6 +36,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from ..process_state import PROCESS
 from ..streaming import file_reads
 from ..streaming.host_buffer import direct, set_weight
 from .host_memory import private_copy
@@ -143,7 +144,12 @@ def _copies(fn: Callable[..., Any], module: nn.Module) -> bool:
     return False
 
 
-_INSTALLED: weakref.WeakKeyDictionary[nn.Module, _Hooks] = weakref.WeakKeyDictionary()
+_INSTALLED: weakref.WeakKeyDictionary[nn.Module, _Hooks] = PROCESS.hold(
+    "residency.read_through: installed modules",
+    weakref.WeakKeyDictionary(),
+    "the undo of each module's read-through hooks; weak, it dies with the module (forgetting it would leave "
+    "the hooks on a live module for good)",
+)
 
 
 def install(module: nn.Module, forward: bool = True, pin: bool = False) -> int:

@@ -19,6 +19,8 @@ from typing import Protocol
 
 import torch
 
+from ..process_state import PROCESS
+
 
 class Source(Protocol):
     """A mapped file as this module needs it (``MappedFile``)."""
@@ -32,7 +34,11 @@ class Source(Protocol):
     def check(self) -> None: ...  # raise when the file is no longer the one mapped
 
 
-_SOURCES: weakref.WeakSet[Source] = weakref.WeakSet()
+_SOURCES: weakref.WeakSet[Source] = PROCESS.hold(
+    "streaming.file_reads: sources",
+    weakref.WeakSet(),
+    "the mapped files a copy can read instead of faulting pages in; weak, each leaves with its mapping",
+)
 
 
 def register(source: Source) -> None:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..process_state import PROCESS
+
 
 @dataclass(frozen=True)
 class Packed:
@@ -32,7 +34,11 @@ class Packed:
 
 
 Adapter = Callable[[torch.Tensor], "Packed | None"]
-_ADAPTERS: list[Adapter] = []
+_ADAPTERS: list[Adapter] = PROCESS.hold(
+    "streaming.storage: tensor adapters",
+    [],
+    "the quantised-tensor formats registered at import (GGUF); a reset would forget them until a re-import",
+)
 _PLAIN = (torch.Tensor, nn.Parameter)
 
 

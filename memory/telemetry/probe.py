@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..optional import optional_module
+from ..process_state import PROCESS
 from .spill import Spill, SpillReader
 
 log = logging.getLogger("headroom")
@@ -71,8 +72,17 @@ class PinnedLedger:
         with self._lock:
             return sum(self._owners.values())
 
+    def clear(self) -> None:
+        with self._lock:
+            self._owners.clear()
 
-PINNED = PinnedLedger()
+
+PINNED: PinnedLedger = PROCESS.hold(
+    "telemetry.probe: pinned ledger",
+    PinnedLedger(),
+    "the pinned host bytes Headroom's streamers hold, by owner, read by every sample",
+    reset=lambda: PINNED.clear(),
+)
 
 
 class MemoryProbe:

@@ -35,6 +35,7 @@ import logging
 import sys
 from typing import Any
 
+from ...memory.process_state import PROCESS
 from .events import HOOKS_ENV, hooks_enabled
 from .lookups import prompt_server
 from .monitor import DISABLE_ENV, monitor_enabled
@@ -42,6 +43,7 @@ from .patches import REGISTRY
 from .routes import install_server
 from .state import events as _events
 from .state import monitor as _monitor  # aliased: the names ``events`` and ``monitor`` are the submodules
+from .state import running_hooks
 
 _log = logging.getLogger("headroom")
 
@@ -101,4 +103,19 @@ def uninstall_monitor() -> int:
     return undone
 
 
-__all__ = ["install_monitor", "uninstall_monitor"]
+def reset_process_state(rearm: bool = True) -> list[str]:
+    """Make every process-wide object of the pack new in one call (``memory.process_state.PROCESS``), as
+    just after ComfyUI imported it. The executor and server hooks hold the event source, so they come off
+    first and, with ``rearm``, go back on where they were (False leaves them off: a test that armed them on
+    stand-in modules). Returns the names made new. For tests, and for a host that wants a clean slate
+    without a restart."""
+    armed, server = running_hooks()
+    if armed:
+        uninstall_monitor()
+    names = PROCESS.reset()
+    if armed and rearm:
+        install_monitor(server)
+    return names
+
+
+__all__ = ["install_monitor", "reset_process_state", "uninstall_monitor"]

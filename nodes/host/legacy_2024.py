@@ -27,6 +27,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from ...memory.process_state import PROCESS
 from .patches import REGISTRY, Patch
 
 _log = logging.getLogger("headroom")
@@ -163,6 +164,9 @@ class NodeScopes:
     def current(self) -> tuple[str | None, str] | None:
         return self._stack[-1] if self._stack else None
 
+    def reset(self) -> None:
+        self.source, self._stack, self._ends = None, [], {}
+
     def at_end(self, node: tuple[str | None, str], callback: Callable[[], None]) -> None:
         self._ends.setdefault(node, []).append(callback)
 
@@ -205,7 +209,12 @@ class NodeScopes:
                 _log.exception("Headroom: detaching a streamed model failed; the workflow is not affected")
 
 
-_SCOPES = NodeScopes()
+_SCOPES: NodeScopes = PROCESS.hold(
+    "host.legacy_2024: node scopes",
+    NodeScopes(),
+    "the 2024 host's nodes running now and what to detach when each ends",
+    reset=lambda: _SCOPES.reset(),
+)
 
 
 def subscribe_scopes(source: Any) -> None:

@@ -8,9 +8,15 @@ import sys
 from typing import Any
 
 from ...memory.planning.costmodel import Hardware
+from ...memory.process_state import PROCESS
 from ...memory.telemetry.links import LinkStore, machine_identity, measured_hardware
 
-STORE = LinkStore()  # tests point it elsewhere (HEADROOM_CACHE_DIR, or a LinkStore of their own)
+STORE = PROCESS.hold(  # tests point it elsewhere (HEADROOM_CACHE_DIR, or a LinkStore of their own)
+    "host.links: measured links",
+    LinkStore(),
+    "this machine's measured disk and host-to-device rates; its state is its file under HEADROOM_CACHE_DIR, "
+    "so there is nothing in memory to reset",
+)
 MIN_DISK_BYTES = 256 * 2**20  # a smaller read times the page cache and the seek, not the disk
 
 

@@ -141,6 +141,13 @@ class Monitor(Subscriber):
         self.local = threading.local()  # per thread: the deadline of the preflight it runs
         self.history = MemoryHistory(*cuda_memory(), folder=_history_folder())
 
+    def close(self) -> None:
+        """Stop its threads (the sampler, the planning worker, a memory recording): the process's state is
+        made new (``reset_process_state``)."""
+        self.sampler.stop()
+        self.pool.close()
+        self.history.stop()
+
     # -- sampling and events
     def clients(self) -> int:
         return len(getattr(self.server, "sockets", None) or ())

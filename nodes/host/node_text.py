@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...memory.names import EVENTS
+from ...memory.process_state import PROCESS
 
 _log = logging.getLogger("headroom")
 _lock = threading.Lock()
@@ -18,7 +19,12 @@ _lock = threading.Lock()
 _monitor: Callable[[], Any] | None = None
 # a streaming state (StreamedModel, StreamedClip) -> (prompt id, workflow id, node id, text of a run)
 _owners: weakref.WeakKeyDictionary[Any, tuple[str | None, str | None, str, Callable[[Any], str]]] = (
-    weakref.WeakKeyDictionary()
+    PROCESS.hold(
+        "host.node_text: streaming owners",
+        weakref.WeakKeyDictionary(),
+        "which node each live streaming state reports to; weak, it dies with the state (a reset would "
+        "leave a streaming model's text with no node)",
+    )
 )
 
 

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...memory.process_state import PROCESS
+
 _log = logging.getLogger("headroom")
 
 POSTED_KEPT = 256  # writes to posted prompts kept undoable until their prompt starts
@@ -316,4 +318,9 @@ class PatchRegistry:
         return out
 
 
-REGISTRY = PatchRegistry()  # the process's one registry
+REGISTRY = PROCESS.hold(  # the process's one registry
+    "host.patches: patch registry",
+    PatchRegistry(),
+    "the undo of every change to the host; forgetting one would leave it in the host for good (tests undo "
+    "theirs with uninstall)",
+)

@@ -51,6 +51,7 @@ class PreflightQueue:
         self._bytes = 0
         self._running: _Job | None = None
         self._thread: threading.Thread | None = None
+        self._closing: threading.Thread | None = None  # the worker told to stop (close)
         self._serial = itertools.count()
         # what was done: jobs run, preflights refused (full), merged with a waiting one (same), dropped
         self.counts = {"run": 0, "full": 0, "same": 0, "dropped": 0, "fits": 0}
@@ -109,6 +110,19 @@ class PreflightQueue:
             self.counts["dropped"] += len(keys)
         return tags
 
+    def close(self) -> None:
+        """Stop the worker after the job it runs (the process's state made new): the jobs still waiting are
+        cancelled; a later submit starts a worker again."""
+        with self._cv:
+            jobs = [*self._urgent, *self._waiting.values()]
+            self._urgent.clear()
+            self._waiting.clear()
+            self._bytes = 0
+            self._closing = self._thread
+            self._cv.notify_all()
+        for job in jobs:
+            job.future.cancel()
+
     def cancelled(self) -> bool:
         """On the worker: whether the job it runs was dropped since it started."""
         job = self._running
@@ -132,10 +146,13 @@ class PreflightQueue:
             self._thread.start()
         self._cv.notify()
 
-    def _next(self) -> _Job:
+    def _next(self) -> _Job | None:
         with self._cv:
             while not self._urgent and not self._waiting:
                 self._running = None
+                if self._closing is threading.current_thread():
+                    self._closing = self._thread = None
+                    return None
                 self._cv.wait()
             if self._urgent:
                 job = self._urgent.popleft()
@@ -148,6 +165,8 @@ class PreflightQueue:
     def _work(self) -> None:
         while True:
             job = self._next()
+            if job is None:  # closed
+                return
             if not job.future.set_running_or_notify_cancel():
                 continue
             try:

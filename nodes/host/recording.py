@@ -29,10 +29,14 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from ...memory.process_state import PROCESS
+
 _log = logging.getLogger("headroom")
 
 RECORDING = "the host is recording this step into a CUDA graph"
-_told: set[str] = set()  # what was said once
+_told: set[str] = PROCESS.hold(
+    "host.recording: said once", set(), "what was said once per process", reset=lambda: _told.clear()
+)
 
 
 def _once(key: str, message: str, *args: Any) -> None:

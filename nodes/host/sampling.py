@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...memory.process_state import PROCESS
 from ...memory.residency.dynamic_policy import stream_note
 from ...memory.streaming.budget import activation_reserve, streaming_budget
 from ...memory.streaming.shared_uploads import SharedUploads
@@ -69,7 +70,12 @@ class StreamingRun:
     note: str = ""  # why nothing streamed, when nothing did
 
 
-_ACTIVE: dict[int, _Session] = {}  # id(diffusion module) -> the session streaming it now
+_ACTIVE: dict[int, _Session] = PROCESS.hold(  # id(diffusion module) -> the session streaming it now
+    "host.sampling: streaming sessions",
+    {},
+    "the diffusion models being streamed now (a second session on one refuses); empty between runs",
+    reset=lambda: _ACTIVE.clear(),
+)
 
 
 class _Session:

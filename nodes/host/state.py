@@ -1,6 +1,6 @@
 """Process state: the process-wide monitor, residency controller and executor event source, made on first
-use, and the wiring between them. Tests reach (and reset) process state here and nowhere else: set
-``_MONITOR``, ``_RESIDENCY`` or ``_EVENTS`` to None and the next call makes a new one.
+use, and the wiring between them. They are held with the pack's other process-wide objects in
+``memory.process_state.PROCESS``; ``nodes.host.reset_process_state()`` makes them all new in one call.
 
 The monitor and the controller never call each other. They meet here: both subscribe to the event
 source (the monitor first, so a node's telemetry opens before the controller moves models for it and
@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from ...memory.planning.costmodel import Budget
+from ...memory.process_state import PROCESS
 from ...memory.residency.ram_budget import RAM, RamBudget
 from ...memory.telemetry.runs import ResidencyEvent
 from . import node_text
@@ -27,6 +28,24 @@ _MONITOR: Monitor | None = None
 _RESIDENCY: Residency | None = None
 _EVENTS: EventSource | None = None
 _LOCK = threading.RLock()  # reentrant: the event source's factory makes the other two
+
+
+def _reset() -> None:
+    """Drop the three (the monitor's threads stopped); the next use makes new ones. The event source's
+    executor hooks are the caller's: ``reset_process_state`` takes them off first and puts them back."""
+    global _MONITOR, _RESIDENCY, _EVENTS
+    with _LOCK:
+        old, _MONITOR, _RESIDENCY, _EVENTS = _MONITOR, None, None, None
+    if old is not None:
+        old.close()
+
+
+PROCESS.hold(
+    "host.state: monitor, controller, event source",
+    (_MONITOR, _RESIDENCY, _EVENTS),
+    "made on first use and wired to each other and to the host's executor",
+    reset=_reset,
+)
 
 
 _T = TypeVar("_T")
@@ -63,6 +82,15 @@ def _event_source() -> EventSource:
     source = EventSource([monitor(), residency()] if monitor_enabled() else [residency()])
     subscribe_scopes(source)  # first: a streamed model detaches before the controller moves models
     return source
+
+
+def running_hooks() -> tuple[bool, object]:
+    """Whether the pack's hooks are on (an event source that patched the executor, or a monitor talking to a
+    server) and that server (None without one), read without making anything."""
+    with _LOCK:
+        source, m = _EVENTS, _MONITOR
+    server = m.server if m is not None else None
+    return bool(source is not None and source.hooks) or server is not None, server
 
 
 def card_budget() -> Budget | None:

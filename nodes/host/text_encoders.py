@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...memory.process_state import PROCESS
 from ...memory.streaming.budget import activation_reserve
 from ...memory.streaming.text_layouts import TEXT_ACTIVATION_FLOOR, discover_text_blocks, in_call_order
 from . import host_load, node_text, recording
@@ -40,7 +41,12 @@ from .sampling import StreamSettings, check_budget, streamed_line, streaming_cho
 
 _log = logging.getLogger("headroom")
 
-_ACTIVE: dict[int, ClipStreaming] = {}  # id(cond_stage_model) -> the session streaming it now
+_ACTIVE: dict[int, ClipStreaming] = PROCESS.hold(  # id(cond_stage_model) -> the session streaming it now
+    "host.text_encoders: streaming sessions",
+    {},
+    "the text encoders being streamed now; empty between runs",
+    reset=lambda: _ACTIVE.clear(),
+)
 
 
 @dataclass
@@ -226,7 +232,12 @@ class StreamedClip:
 
 ATTR = "_headroom_stream"
 _ENCODE_METHODS = ("encode_from_tokens", "encode_from_tokens_scheduled", "generate")
-_CLASSES: dict[type, type] = {}
+_CLASSES: dict[type, type] = PROCESS.hold(
+    "host.text_encoders: streamed classes",
+    {},
+    "one streamed subclass per CLIP class; instances swapped to one keep it, and a second per class would "
+    "break the swap back",
+)
 
 
 def _streamed_class(cls_or_streamed: type) -> type:

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from ...memory.models.header import ComponentError, read_header
+from ...memory.process_state import PROCESS
 from ...memory.residency.mapped import TORCH_DTYPES
 from ...memory.tiled_vae import DecodeOptions, Unsupported, make_tiled_decoder
 from .lookups import HOST_MODEL_FILES, host_module
@@ -27,8 +28,20 @@ _log = logging.getLogger("headroom")
 _PREFIXES = ("first_stage_model.", "vae.")  # a checkpoint's VAE part (SD/Flux; LTX-2's all-in-one)
 _WHOLE = 1 << 50  # a budget no frame exceeds: the engine's figure for the whole frame in one tile
 _KEEP = 8  # VAE files kept built (a few bytes each on the meta device)
-_built: OrderedDict[tuple[str, int, int], Any] = OrderedDict()  # (path, size, mtime) -> engine or reason
 _lock = threading.Lock()
+
+
+def _forget() -> None:
+    with _lock:
+        _built.clear()
+
+
+_built: OrderedDict[tuple[str, int, int], Any] = PROCESS.hold(  # (path, size, mtime) -> engine or reason
+    "host.vae_plan: built VAE engines",
+    OrderedDict(),
+    f"the last {_KEEP} VAE files' decode engines (built on the meta device), so a plan does not rebuild them",
+    reset=_forget,
+)
 
 
 def _state_dict(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:

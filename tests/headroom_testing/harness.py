@@ -292,6 +292,11 @@ class Host:
         suffix = f"{self.pack_dir.name}.{name}"
         return next(m for n, m in sys.modules.items() if n.endswith(suffix))
 
+    def reset_process_state(self) -> list[str]:
+        """The loaded pack's process-wide state made new in one call, its hooks on this host re-armed."""
+        names: list[str] = self.pack_module("nodes.host").reset_process_state()
+        return names
+
     def node_class(self, node_id: str) -> type:
         return self.nodes.NODE_CLASS_MAPPINGS[node_id]
 

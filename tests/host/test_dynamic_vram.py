@@ -115,10 +115,10 @@ def dynamic(host: Host, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setattr(cmm, "aimdo_enabled", True)
     monkeypatch.setattr(mm, "get_torch_device", lambda: CUDA)
     monkeypatch.setattr(mm, "get_free_memory", free)
-    state = host.pack_module("nodes.host.state")
-    monkeypatch.setattr(state, "_RESIDENCY", None)
+    host.reset_process_state()
     before = list(mm.current_loaded_models)
     yield aimdo
+    host.reset_process_state()
     mm.current_loaded_models[:] = before
 
 

@@ -297,7 +297,7 @@ def test_the_controller_gives_back_the_pins_of_a_model_the_graph_is_done_with(
     import time
 
     state = host.pack_module("nodes.host.state")
-    request.getfixturevalue("monkeypatch").setattr(state, "_RESIDENCY", None)
+    host.reset_process_state()
     (tmp_path / "m").mkdir()
     patchers = {name: build(core, machine, tmp_path / "m", name) for name in LAYERS}
     ids = {name: f"{n}:{name}:model" for n, name in enumerate(LAYERS, 1)}

@@ -203,9 +203,9 @@ def test_the_monitor_and_the_controller_do_not_know_each_other() -> None:
     assert not {"monitor", "state"} & _pack_imports("residency")
 
 
-def test_state_subscribes_both_and_wires_the_budget_and_the_moves(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("_MONITOR", "_RESIDENCY", "_EVENTS"):
-        monkeypatch.setattr(state, name, None)
+def test_state_subscribes_both_and_wires_the_budget_and_the_moves(
+    monkeypatch: pytest.MonkeyPatch, fresh_process_state: None
+) -> None:
     # no host's model management (host tests earlier in the process leave one with its own reserve)
     monkeypatch.delitem(sys.modules, "comfy.model_management", raising=False)
     m, control = state.monitor(), state.residency()

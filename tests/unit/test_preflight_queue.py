@@ -92,3 +92,17 @@ def test_a_refused_prompt_is_taken_out_and_its_running_plan_marked() -> None:
     go.set()
     assert queue.submit(lambda: None).result(WAIT_S) is None
     assert seen == [True]
+
+
+def test_close_cancels_what_waits_and_stops_the_worker_after_its_job() -> None:
+    """The process's state made new (reset_process_state) closes the old monitor's queue: its worker
+    finishes the job it runs, the waiting ones are cancelled, and no thread is left behind."""
+    queue, release, ran = held_queue()
+    waiting = queue.submit(lambda: ran.append("waiting"))
+    worker = queue._thread
+    queue.close()
+    release.set()
+    assert worker is not None
+    worker.join(WAIT_S)
+    assert not worker.is_alive() and waiting.cancelled() and ran == ["first"]
+    assert queue.submit(lambda: "again").result(WAIT_S) == "again"  # a later job starts a worker again

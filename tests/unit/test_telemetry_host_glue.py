@@ -21,11 +21,9 @@ from comfyui_headroom.nodes.host.monitor import Monitor
 
 
 @pytest.fixture
-def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
-    """New process-wide state for the test (monitor, controller, event source), and no host modules unless
+def fresh(monkeypatch: pytest.MonkeyPatch, fresh_process_state: None) -> None:
+    """New process-wide state for the test (conftest's fresh_process_state), and no host modules unless
     the test adds them."""
-    for name in ("_MONITOR", "_RESIDENCY", "_EVENTS"):
-        monkeypatch.setattr(state, name, None)
     for name in ("execution", "nodes", "server"):
         monkeypatch.delitem(sys.modules, name, raising=False)
 
