@@ -163,6 +163,18 @@ def loads(files: list[Path], limit: int = LIMIT) -> list[list[Path]]:
     return bins
 
 
+# Wheels carried beside the host's pins, never installed: one test puts each on its own path (comfy-aimdo
+# 0.6.0's page-out callback, tests/gpu/test_aimdo_hooks_gpu.py: the 0.33 host pins 0.4.13).
+SIDE_WHEELS = ("comfy-aimdo==0.6.0",)
+SIDE_SUFFIX = ".side"
+
+
+def side_wheels(folder: Path) -> list[Path]:
+    """The wheels in ``folder`` renamed ``NAME.whl.side``, so that ``receive`` keeps them uninstalled in
+    RECEIVED for the test that wants them."""
+    return [w.rename(w.with_name(w.name + SIDE_SUFFIX)) for w in sorted(folder.glob("*.whl"))]
+
+
 def prepare_host(root: Path, platforms: tuple[str, ...], python_version: str) -> int:
     """``--prepare --host ROOT``: the source tarball and the wheels, split into ``.gpu-carry/loadN``."""
     staging = CARRY / "staging"
@@ -180,8 +192,13 @@ def prepare_host(root: Path, platforms: tuple[str, ...], python_version: str) ->
         cmd += ["--platform", plat]
     print("$ " + " ".join(cmd + wanted), flush=True)
     rc = subprocess.call(cmd + wanted)
+    side = staging / "side"
+    side.mkdir(exist_ok=True)
+    rc = rc or subprocess.call(
+        [*cmd[: cmd.index("-d")], "-d", str(side), *cmd[cmd.index("-d") + 2 :], *SIDE_WHEELS]
+    )
     room = LIMIT - repo_bytes() - 2**20  # a MiB of slack for files written meanwhile
-    files = split_large([source, *packs, *staging.glob("*.whl")], room)
+    files = split_large([source, *packs, *staging.glob("*.whl"), *side_wheels(side)], room)
     for old in CARRY.glob("load*/*"):
         old.unlink()
     for i, load in enumerate(loads(files, room), 1):

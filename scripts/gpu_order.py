@@ -39,6 +39,7 @@ class Rank:
 
 
 _FIXED = "1. fixed after 2026-11-26"
+_AIMDO = "1b. comfy-aimdo 0.6's page-out callback counted (#40)"
 _RESIDENCY = "2. two-expert residency: per-node peaks vs plan"
 _REPEAT = "3. Headroom vs DynamicVRAM's paging, repeat run (>= 1.2x)"
 _STREAM = "4. streamed step vs max(compute, bytes / pinned H2D) (<= 1.05)"
@@ -54,6 +55,7 @@ ORDER: tuple[Rank, ...] = (
     Rank("tests/gpu/test_tiled_vae_gpu.py", "on", 33, True, _FIXED),
     Rank("tests/gpu/test_bound_gauges_gpu.py", "on", 7, True, _FIXED),
     Rank("bench/activations_gpu.py", "on", 60, False, _FIXED),  # failed at 8 s on its first family
+    Rank("tests/gpu/test_aimdo_hooks_gpu.py", "on", 10, False, _AIMDO),  # aimdo 0.6 from .gpu-wheels
     Rank("bench/residency_gpu.py", "off", 100, False, _RESIDENCY),  # two SD1.5 experts, 2 repeats
     Rank("bench/residency_gpu.py", "on", 100, False, _RESIDENCY),
     Rank("bench/host_repeat_gpu.py", "on", 180, False, _REPEAT),  # ~10.5 GiB of weights, 2 x 2 x 4 runs

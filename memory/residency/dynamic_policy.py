@@ -182,3 +182,22 @@ STREAM_NOTE = (
 def stream_note(is_dynamic: bool) -> str:
     """Why the block streamer leaves a model alone ("" when it may stream it)."""
     return STREAM_NOTE if is_dynamic else ""
+
+
+AIMDO_HEADROOM_FLOOR = 256 * 2**20  # comfy-aimdo's compiled-in floor (VRAM_HEADROOM): less changes nothing
+HEADROOM_STEP = 64 * 2**20  # set in whole steps, so a re-plan's few bytes do not reset it at every node
+
+
+def vram_headroom(reservation: int, total: int | None) -> tuple[int, str]:
+    """The VRAM comfy-aimdo should keep free of weight pages while a node computes (its simple budget,
+    ``control.set_simple_vram_headroom``): what the plan reserves for the node's activations (the host's
+    own formula for it where known), rounded up to 64 MiB, never below aimdo's 256 MiB floor and never
+    above half the card (the weights need the rest). Returns (bytes, why)."""
+    wanted = -(-max(0, reservation) // HEADROOM_STEP) * HEADROOM_STEP
+    if total and wanted > max(AIMDO_HEADROOM_FLOOR, total // 2):
+        return max(
+            AIMDO_HEADROOM_FLOOR, total // 2
+        ), "half the card: the node's planned activations would leave its weights too little"
+    if wanted <= AIMDO_HEADROOM_FLOOR:
+        return AIMDO_HEADROOM_FLOOR, "comfy-aimdo's own floor: the node's planned activations fit within it"
+    return wanted, "the node's planned activations"

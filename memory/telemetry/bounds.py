@@ -14,7 +14,8 @@ Gauges read at the node's start and end (``gauges``): this process's shared GPU 
 less the page-locked bytes the host and Headroom hold, and comfy-aimdo's VRAM in use
 (``comfy_aimdo.control.get_total_vram_usage``). comfy-aimdo 0.4.13 keeps no fault, eviction or upload
 counters, so its figure is a level: the node's change in it is what DynamicVRAM paged in, net of what it
-freed.
+freed. comfy-aimdo 0.6 calls a VBAR's ``pageout_callback`` at each page-out: where it does, the node's
+page-outs (ranges and bytes, ``nodes/host/aimdo_hooks.py``) join the line.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ class Bound:
     aimdo_vram: int | None = None  # comfy-aimdo's VRAM in use at the node's end
     aimdo_paged: int | None = None  # its change over the node: paged in net of what was freed
     aimdo_note: str = ""
+    aimdo_pageouts: int | None = None  # ranges comfy-aimdo paged out during the node (0.6+); None: not read
+    aimdo_pageout_bytes: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "reloads": list(self.reloads)}
@@ -95,6 +98,12 @@ def _level(gauges: tuple[Mapping[str, Any], Mapping[str, Any]] | None, name: str
     return tuple(int(v) if isinstance(v, (int, float)) else None for v in values)
 
 
+def _delta(gauges: tuple[Mapping[str, Any], Mapping[str, Any]] | None, name: str) -> int | None:
+    """A counter's growth over the node (end less start); None when either end was not read."""
+    start, end = _level(gauges, name)
+    return None if start is None or end is None else max(0, end - start)
+
+
 def _spill(gauges: tuple[Mapping[str, Any], Mapping[str, Any]] | None) -> tuple[int | None, int | None, str]:
     """(shared at the end, its growth, the note): the process's shared GPU memory less the page-locked
     bytes known at the same instant (they live in shared memory too, and are no spill)."""
@@ -126,7 +135,8 @@ def bounded_by(
     ``measured``: this machine's link rates (``LinkStore.measured``: "disk", "h2d_pinned",
     "h2d_pageable"); a link it lacks is priced at ``upload_rate``/``disk_rate`` when given, else the assumed
     figure. ``gauges``: (start, end) readings of "shared" (bytes or None, with "shared_note"), "pinned",
-    "aimdo_vram" (bytes or None, with "aimdo_note")."""
+    "aimdo_vram" (bytes or None, with "aimdo_note"), "aimdo_pageouts" and "aimdo_pageout_bytes" (comfy-aimdo
+    0.6's page-outs so far, or None)."""
     measured = measured or {}
     seconds = max(0.0, seconds)
     read = max(0, io.get("proc_read", 0))
@@ -197,8 +207,11 @@ def bounded_by(
             verb = "paged in" if paged > 0 else "freed"
             line += f"; comfy-aimdo {verb} {format_bytes(abs(paged))} (VRAM in use {format_bytes(aimdo_end)})"
     aimdo_note = "" if aimdo_end is not None else str((gauges[1].get("aimdo_note") if gauges else "") or "")
+    outs, out_bytes = _delta(gauges, "aimdo_pageouts"), _delta(gauges, "aimdo_pageout_bytes")
+    if outs:
+        line += f"; comfy-aimdo paged out {format_bytes(out_bytes or 0)} of weights for room ({outs} ranges)"
     return Bound(
         kind, line, seconds, read, disk_s, rate if disk_source == "this node" else None, uploads, upload_s,
         compute_s, fails, tuple(reloads), disk_source, mean_rate, upload_source, shared, spilled, spill_note,
-        aimdo_end, paged, aimdo_note,
+        aimdo_end, paged, aimdo_note, outs, out_bytes,
     )  # fmt: skip

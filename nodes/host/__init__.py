@@ -36,6 +36,7 @@ import sys
 from typing import Any
 
 from ...memory.process_state import PROCESS
+from .aimdo_hooks import count_pageouts
 from .events import HOOKS_ENV, hooks_enabled
 from .lookups import prompt_server
 from .monitor import DISABLE_ENV, monitor_enabled
@@ -74,6 +75,7 @@ def install_monitor(server: Any = None) -> dict[str, str]:
             _log.warning(
                 "Headroom: per-node memory telemetry is %s; the workflow runs as usual", hooks["nodes"]
             )
+    hooks["aimdo_pageouts"] = count_pageouts()  # comfy-aimdo 0.6+: its page-outs per node
     if not monitor_enabled():  # the user's switch: no route, no thread, no telemetry
         _log.info("Headroom: the memory monitor is off (%s=0)", DISABLE_ENV)
         return {**hooks, "server": f"off: {DISABLE_ENV}=0"}
@@ -98,6 +100,7 @@ def uninstall_monitor() -> int:
     were undone; ``install_monitor`` installs them again."""
     m = _monitor()
     undone = _events().uninstall() + REGISTRY.uninstall(prefix="server.")
+    undone += REGISTRY.uninstall(prefix="aimdo.")
     m.hooks.clear()
     m.server = None
     return undone

@@ -30,6 +30,7 @@ from ...memory.residency import dynamic_policy as policy
 from ...memory.residency.dynamic_policy import Resident, stream_note
 from ...memory.residency.mapped import read_ahead
 from ...memory.residency.ram_guard import size
+from .aimdo_hooks import HeadroomSetter
 from .lookups import dynamic_vram_active, next_queued_prompt
 
 _log = logging.getLogger("headroom")
@@ -124,6 +125,7 @@ class DynamicBoundaries:
         self.after: dict[str, list[tuple[str, ...]]] = {}  # prompt id -> uses of the next queued run
         self.released: dict[int, weakref.ref[Any]] = {}  # id() -> the handles released to the host
         self.told = False
+        self.headroom = HeadroomSetter()  # aimdo's VRAM headroom from the plan (opt-in, aimdo 0.6+)
 
     def is_released(self, handle: Any) -> bool:
         ref = self.released.get(id(handle))
@@ -166,6 +168,13 @@ class DynamicBoundaries:
             now = [resident(cid, m.label, m.handle.patcher) for cid, m in held.items()]
             for move in policy.boundary_moves(run.plan.steps, s, now, self.after.get(prompt_id, ())):
                 self._apply(controller, run, node_id, held[move.component_id], move)
+            step = run.plan.steps[s].step
+            label = f"node {node_id} ({step.label})"
+            self.headroom.node_started(step.reservation, run.plan.budget.vram, label)
+
+    def prompt_finished(self) -> None:
+        """The prompt's end: aimdo's VRAM headroom goes back to the host's (when Headroom set it)."""
+        self.headroom.prompt_finished()
 
     def _apply(self, controller: Any, run: Any, node_id: str, m: Any, move: policy.Move) -> None:
         patcher, kind, detail = m.handle.patcher, "applied", move.why

@@ -2,7 +2,8 @@
 the page-locked bytes the host holds (they sit in shared GPU memory and are no spill) and comfy-aimdo's
 VRAM in use.
 
-comfy-aimdo keeps no counters of faults, evictions or bytes uploaded (read in 0.4.13, the 0.33 host's: its
+comfy-aimdo 0.4.13 and 0.5.5 keep no counters of faults, evictions or bytes uploaded (0.6.0's page-out
+callback is counted by ``aimdo_hooks``, read here as "aimdo_pageouts"; read in 0.4.13, the 0.33 host's: its
 Python modules ``control``, ``model_vbar``, ``host_buffer``, ``vram_buffer``, ``model_mmap``, ``torch`` and
 the symbols its native library exports). What it does expose is levels: ``control.get_total_vram_usage()``
 (the VRAM it holds on its devices), per model ``ModelVBAR.loaded_size()``, ``get_nr_pages()``,
@@ -16,6 +17,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from .aimdo_hooks import pageout_gauges
 from .lookups import dynamic_vram_active
 
 
@@ -44,4 +46,4 @@ def aimdo_vram() -> tuple[int | None, str]:
 def gauges() -> dict[str, Any]:
     """What ``Telemetry.host_gauges`` reads at each node's start and end."""
     vram, note = aimdo_vram()
-    return {"host_pinned": host_pinned() or 0, "aimdo_vram": vram, "aimdo_note": note}
+    return {"host_pinned": host_pinned() or 0, "aimdo_vram": vram, "aimdo_note": note, **pageout_gauges()}

@@ -412,6 +412,7 @@ class Residency(Subscriber):
 
     def prompt_finished(self, prompt_id: str) -> None:
         self.controller.prompt_finished(prompt_id)
+        self.dynamic.prompt_finished()
 
     def node_started(self, prompt_id: str | None, node_id: str) -> None:
         if prompt_id is not None and prompt_id != self.reaped_for:

@@ -197,9 +197,16 @@ def register(host: Host, cid: str, kind: str, patcher: Any, path: Path) -> Any:
     return handle
 
 
-def start_run(host: Host, prompt_id: str, rows: list[tuple[str, tuple[str, ...], dict[str, int]]]) -> Any:
+def start_run(
+    host: Host,
+    prompt_id: str,
+    rows: list[tuple[str, tuple[str, ...], dict[str, int]]],
+    activation: int = 0,
+    vram: int = 64 * 2**20,
+) -> Any:
     """A run of the controller on a plan given row by row: (node, uses, {component: tier}); the
-    components' bytes are the tiny models' sizes."""
+    components' bytes are the tiny models' sizes; each step's activations ``activation``, on a card of
+    ``vram``."""
     planner = host.pack_module("memory.planning.planner")
     workload_mod = host.pack_module("memory.planning.workload")
     costmodel = host.pack_module("memory.planning.costmodel")
@@ -209,14 +216,14 @@ def start_run(host: Host, prompt_id: str, rows: list[tuple[str, tuple[str, ...],
         workload_mod.Component(cid, m.label, int(m.handle.patcher.model_size()))
         for cid, m in controller.managed.items()
     )
-    steps = [workload_mod.Step(node, "Node", uses) for node, uses, _ in rows]
+    steps = [workload_mod.Step(node, "Node", uses, activation=activation) for node, uses, _ in rows]
     plans = [
         planner.StepPlan(
             step, {c: planner.Placement(costmodel.Tier(t)) for c, t in tiers.items()}, 0, 0, 0, 0.0
         )
         for step, (_, _, tiers) in zip(steps, rows, strict=True)
     ]
-    budget = costmodel.Budget(vram=64 * 2**20, ram=2**34, pinned=2**30)
+    budget = costmodel.Budget(vram=vram, ram=2**34, pinned=2**30)
     plan = planner.Plan(True, plans, 0.0, 0.0, 0, "", budget, costmodel.Hardware.pcie(4), 1)
     run = run_log.Run(prompt_id, workload_mod.Workload(components, tuple(steps)), plan, time.monotonic())
     run.managed_ids = frozenset(controller.managed)
@@ -381,3 +388,30 @@ def test_without_dynamic_vram_the_boundaries_do_nothing(host: Host, monkeypatch:
     boundaries = dyn.DynamicBoundaries()
     boundaries.prompt_started(Untouchable(), "p", {})
     boundaries.node_started(Untouchable(), "p", "1")
+
+
+def test_opted_in_aimdos_headroom_follows_the_plan_per_node_and_comes_back_at_the_end(
+    host: Host, dynamic: FakeAimdo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#40 item 6: with HEADROOM_AIMDO_HEADROOM=1 the controller sets comfy-aimdo's VRAM headroom at each
+    planned node to the node's planned activations, and the host's value is back when the prompt ends.
+    This host's aimdo (0.4.13) has no setter: stand-ins with 0.5.5/0.6.0's signatures are put on its real
+    control module. Its ModelVBAR takes no page-out callback, which the counter says instead of wrapping."""
+    import comfy_aimdo.control
+
+    values = [512 * 2**20]
+    monkeypatch.setattr(comfy_aimdo.control, "get_simple_vram_headroom", lambda: values[-1], raising=False)
+    monkeypatch.setattr(comfy_aimdo.control, "set_simple_vram_headroom", values.append, raising=False)
+    monkeypatch.setenv("HEADROOM_AIMDO_HEADROOM", "1")
+    model, path = build(host, dynamic, tmp_path, "high", 512, 8)
+    register(host, HIGH, "diffusion_model", model, path)
+    start_run(
+        host, "dyn-h", [("7", (HIGH,), {HIGH: G}), ("9", (), {})], activation=3 * 2**30, vram=16 * 2**30
+    )
+    residency = host.pack_module("nodes.host.state").residency()
+    residency.node_started("dyn-h", "7")
+    assert values == [512 * 2**20, 3 * 2**30]
+    residency.prompt_finished("dyn-h")
+    assert values[-1] == 512 * 2**20  # the host's value, back through the registry's undo
+    hooks = host.pack_module("nodes.host.aimdo_hooks")
+    assert hooks.count_pageouts().startswith("off: this comfy-aimdo's ModelVBAR takes no pageout_callback")

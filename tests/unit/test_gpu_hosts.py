@@ -71,11 +71,15 @@ def test_prepare_cuts_the_carry_into_loads_and_receive_joins_them(
     (pack / "nodes.py").write_text("")
     (pack / "__pycache__" / "nodes.cpython-312.pyc").write_bytes(b"")
     packed = hosts.pack_source(pack, staging, "pack-ComfyUI-GGUF", "ComfyUI-GGUF")
+    (staging / "side").mkdir()
+    (staging / "side" / "comfy_aimdo-0.6.0-cp39-abi3-x.whl").write_bytes(b"a" * 50)
+    side = hosts.side_wheels(staging / "side")
+    assert [f.name for f in side] == ["comfy_aimdo-0.6.0-cp39-abi3-x.whl.side"]
     big = staging / "kitchen.whl"
     payload = bytes(range(256)) * 40  # 10240 bytes
     big.write_bytes(payload)
     (staging / "small.whl").write_bytes(b"s" * 100)
-    files = hosts.split_large([source, packed, big, staging / "small.whl"], limit=4096)
+    files = hosts.split_large([source, packed, big, staging / "small.whl", *side], limit=4096)
     assert sorted(f.name for f in files if "kitchen" in f.name) == [
         f"kitchen.whl.part{k}-of-3" for k in (1, 2, 3)
     ]
@@ -99,6 +103,8 @@ def test_prepare_cuts_the_carry_into_loads_and_receive_joins_them(
             (folder / f.name).write_bytes(f.read_bytes())
         out += hosts.receive(folder, tmp_path / "site", tmp_path / "hosts")
     assert joined == [payload]  # installed once, when its last part came, byte for byte
+    # the side wheel is kept, not installed: the test that wants it puts it on its own path
+    assert (tmp_path / "received" / "comfy_aimdo-0.6.0-cp39-abi3-x.whl.side").read_bytes() == b"a" * 50
     assert (tmp_path / "hosts" / "comfyui-0.33.0" / "comfyui" / "nodes.py").is_file()
     assert any("COMFYUI_ROOT=" in line for line in out)
     assert (tmp_path / "hosts" / "packs" / "ComfyUI-GGUF" / "nodes.py").is_file()

@@ -79,7 +79,8 @@ def test_steps_run_by_host_then_by_value_then_as_found(tmp_path: Path) -> None:
         f"tests/gpu/test_bound_gauges_gpu.py @ {on}",
         f"bench/activations_gpu.py @ {on}",
     ]
-    assert names[5:8] == [f"bench/residency_gpu.py @ {off}", f"bench/residency_gpu.py @ {on}",
+    assert names[5] == f"tests/gpu/test_aimdo_hooks_gpu.py @ {on}"  # #40: aimdo 0.6's page-outs
+    assert names[6:9] == [f"bench/residency_gpu.py @ {off}", f"bench/residency_gpu.py @ {on}",
                           f"bench/host_repeat_gpu.py @ {on}"]  # fmt: skip
     first_064 = min(i for i, n in enumerate(names) if n.endswith("@ 0.3.64"))
     assert all("0.3.64" not in n for n in names[:first_064]) and all(
@@ -142,14 +143,14 @@ def test_a_part_is_one_device_calls_steps(tmp_path: Path) -> None:
 def test_from_resumes_at_a_step_by_number_or_name(tmp_path: Path) -> None:
     gc, steps = device_steps(tmp_path)
     gc.gpu_order.start_from(steps, "bench/residency_gpu.py")
-    assert [s.deselected for s in steps[:6]] == [True] * 5 + [False]
+    assert [s.deselected for s in steps[:7]] == [True] * 6 + [False]
     assert steps[0].skip == "before --from bench/residency_gpu.py"
     assert gc.gpu_order.from_step(steps, "3") == 2
     for bad in ("0", str(len(steps) + 1), "no-such-step"):
         with pytest.raises(ValueError, match="--from"):
             gc.gpu_order.from_step(steps, bad)
     calls = gc.gpu_order.calls(steps, 570)
-    assert calls[:5] == [0] * 5 and calls[5] == 1, "the resumed run's first call starts at --from"
+    assert calls[:6] == [0] * 6 and calls[6] == 1, "the resumed run's first call starts at --from"
 
 
 def test_every_step_is_written_and_copied_when_it_ends_and_the_resume_is_said(
