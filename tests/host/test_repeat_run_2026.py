@@ -351,4 +351,10 @@ def test_the_bound_gauges_read_the_hosts_pins_and_comfy_aimdos_vram_by_their_nam
     monkeypatch.setattr(control, "devctxs", [1, 2])
     monkeypatch.setattr(control.lib, "get_total_vram_usage", lambda devctx: devctx * GiB)
     assert host_gauges.aimdo_vram() == (3 * GiB, "")
-    assert host_gauges.gauges() == {"host_pinned": 3 * GiB, "aimdo_vram": 3 * GiB, "aimdo_note": ""}
+    assert host_gauges.gauges() == {
+        "host_pinned": 3 * GiB,
+        "aimdo_vram": 3 * GiB,
+        "aimdo_note": "",
+        "aimdo_pageouts": None,  # this host's aimdo (0.4.13) takes no page-out callback
+        "aimdo_pageout_bytes": None,
+    }

@@ -21,6 +21,8 @@ def test_no_host_no_pins_and_dynamic_vram_off(monkeypatch: pytest.MonkeyPatch) -
         "host_pinned": 0,
         "aimdo_vram": None,
         "aimdo_note": "DynamicVRAM is off: comfy-aimdo pages nothing here",
+        "aimdo_pageouts": None,  # no aimdo 0.6 VBAR to count (nodes/host/aimdo_hooks.py)
+        "aimdo_pageout_bytes": None,
     }
 
 
