@@ -6,7 +6,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .host.host_types import ModelPatcher
 
 
 class OffloadError(ValueError):
@@ -90,7 +93,7 @@ def encoder_pairing_problem(model_family: str | None, encoders: dict[str, str | 
     return None
 
 
-def conditioning_error(node: str, model: Any, positive: Any, exc: BaseException) -> str:
+def conditioning_error(node: str, model: ModelPatcher, positive: Any, exc: BaseException) -> str:
     """The message for a sampler whose model could not take its conditioning (the host's raw "mat1 and
     mat2 shapes cannot be multiplied"): the conditioning's width, the model's class and the fix."""
     try:

@@ -3,10 +3,14 @@ whenever any encode node runs it (CLIPTextEncode, CLIPTextEncodeFlux, TextEncode
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..memory.names import NODE_IDS
 from .host import text_encoders
+
+if TYPE_CHECKING:
+    from .host.host_types import CLIP
+
 from .stream_node import StreamNode
 
 
@@ -29,7 +33,7 @@ class HeadroomStreamCLIP(StreamNode):
 
     def stream(
         self,
-        clip: Any,
+        clip: CLIP,
         vram_budget: str = "auto",
         prefetch: int = -1,
         resident_blocks: int = -1,

@@ -3,11 +3,14 @@ sampled, by any sampler node that goes through the host's sampling."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..memory.names import NODE_IDS
 from .host import sampling
 from .stream_node import StreamNode
+
+if TYPE_CHECKING:
+    from .host.host_types import ModelPatcher
 
 
 class HeadroomStreamModel(StreamNode):
@@ -33,7 +36,7 @@ class HeadroomStreamModel(StreamNode):
 
     def stream(
         self,
-        model: Any,
+        model: ModelPatcher,
         vram_budget: str = "auto",
         prefetch: int = -1,
         resident_blocks: int = -1,

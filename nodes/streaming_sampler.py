@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..memory.names import NODE_IDS
 from ..memory.streaming import BudgetExceeded
@@ -10,6 +10,9 @@ from ..memory.units import format_bytes
 from .common import CATEGORY, node_vram_budget, streaming_inputs, validate_vram_budget
 from .host import lookups, sampling
 from .input_checks import conditioning_error, latent_error, latent_problem
+
+if TYPE_CHECKING:
+    from .host.host_types import ModelPatcher
 
 
 class HeadroomStreamingSampler:
@@ -39,7 +42,7 @@ class HeadroomStreamingSampler:
 
     def sample(
         self,
-        model: Any,
+        model: ModelPatcher,
         seed: int,
         steps: int,
         cfg: float,
@@ -76,7 +79,7 @@ class HeadroomStreamingSampler:
             raise ValueError(conditioning_error(self.DISPLAY_NAME, model, positive, exc)) from exc
         return {"ui": {"text": [describe_run(run.summary, run.note)]}, "result": (latent,)}
 
-    def _check_latent(self, model: Any, latent_image: Any) -> None:
+    def _check_latent(self, model: ModelPatcher, latent_image: Any) -> None:
         samples = latent_image.get("samples") if isinstance(latent_image, dict) else None
         if samples is None or not hasattr(samples, "shape"):
             raise ValueError(f"{self.DISPLAY_NAME}: input latent_image: not a latent (no samples tensor)")

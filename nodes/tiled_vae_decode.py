@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -23,6 +23,10 @@ from .common import CATEGORY, node_vram_budget, validate_vram_budget, vram_budge
 from .host import lookups
 from .host import vae as host_vae
 from .input_checks import latent_error, latent_problem
+
+if TYPE_CHECKING:
+    from .host.host_types import VAE
+
 
 log = logging.getLogger("headroom")
 
@@ -73,7 +77,7 @@ class HeadroomTiledVAEDecode:
     def decode(
         self,
         samples: dict[str, Any],
-        vae: Any,
+        vae: VAE,
         vram_budget: str = "auto",
         mode: str = "exact",
         unique_id: Any = None,
@@ -172,7 +176,7 @@ class HeadroomTiledVAEDecode:
 
     def _activation_limit(
         self,
-        vae: Any,
+        vae: VAE,
         shape: tuple[int, ...],
         vram_budget: Any,
         budget_gb: float | None,
@@ -200,7 +204,7 @@ class HeadroomTiledVAEDecode:
             limit, source = total - weights, f"this GPU ({total / (1 << 30):.1f} GB, less the VAE's weights)"
         return limit, source
 
-    def _checked_latent(self, samples: Any, vae: Any) -> torch.Tensor:
+    def _checked_latent(self, samples: Any, vae: VAE) -> torch.Tensor:
         """The latent, refused with what to connect instead when this VAE cannot decode it."""
         latent = samples.get("samples") if isinstance(samples, dict) else None
         if not isinstance(latent, torch.Tensor):

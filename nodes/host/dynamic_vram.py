@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from ...memory.residency import dynamic_policy as policy
 from ...memory.residency.dynamic_policy import Resident, stream_note
@@ -32,6 +32,9 @@ from ...memory.residency.mapped import read_ahead
 from ...memory.residency.ram_guard import size
 from .aimdo_hooks import HeadroomSetter
 from .lookups import dynamic_vram_active, next_queued_prompt
+
+if TYPE_CHECKING:
+    from .host_types import DynamicModelPatcher, ModelPatcher
 
 _log = logging.getLogger("headroom")
 __all__ = ["DynamicBoundaries", "is_dynamic", "page_out", "stream_note", "to_disk"]
@@ -43,7 +46,7 @@ HOST_TIER_NOTE = {
 }
 
 
-def is_dynamic(patcher: Any) -> bool:
+def is_dynamic(patcher: ModelPatcher) -> TypeGuard[DynamicModelPatcher]:
     """A ``ModelPatcherDynamic`` (or any patcher the host pages itself)."""
     check = getattr(patcher, "is_dynamic", None)
     try:
@@ -52,13 +55,13 @@ def is_dynamic(patcher: Any) -> bool:
         return False
 
 
-def _vbar(patcher: Any) -> Any:
+def _vbar(patcher: ModelPatcher) -> Any:
     """The model's VBAR on its load device (``ModelPatcherDynamic._vbar_get`` without creating one)."""
     vbars = getattr(getattr(patcher, "model", None), "dynamic_vbars", None)
     return vbars.get(patcher.load_device) if isinstance(vbars, dict) else None
 
 
-def resident(cid: str, label: str, patcher: Any) -> Resident:
+def resident(cid: str, label: str, patcher: DynamicModelPatcher) -> Resident:
     ram = getattr(patcher, "loaded_ram_size", None) or patcher.pinned_memory_size  # 0.18 has no host buffer
     return Resident(cid, label, int(patcher.loaded_size()), int(patcher.model_size()), int(ram()))
 
@@ -66,7 +69,7 @@ def resident(cid: str, label: str, patcher: Any) -> Resident:
 # -- the moves (HostOps and RamOps call these for dynamic patchers)
 
 
-def page_out(patcher: Any) -> int:
+def page_out(patcher: ModelPatcher) -> int:
     """Every VRAM page and force-loaded weight of the model off the device; returns the bytes freed."""
     before = int(patcher.loaded_size())
     if before:
@@ -74,7 +77,7 @@ def page_out(patcher: Any) -> int:
     return before - int(patcher.loaded_size())
 
 
-def deprioritize(patcher: Any) -> bool:
+def deprioritize(patcher: ModelPatcher) -> bool:
     vbar = _vbar(patcher)
     if vbar is None:
         return False
@@ -82,17 +85,17 @@ def deprioritize(patcher: Any) -> bool:
     return True
 
 
-def host_bytes(patcher: Any) -> tuple[int, int]:
+def host_bytes(patcher: DynamicModelPatcher) -> tuple[int, int]:
     """(pageable, pinned) private RAM of the model: its pins; the mapped file is page cache, not RssAnon."""
     return 0, int(patcher.pinned_memory_size())
 
 
-def dynamic_host_part(patcher: Any) -> str:
+def dynamic_host_part(patcher: DynamicModelPatcher) -> str:
     pinned = int(patcher.pinned_memory_size())
     return "P" if pinned * 2 > int(patcher.model_size()) else "D"
 
 
-def to_disk(patcher: Any) -> str:
+def to_disk(patcher: DynamicModelPatcher) -> str:
     """Pins released and the touched pages of its mapping dropped, with the host's own calls."""
     pinned = int(patcher.pinned_memory_size())
     patcher.partially_unload_ram(1e32)
@@ -106,7 +109,7 @@ def to_disk(patcher: Any) -> str:
     return ""
 
 
-def set_host_tier(patcher: Any, host: str) -> str:
+def set_host_tier(patcher: DynamicModelPatcher, host: str) -> str:
     return to_disk(patcher) if host == "D" else HOST_TIER_NOTE.get(host, "")
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -27,6 +27,9 @@ from torch import nn
 from ...memory.streaming.host_buffer import direct, held, in_host_memory, set_weight, swap
 from ...memory.streaming.storage import packed, storage_bytes
 from .patches import REGISTRY
+
+if TYPE_CHECKING:
+    from .host_types import ModelPatcher
 
 Captured = dict[str, torch.Tensor]  # "module.path.name" (the patcher's keys) -> host tensor
 
@@ -46,7 +49,7 @@ def capture(model: nn.Module) -> Captured:
 def give_back(
     model: nn.Module,
     captured: Captured,
-    patches: Any = None,
+    patches: dict[str, list[Any]] | None = None,
     loaded: Callable[[torch.Tensor], bool] = lambda t: t.device.type != "cpu",
 ) -> int:
     """Point each of ``model``'s tensors the host has ``loaded`` (on a device) and left unchanged (same
@@ -69,7 +72,7 @@ def give_back(
     return moved
 
 
-def hold_back(patcher: Any) -> Callable[[], None] | None:
+def hold_back(patcher: ModelPatcher) -> Callable[[], None] | None:
     """Make the host's own load of ``patcher`` load nothing until the returned undo is called: its
     ``load`` runs with a 1-byte budget, so every weight stays where it is, in the host's low-VRAM mode
     (the state its ``partially_unload`` of everything would leave; LoRA patches then apply per operation)
@@ -100,7 +103,7 @@ def hold_back(patcher: Any) -> Callable[[], None] | None:
     return undo
 
 
-def before_host_load(patcher: Any) -> tuple[Captured, Callable[[], None] | None]:
+def before_host_load(patcher: ModelPatcher) -> tuple[Captured, Callable[[], None] | None]:
     """What a streaming session does before the host loads ``patcher`` on a GPU: capture its host copies
     and hold the host's load back (``capture``, ``hold_back``); nothing on a CPU or for a DynamicVRAM
     patcher (the host pages that one itself)."""

@@ -11,7 +11,7 @@ import sys
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...memory.models.catalog import LOADER_FOLDERS
 from ...memory.models.components import describe_file
@@ -22,6 +22,10 @@ from ...memory.residency import MappedFile, file_version, open_mapped
 from ..input_checks import OffloadError, check_checkpoint_parts, check_pairing, loading
 from . import legacy_2024
 from .lookups import host_module
+
+if TYPE_CHECKING:
+    from .host_types import ModelPatcher
+
 from .patches import REGISTRY
 from .residency import place_host_copy
 from .state import residency
@@ -96,7 +100,7 @@ class ComponentHandle:
             return
         clones = self.clones
 
-        def on_clone(original: Any, clone: Any) -> None:
+        def on_clone(original: ModelPatcher, clone: ModelPatcher) -> None:
             clones.append(weakref.ref(clone))
 
         self.patcher.add_callback(callbacks.ON_CLONE, on_clone)

@@ -8,10 +8,13 @@ import importlib
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...memory.models.catalog import ALL_FOLDERS, KIND_FOLDERS, LOADER_FOLDERS
 from . import legacy_2024
+
+if TYPE_CHECKING:
+    from .host_types import VAE, ModelPatcher, PromptServer
 
 
 def host_module(name: str) -> ModuleType:
@@ -97,7 +100,7 @@ def weight_dtype_choices() -> list[str]:
 # --- latent specs: what a host model or VAE accepts
 
 
-def sampler_latent_spec(model: Any) -> tuple[int | None, int, bool, bool]:
+def sampler_latent_spec(model: ModelPatcher) -> tuple[int | None, int, bool, bool]:
     """What the model's sampler takes: (latent channels, spatial dims, 4-D accepted for a 3-D model,
     an all-zero latent of other channels accepted). Current hosts widen an empty latent's channels and
     add a video model's frame axis (``fix_empty_latent_channels``); the 2024 host does neither."""
@@ -111,7 +114,7 @@ def sampler_latent_spec(model: Any) -> tuple[int | None, int, bool, bool]:
     return channels, int(getattr(latent_format, "latent_dimensions", 2)), fixes, fixes
 
 
-def vae_latent_spec(vae: Any) -> tuple[int | None, int]:
+def vae_latent_spec(vae: VAE) -> tuple[int | None, int]:
     """What a VAE decodes: (latent channels, spatial dims). For image KL VAEs the channels come from the
     decoder's first convolution: the 2024 host says 4 for any VAE built from a config."""
     import torch
@@ -130,7 +133,7 @@ def vae_latent_spec(vae: Any) -> tuple[int | None, int]:
 # --- what the host runs: its server, model folders, node classes and queue
 
 
-def prompt_server() -> Any:
+def prompt_server() -> PromptServer | None:
     """PromptServer.instance when a server runs; never imports ``server`` (in-process hosts have none)."""
     return getattr(getattr(sys.modules.get("server"), "PromptServer", None), "instance", None)
 

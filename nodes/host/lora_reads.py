@@ -15,11 +15,15 @@ import functools
 import inspect
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...memory.residency import read_through
 from ...memory.residency.mapped import FileChanged
 from .patches import REGISTRY
+
+if TYPE_CHECKING:
+    from .host_types import ModelPatcher
+
 
 _log = logging.getLogger("headroom")
 NAME = "ModelPatcher.patch_weight_to_device[read through]"
@@ -70,7 +74,7 @@ def install() -> bool:
     return True
 
 
-def _borrow(patcher: Any, key: str) -> read_through.Borrowed | None:
+def _borrow(patcher: ModelPatcher, key: str) -> read_through.Borrowed | None:
     """The weight lent as a private copy, the host being about to read it (it has patches, or is cast)."""
     try:
         return read_through.borrow(patcher.model, key)

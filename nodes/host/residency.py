@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ...memory.deadline import HOST_PLAN_LIMIT_S
 from ...memory.names import OFFLOAD_LOADER
@@ -39,6 +39,11 @@ from .patches import REGISTRY
 from .prefetch import HostPrefetch
 from .vae_plan import tiled_decode_figures
 
+if TYPE_CHECKING:
+    import torch
+
+    from .host_types import LoadedModel, ModelPatcher
+
 _log = logging.getLogger("headroom")
 
 
@@ -50,7 +55,7 @@ class Handle(Protocol):
     residency: str
 
     @property
-    def patcher(self) -> Any: ...  # the host's ModelPatcher
+    def patcher(self) -> ModelPatcher: ...
     @property
     def module(self) -> Any: ...  # the host's model (None once released)
 
@@ -59,7 +64,7 @@ class Handle(Protocol):
 
     def mapped(self) -> list[MappedFile]: ...
 
-    def live_clones(self) -> list[Any]: ...
+    def live_clones(self) -> list[ModelPatcher]: ...
 
 
 def host_part(h: Handle) -> str:
@@ -110,7 +115,7 @@ def place_host_copy(h: Handle, host: str | None = None) -> str:
     return ""
 
 
-def release_host_pins(patcher: Any) -> int:
+def release_host_pins(patcher: ModelPatcher) -> int:
     """Undo the host's own pins of the model's weights, through the host, before a move swaps storages.
 
     A 0.3.x ModelPatcher pins weights in place (``cudaHostRegister``, kept in ``patcher.pinned`` and
@@ -131,7 +136,7 @@ def release_host_pins(patcher: Any) -> int:
     return count
 
 
-def free_memory(patcher: Any, mm: ModuleType, device: Any) -> int:
+def free_memory(patcher: ModelPatcher, mm: ModuleType, device: torch.device) -> int:
     """The device's free memory as the host's sampler reads it: the patcher's ``get_free_memory`` (0.33:
     the module figure plus what comfy-aimdo's VBARs can give back under DynamicVRAM, which the module
     figure alone under-counts; ``comfy/samplers.py`` asks ``model.current_patcher``), else the module's."""
@@ -163,7 +168,7 @@ class _HostOps:
         return out
 
     @staticmethod
-    def _bytes(lm: Any) -> int:
+    def _bytes(lm: LoadedModel) -> int:
         legacy = legacy_2024.loaded_bytes(lm)
         return int(lm.model_loaded_memory()) if legacy is None else legacy
 

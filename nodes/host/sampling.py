@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...memory.process_state import PROCESS
 from ...memory.residency.dynamic_policy import stream_note
@@ -43,6 +43,11 @@ from ...memory.units import format_bytes
 from . import host_load, legacy_2024, node_text, recording
 from .links import record_stream
 from .lookups import host_module
+
+if TYPE_CHECKING:
+    import torch
+
+    from .host_types import BaseModel, ModelPatcher
 
 _log = logging.getLogger("headroom")
 
@@ -81,7 +86,9 @@ _ACTIVE: dict[int, _Session] = PROCESS.hold(  # id(diffusion module) -> the sess
 class _Session:
     """One sampling of a streamed model: attach at the first model call, ``end`` detaches."""
 
-    def __init__(self, settings: StreamSettings, patcher: Any, previous: Callable[..., Any] | None) -> None:
+    def __init__(
+        self, settings: StreamSettings, patcher: ModelPatcher, previous: Callable[..., Any] | None
+    ) -> None:
         self.settings, self.patcher, self.previous = settings, patcher, previous
         self.run = StreamingRun()
         self.streamer: Any = None
@@ -109,7 +116,7 @@ class _Session:
                 self._attach(base if hasattr(base, "diffusion_model") else self.patcher.model, args)
         return self.shared.model_call(apply_model, args)
 
-    def _attach(self, base_model: Any, args: dict[str, Any]) -> None:
+    def _attach(self, base_model: Any, args: dict[str, Any]) -> None:  # the BaseModel sampled
         import torch
 
         from ...memory.streaming import BlockStreamer, discover_blocks
@@ -166,8 +173,8 @@ class _Session:
 
 
 def streaming_choice(
-    patcher: Any,
-    device: Any,
+    patcher: ModelPatcher,
+    device: torch.device,
     sizes: list[int],
     total: int,
     activation: int,
@@ -206,7 +213,10 @@ class StreamedModel:
     of the sampling under way, and what the last one did (``last_run``)."""
 
     def __init__(
-        self, settings: StreamSettings, patcher: Any = None, previous: Callable[..., Any] | None = None
+        self,
+        settings: StreamSettings,
+        patcher: ModelPatcher | None = None,
+        previous: Callable[..., Any] | None = None,
     ) -> None:
         self.settings = settings
         self.session: _Session | None = None
@@ -219,7 +229,7 @@ class StreamedModel:
     def __deepcopy__(self, memo: dict[int, Any]) -> StreamedModel:
         return self  # a clone that deep-copies the model options shares the one state
 
-    def begin(self, patcher: Any, previous: Callable[..., Any] | None) -> _Session:
+    def begin(self, patcher: ModelPatcher, previous: Callable[..., Any] | None) -> _Session:
         self.session = _Session(self.settings, patcher, previous)
         return self.session
 
@@ -277,7 +287,7 @@ class StreamedModel:
                 self.end(self.session)
 
 
-def _wrappers_mp(patcher: Any) -> Any:
+def _wrappers_mp(patcher: ModelPatcher | None) -> Any:
     """The host's ``WrappersMP`` when ``patcher`` takes its wrappers (OUTER_SAMPLE), else None."""
     try:
         wrappers_mp = host_module("comfy.patcher_extension").WrappersMP
@@ -288,7 +298,7 @@ def _wrappers_mp(patcher: Any) -> Any:
     return wrappers_mp
 
 
-def stream_model(model: Any, settings: StreamSettings) -> tuple[Any, StreamedModel]:
+def stream_model(model: ModelPatcher, settings: StreamSettings) -> tuple[ModelPatcher, StreamedModel]:
     """A clone of ``model`` that streams its diffusion model's blocks whenever it is sampled, and its
     streaming state. Streaming ``model`` again replaces its settings (one streamer per model).
     Raises BudgetExceeded now when an explicit budget cannot hold the model even with no activations."""
@@ -310,7 +320,7 @@ class Armed:
     """Streaming the residency controller put on a loaded model for one node's sampling (``arm``)."""
 
     stream: StreamedModel
-    patchers: list[Any] = field(default_factory=list)  # the ones given our wrappers
+    patchers: list[ModelPatcher] = field(default_factory=list)  # the ones given our wrappers
     # a Stream Model node's streaming already on a clone, with how many samplings it had run before
     others: list[tuple[StreamedModel, int]] = field(default_factory=list)
     legacy: legacy_2024.LegacyArm | None = None  # the 2024 host's arming instead of wrappers
@@ -324,14 +334,14 @@ def _hooks(wrappers_mp: Any, stream: StreamedModel) -> list[tuple[Any, str, Call
     return hooks
 
 
-def _add_wrappers(patcher: Any, wrappers_mp: Any, stream: StreamedModel) -> None:
+def _add_wrappers(patcher: ModelPatcher, wrappers_mp: Any, stream: StreamedModel) -> None:
     for kind, key, wrapper in _hooks(wrappers_mp, stream):
         if hasattr(patcher, "remove_wrappers_with_key"):
             patcher.remove_wrappers_with_key(kind, key)
         patcher.add_wrapper_with_key(kind, key, wrapper)
 
 
-def arm(patcher: Any, clones: list[Any], settings: StreamSettings) -> Armed:
+def arm(patcher: ModelPatcher, clones: list[ModelPatcher], settings: StreamSettings) -> Armed:
     """Stream the model of ``patcher`` whenever it is sampled until ``disarm``, whichever of its clones
     the sampler holds: our OUTER_SAMPLE wrappers on the patcher and on each live clone (a clone made from
     them later copies them); a clone a Stream Model node streams keeps its own."""
@@ -351,7 +361,7 @@ def arm(patcher: Any, clones: list[Any], settings: StreamSettings) -> Armed:
     return armed
 
 
-def disarm(armed: Armed, clones: list[Any]) -> list[StreamingRun]:
+def disarm(armed: Armed, clones: list[ModelPatcher]) -> list[StreamingRun]:
     """Undo ``arm`` (ending a sampling still open) and return what each sampling did, in order."""
     wrappers_mp = _wrappers_mp(armed.stream.patcher) if armed.legacy is None else None
     if wrappers_mp is not None:
@@ -367,7 +377,7 @@ def disarm(armed: Armed, clones: list[Any]) -> list[StreamingRun]:
     return [*armed.stream.runs, *others, *(armed.legacy.seen if armed.legacy is not None else ())]
 
 
-def streamed_model_of(model: Any) -> StreamedModel | None:
+def streamed_model_of(model: ModelPatcher) -> StreamedModel | None:
     """The streaming a MODEL carries (a ``stream_model`` clone or a clone of one), else None."""
     found = legacy_2024.streams_on(model)
     if found is None:
@@ -378,7 +388,7 @@ def streamed_model_of(model: Any) -> StreamedModel | None:
     return next((s for s in found if isinstance(s, StreamedModel)), None)
 
 
-def _precheck(model: Any, settings: StreamSettings) -> None:
+def _precheck(model: ModelPatcher, settings: StreamSettings) -> None:
     """A model with nothing to stream, or an explicit budget that cannot hold the non-block weights and
     one slot, fails at the node (on a CPU this is the sampling's own choice, exactly)."""
     from ...memory.streaming import discover_blocks
@@ -390,7 +400,7 @@ def _precheck(model: Any, settings: StreamSettings) -> None:
         check_budget(diffusion, discover_blocks(diffusion).block_bytes(), settings)
 
 
-def check_budget(module: Any, sizes: list[int], settings: StreamSettings) -> None:
+def check_budget(module: torch.nn.Module, sizes: list[int], settings: StreamSettings) -> None:
     """Raise BudgetExceeded now when the explicit budget cannot hold ``module``'s non-block weights and
     one slot of these block sizes (no activations counted: the node's check, before any sampling)."""
     from ...memory.streaming import choose_streaming
@@ -405,7 +415,7 @@ def check_budget(module: Any, sizes: list[int], settings: StreamSettings) -> Non
 
 
 def streaming_ksample(
-    model: Any,
+    model: ModelPatcher,
     sampler_args: tuple[Any, ...],
     *,
     budget: int | None,
@@ -434,7 +444,7 @@ def streamed_line(summary: dict[str, Any], per: str = "step") -> str:
     )
 
 
-def _activation_bytes(base_model: Any, shape: Any) -> int:
+def _activation_bytes(base_model: BaseModel, shape: Sequence[int]) -> int:
     """The host's own estimate of one model call's activations (0 where it has none)."""
     try:
         return int(base_model.memory_required(shape))

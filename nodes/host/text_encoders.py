@@ -29,7 +29,7 @@ import logging
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...memory.process_state import PROCESS
 from ...memory.streaming.budget import activation_reserve
@@ -38,6 +38,12 @@ from . import host_load, node_text, recording
 from .links import record_stream
 from .patches import REGISTRY
 from .sampling import StreamSettings, check_budget, streamed_line, streaming_choice
+
+if TYPE_CHECKING:
+    import torch
+
+    from .host_types import CLIP, ModelPatcher
+
 
 _log = logging.getLogger("headroom")
 
@@ -64,7 +70,7 @@ class ClipStreaming:
 
     def __init__(
         self,
-        patcher: Any,
+        patcher: ModelPatcher,
         settings: StreamSettings,
         *,
         tokens: Any = None,
@@ -150,7 +156,7 @@ class ClipStreaming:
         streamer.attach()
         self.streamer = streamer
 
-    def _estimate(self, device: Any) -> int:
+    def _estimate(self, device: torch.device) -> int:
         """The host's estimate of the encode's activations (0.18.2 has one per text encoder), else 0."""
         estimate = getattr(self.model, "memory_estimation_function", None)
         if estimate is None or self.tokens is None:
@@ -269,7 +275,7 @@ def _streamed_class(cls_or_streamed: type) -> type:
     return cls
 
 
-def stream_clip(clip: Any, settings: StreamSettings) -> tuple[Any, StreamedClip]:
+def stream_clip(clip: CLIP, settings: StreamSettings) -> tuple[CLIP, StreamedClip]:
     """A clone of ``clip`` whose text encoder streams its blocks at every encode, and its streaming
     state. Streaming a streamed CLIP again replaces its settings. Raises ValueError for an object with
     no text encoder, BudgetExceeded when an explicit budget cannot hold the encoder even so."""
@@ -309,7 +315,7 @@ def _swap_class(clip: Any, state: StreamedClip) -> None:
     weakref.finalize(clip, REGISTRY.forget, patch)
 
 
-def _precheck(model: Any, settings: StreamSettings) -> None:
+def _precheck(model: torch.nn.Module, settings: StreamSettings) -> None:
     sizes = discover_text_blocks(model).block_bytes()
     if len(sizes) < 2:
         raise ValueError("no transformer layers found in this text encoder")

@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .lookups import host_module
+
+if TYPE_CHECKING:
+    import torch
+
+    from .host_types import VAE
 
 
 def vae_nonlinearity() -> Callable[[Any], Any]:
@@ -26,7 +31,7 @@ def vae_oom_errors() -> tuple[type[BaseException], ...]:
     return (torch.OutOfMemoryError, MemoryError) if oom is Exception else (oom,)
 
 
-def vae_load(vae: Any, memory_required: int) -> None:
+def vae_load(vae: VAE, memory_required: int) -> None:
     """Load the VAE through the host's model management, reserving ``memory_required`` bytes of
     activations (one tile's, not the full frame's) so its accounting stays right."""
     mm = host_module("comfy.model_management")
@@ -36,20 +41,20 @@ def vae_load(vae: Any, memory_required: int) -> None:
     mm.load_models_gpu([vae.patcher], memory_required=int(memory_required), **kwargs)
 
 
-def vae_weight_bytes(vae: Any) -> int:
+def vae_weight_bytes(vae: VAE) -> int:
     return int(vae.patcher.model_size())
 
 
-def device_free_bytes(device: Any) -> int:
+def device_free_bytes(device: torch.device) -> int:
     """Free memory on ``device`` as the host counts it (device free + torch's reusable cache)."""
     return int(host_module("comfy.model_management").get_free_memory(device))
 
 
-def device_total_bytes(device: Any) -> int:
+def device_total_bytes(device: torch.device) -> int:
     return int(host_module("comfy.model_management").get_total_memory(device))
 
 
-def vae_output_size(vae: Any, latent_shape: tuple[int, ...]) -> tuple[int, int] | None:
+def vae_output_size(vae: VAE, latent_shape: tuple[int, ...]) -> tuple[int, int] | None:
     """(output pixels per latent pixel, output frames) of a decode of ``latent_shape``, from the host's
     ``upscale_ratio`` (an int, or (frames function, height, width) for video); None where unknown."""
     ratio = getattr(vae, "upscale_ratio", None)

@@ -14,7 +14,7 @@ import math
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -23,6 +23,10 @@ from ...memory.process_state import PROCESS
 from ...memory.residency.mapped import TORCH_DTYPES
 from ...memory.tiled_vae import DecodeOptions, Unsupported, make_tiled_decoder
 from .lookups import HOST_MODEL_FILES, host_module
+
+if TYPE_CHECKING:
+    from .host_types import VAE
+
 
 _log = logging.getLogger("headroom")
 _PREFIXES = ("first_stage_model.", "vae.")  # a checkpoint's VAE part (SD/Flux; LTX-2's all-in-one)
@@ -91,7 +95,7 @@ def _find(file: str) -> Path | None:
     return HOST_MODEL_FILES(file, "vae")
 
 
-def latent_shape(vae: Any, width: int, height: int, frames: int, batch: int) -> tuple[int, ...]:
+def latent_shape(vae: VAE, width: int, height: int, frames: int, batch: int) -> tuple[int, ...]:
     """The latent a decode into width x height (x frames) pixels takes, from the host VAE's ratios."""
     ratio = getattr(vae, "downscale_ratio", 8)
     time, down_h, down_w = ratio if isinstance(ratio, tuple) else (None, ratio, ratio)

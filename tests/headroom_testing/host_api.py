@@ -266,6 +266,34 @@ def describe(source: str) -> dict[str, Any]:
     return names
 
 
+def describe_class(source: str, name: str, members: list[str]) -> dict[str, Any] | None:
+    """One class of a module's source, ``members`` of it only: each a function (its parameters, and how
+    many of its positional ones have defaults), a property, a value, ``inherited`` (not in the class,
+    which has bases) or None (absent). None when the module has no such class."""
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            break
+    else:
+        return None
+    described = describe(ast.unparse(node))[name]
+    functions = [item for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    defaults = {item.name: len(item.args.defaults) for item in functions}
+    properties = {
+        item.name for item in functions if any(_chain(d) == ["property"] for d in item.decorator_list)
+    }
+    found: dict[str, Any] = {}
+    for member in members:
+        entry = described["members"].get(member)
+        if entry is None:
+            entry = {"kind": "inherited"} if described["bases"] else None
+        elif member in properties:
+            entry = {"kind": "property"}
+        elif entry["kind"] == "function":
+            entry = {**entry, "defaults": defaults[member]}
+        found[member] = entry
+    return {"bases": described["bases"], "members": found}
+
+
 def module_file(root: Path, module: str) -> Path | None:
     """Where a host module's source lives under a host folder (a module file or a package's __init__)."""
     base = root.joinpath(*module.split("."))
@@ -275,10 +303,19 @@ def module_file(root: Path, module: str) -> Path | None:
     return None
 
 
-def record(uses: dict[str, Use], sources: dict[str, str | None], version: str, origin: str) -> dict[str, Any]:
+def record(
+    uses: dict[str, Use],
+    sources: dict[str, str | None],
+    version: str,
+    origin: str,
+    classes: dict[str, tuple[str | None, list[str]]] | None = None,
+) -> dict[str, Any]:
     """The data file of one host: for each touched name, what the host has there (None: the module or the
     name is absent). ``sources``: module -> its source (None when the host has no such module; a module
-    left out of ``sources`` was not read, as for a host of which only some files can be read)."""
+    left out of ``sources`` was not read, as for a host of which only some files can be read).
+    ``classes``: ``module.Class`` -> (its module's source, or None when the host has no such module; the
+    members the pack's host protocols name, ``host_protocols``), described under ``classes``
+    (``describe_class``; None: the class or its module is absent)."""
     described = {m: (describe(s) if s is not None else None) for m, s in sources.items()}
     names: dict[str, Any] = {}
     for key, use in sorted(uses.items()):
@@ -294,7 +331,14 @@ def record(uses: dict[str, Use], sources: dict[str, str | None], version: str, o
         if entry is not None and entry.get("kind") == "class":  # the class as a whole: its members' names
             entry = {**entry, "members": sorted(entry["members"])}
         names[key] = entry
-    return {"version": version, "origin": origin, "modules": sorted(described), "names": names}
+    data: dict[str, Any] = {"version": version, "origin": origin, "modules": sorted(described)}
+    data["names"] = names
+    if classes:
+        data["classes"] = {
+            qualname: None if source is None else describe_class(source, qualname.rpartition(".")[2], members)
+            for qualname, (source, members) in sorted(classes.items())
+        }
+    return data
 
 
 def check(uses: dict[str, Use], data: dict[str, Any]) -> list[str]:
