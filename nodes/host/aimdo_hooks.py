@@ -8,8 +8,9 @@ headroom set from the plan (0.5.5 and later).
   one, still runs first; Headroom's adds to a counter and returns (aimdo asks the callback not to call
   back into VBAR APIs, and it does not). The counter is read at each node boundary with the other host
   gauges, and a node's page-outs go into what bounded it (``memory/telemetry/bounds.py``).
-- **VRAM headroom.** ``control.set_simple_vram_headroom(bytes)`` (in 0.5.5 and 0.6.0, not 0.4.13) sets at run time how much VRAM
-  aimdo keeps free of weight pages (the larger of it and a compiled-in 256 MiB). With
+- **VRAM headroom.** ``control.set_simple_vram_headroom(bytes)`` (in 0.5.5 and 0.6.0, not 0.4.13) sets
+  at run time how much VRAM aimdo keeps free of weight pages (the larger of it and a compiled-in 256 MiB).
+  With
   ``HEADROOM_AIMDO_HEADROOM=1`` (default off) the residency controller sets it at each planned node of
   a DynamicVRAM prompt to what the plan reserves for that node's activations
   (``dynamic_policy.vram_headroom``), logging each change with its reason, and puts the host's value back
@@ -28,7 +29,6 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
 
 from ...memory.process_state import PROCESS
 from ...memory.residency.dynamic_policy import vram_headroom
@@ -39,6 +39,7 @@ _log = logging.getLogger("headroom")
 
 HEADROOM_ENV = "HEADROOM_AIMDO_HEADROOM"
 PAGEOUT_PATCH = "aimdo.ModelVBAR.__init__"
+Callback = Callable[[int, int], object]  # (offset, size) of a range aimdo pages out
 HEADROOM_PATCH = "aimdo.simple_vram_headroom"
 
 
@@ -72,14 +73,15 @@ PAGE_OUTS: PageOuts = PROCESS.hold(
 )
 
 
-def _vbar_class() -> Any:
+def _vbar_class() -> type | None:
     model_vbar = sys.modules.get("comfy_aimdo.model_vbar")
-    return getattr(model_vbar, "ModelVBAR", None)
+    cls = getattr(model_vbar, "ModelVBAR", None)
+    return cls if isinstance(cls, type) else None
 
 
-def _takes_callback(cls: Any) -> bool:
+def _takes_callback(cls: type) -> bool:
     try:
-        return "pageout_callback" in inspect.signature(cls.__init__).parameters
+        return "pageout_callback" in inspect.signature(vars(cls).get("__init__", cls)).parameters
     except (TypeError, ValueError):
         return False
 
@@ -95,8 +97,15 @@ def count_pageouts() -> str:
     if REGISTRY.find(PAGEOUT_PATCH, cls) is not None:
         return "on"
 
-    def make(inner: Callable[..., Any]) -> Callable[..., Any]:
-        def init(self: Any, size: Any, device: Any, pageout_callback: Any = None, *a: Any, **kw: Any) -> Any:
+    def make(inner: Callable[..., object]) -> Callable[..., object]:
+        def init(
+            self: object,
+            size: int,
+            device: int,
+            pageout_callback: Callback | None = None,
+            *a: object,
+            **kw: object,
+        ) -> object:
             theirs = pageout_callback
 
             def counted(offset: int, nbytes: int) -> None:
@@ -116,7 +125,7 @@ def count_pageouts() -> str:
     return "on"
 
 
-def pageout_gauges() -> dict[str, Any]:
+def pageout_gauges() -> dict[str, int | None]:
     """The page-out counter for a node boundary: None where aimdo cannot report page-outs."""
     cls = _vbar_class()
     if cls is None or REGISTRY.find(PAGEOUT_PATCH, cls) is None:
@@ -177,6 +186,6 @@ class HeadroomSetter:
         return REGISTRY.uninstall(prefix=HEADROOM_PATCH)
 
 
-def _restore(set_headroom: Callable[[int], Any], value: int) -> None:
+def _restore(set_headroom: Callable[[int], object], value: int) -> None:
     set_headroom(value)
     _log.info("Headroom: comfy-aimdo's VRAM headroom back to the host's %s", format_bytes(value))
