@@ -9,8 +9,6 @@ makes its CUDA context, as the host's main.py does. The GPU image installs aimdo
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import inspect
 import os
 import shutil
@@ -21,10 +19,9 @@ from pathlib import Path
 import pytest
 
 from comfyui_headroom.memory.telemetry.bounds import bounded_by
+from headroom_testing.aimdo_device import PAGE, aimdo_on_device
 
 pytestmark = pytest.mark.gpu
-MiB = 2**20
-PAGE = 32 * MiB  # aimdo's VBAR page (comfy_aimdo/model_vbar.py: VBAR_PAGE_SIZE)
 
 
 def _side_aimdo(tmp: Path) -> str:
@@ -47,21 +44,9 @@ def _side_aimdo(tmp: Path) -> str:
 
 def test_page_outs_under_a_raised_headroom_reach_headrooms_counter(tmp_path: Path) -> None:
     print(_side_aimdo(tmp_path))
-    if importlib.util.find_spec("comfy_aimdo") is None:
-        pytest.skip("comfy-aimdo is not installed (pip install comfy-aimdo)")
-    import comfy_aimdo.control as control
-
-    if not control.init():
-        pytest.skip("comfy-aimdo's library did not load on this machine")
+    control, model_vbar = aimdo_on_device()
     import torch
 
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device (none on this machine)")
-    assert control.init_device(0), "comfy-aimdo could not take device 0"
-    import comfy_aimdo.model_vbar as model_vbar
-
-    if model_vbar.lib is None:  # imported before the library loaded
-        model_vbar = importlib.reload(model_vbar)
     if "pageout_callback" not in inspect.signature(model_vbar.ModelVBAR.__init__).parameters:
         pytest.skip("this comfy-aimdo's ModelVBAR takes no pageout_callback (0.6.0 and later do)")
     from comfyui_headroom.nodes.host import aimdo_hooks

@@ -7,8 +7,6 @@ makes its CUDA context, as the host's main.py does."""
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import sys
 from types import SimpleNamespace
 
@@ -16,28 +14,15 @@ import pytest
 
 from comfyui_headroom.memory.telemetry.bounds import bounded_by
 from comfyui_headroom.memory.telemetry.spill import NO_FALLBACK, SpillReader
+from headroom_testing.aimdo_device import PAGE, aimdo_on_device
 
 pytestmark = pytest.mark.gpu
-MiB = 2**20
-PAGE = 32 * MiB  # aimdo's VBAR page (comfy_aimdo/model_vbar.py: VBAR_PAGE_SIZE)
 
 
 def test_comfy_aimdos_vram_grows_by_what_a_fault_pages_in(monkeypatch: pytest.MonkeyPatch) -> None:
-    if importlib.util.find_spec("comfy_aimdo") is None:
-        pytest.skip("comfy-aimdo is not installed (pip install comfy-aimdo)")
-    import comfy_aimdo.control as control
-
-    if not control.init():
-        pytest.skip("comfy-aimdo's library did not load on this machine")
+    control, model_vbar = aimdo_on_device()
     import torch
 
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device (none on this machine)")
-    assert control.init_device(0), "comfy-aimdo could not take device 0"
-    import comfy_aimdo.model_vbar as model_vbar
-
-    if model_vbar.lib is None:  # imported before the library loaded
-        model_vbar = importlib.reload(model_vbar)
     from comfyui_headroom.nodes.host import host_gauges
 
     monkeypatch.setitem(sys.modules, "comfy.memory_management", SimpleNamespace(aimdo_enabled=True))
