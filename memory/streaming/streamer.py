@@ -99,7 +99,7 @@ def eager(fn: Callable[..., Any]) -> Callable[..., Any]:
     failed (torch 2.14: "self.size(-1) must be divisible by 4 to view Byte as Float"). ``fn`` itself
     where this torch has no ``torch.compiler.disable``."""
     disable = getattr(getattr(torch, "compiler", None), "disable", None)
-    return fn if disable is None else disable(fn)  # type: ignore[no-any-return]
+    return fn if disable is None else disable(fn)
 
 
 # Steps whose blocks and uploads are timed: the first learns the block order and warms up (allocator,
