@@ -15,6 +15,9 @@ memory from a few command-line flags and the machine. The figures here are the h
   ``--fast-disk`` only the pinned cap bounds it and weights that have a VRAM page are read from the file.
 - DynamicVRAM is on unless ``--disable-dynamic-vram``, ``--highvram``, ``--gpu-only``, ``--novram`` or
   ``--cpu`` (``cli_args.enables_dynamic_vram``); it needs an NVIDIA card (or ROCm >= 7.14).
+- the Comfy Compiler (hosts 0.35 on, comfy-aimdo 0.5 on: ComfyUI#15861) records a sampling step's
+  allocations and replays them; on unless ``--disable-comfy-compiler``, and only where DynamicVRAM runs
+  (it is comfy-aimdo's). Not modelled by the plan: it is said with the settings.
 """
 
 from __future__ import annotations
@@ -55,6 +58,9 @@ class HostSettings:
     # why DynamicVRAM is off when --disable-dynamic-vram did not turn it off ("--cpu", "no NVIDIA card"):
     # the settings are then not given as that flag (M14: a --cpu server read "with --disable-dynamic-vram")
     dynamic_off_by: str = field(default="", compare=False)
+    # the Comfy Compiler: True on, False off by --disable-comfy-compiler, None where the host has none (a
+    # host without the flag, comfy-aimdo before 0.5, or no DynamicVRAM to run it)
+    comfy_compiler: bool | None = None
 
     def __post_init__(self) -> None:
         if self.host not in HOSTS:
@@ -132,6 +138,8 @@ class HostSettings:
             out.append(f"--vram-headroom {self.vram_headroom:g}")
         if not self.pinned_memory:
             out.append("--disable-pinned-memory")
+        if self.comfy_compiler is False:
+            out.append("--disable-comfy-compiler")
         return out
 
     def describe(self) -> str:
@@ -144,7 +152,8 @@ class HostSettings:
             name += f", {self.cache} cache" + (", fast-disk" if self.fast_disk else "")
             name += (
                 ", fast-disk auto-detected: assumed off" if self.fast_disk_auto and not self.fast_disk else ""
-            ) + ")"
+            )
+            name += (", Comfy Compiler" if self.comfy_compiler else "") + ")"
         flags = self.flags()
         return name + (f" with {' '.join(flags)}" if flags else "")
 
@@ -209,6 +218,7 @@ def settings_from_args(args: argparse.Namespace | Mapping[str, Any], host: str |
     if get("enable_dynamic_vram", False):
         dynamic = True
     off_by = "" if dynamic or "disable_dynamic_vram" in off else "--" + off[0].replace("_", "-")
+    no_compiler = get("disable_comfy_compiler", None)  # None: a host without the flag (before 0.35)
     return HostSettings(
         host=host or get("host", "2026") or "2026",
         dynamic_vram=dynamic,
@@ -221,6 +231,7 @@ def settings_from_args(args: argparse.Namespace | Mapping[str, Any], host: str |
         vram_headroom=float(get("vram_headroom", 0.0) or 0.0),
         pinned_memory=not get("disable_pinned_memory", False),
         windows=bool(get("windows", False)),
+        comfy_compiler=None if no_compiler is None else not no_compiler,
     )
 
 

@@ -92,6 +92,16 @@ class _Upload:
         return self.ready
 
 
+def eager(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` never traced by ``torch.compile`` (the host's TorchCompileModel compiles the whole diffusion
+    model): dynamo breaks the graph at its call and runs it as Python, so the weights it rebinds are
+    what the compiled code reads next. Traced, its rebinding was compiled into code of its own that
+    failed (torch 2.14: "self.size(-1) must be divisible by 4 to view Byte as Float"). ``fn`` itself
+    where this torch has no ``torch.compiler.disable``."""
+    disable = getattr(getattr(torch, "compiler", None), "disable", None)
+    return fn if disable is None else disable(fn)
+
+
 # Steps whose blocks and uploads are timed: the first learns the block order and warms up (allocator,
 # kernels), the second is the steady state the node's text compares with its bound.
 CALIBRATE_STEPS = 2
@@ -245,15 +255,16 @@ class BlockStreamer:
         """A streamed block is entered through its own forward or any direct child's: some hosts run
         a block's children without calling the block (the UNet's ``forward_timestep_embed``). It is
         left when its forward returns, else when the next streamed block is entered or the model's
-        forward returns."""
+        forward returns. Under ``torch.compile`` the hooks run eagerly (``eager``)."""
         shared = self._shared_modules()
+        enter, leave, leave_all = eager(self._enter), eager(self._leave), eager(self._leave_all)
         for i in self.streamed:
             block = self.layout.blocks[i][1]
             for module in (block, *(c for c in block.children() if id(c) not in shared)):
-                self._hooks.append(module.register_forward_pre_hook(lambda m, a, i=i: self._enter(i)))
-            self._hooks.append(block.register_forward_hook(lambda m, a, o, i=i: self._leave(i)))
+                self._hooks.append(module.register_forward_pre_hook(lambda m, a, i=i: enter(i)))
+            self._hooks.append(block.register_forward_hook(lambda m, a, o, i=i: leave(i)))
         if self.streamed:
-            self._hooks.append(self.model.register_forward_hook(lambda m, a, o: self._leave_all()))
+            self._hooks.append(self.model.register_forward_hook(lambda m, a, o: leave_all()))
 
     def _shared_modules(self) -> set[int]:
         """Modules that are not one block's alone (also in another block or outside the blocks): a

@@ -1,5 +1,6 @@
 """The running host's memory settings, read from it: its version, ``comfy.cli_args.args`` (the flags it was
-started with) and whether DynamicVRAM is on now; the plan then predicts and advises this host."""
+started with), whether DynamicVRAM is on now and whether the Comfy Compiler runs (its flag on the host,
+DynamicVRAM on and comfy-aimdo's recorder present); the plan then predicts and advises this host."""
 
 from __future__ import annotations
 
@@ -25,6 +26,12 @@ def _is_2026(version: str) -> bool:
     return _at_least(version, (0, 18))
 
 
+def _aimdo_records() -> bool:
+    """Whether the host's comfy-aimdo has the Comfy Compiler's recorder (``control.record``: 0.5 on)."""
+    control = sys.modules.get("comfy_aimdo.control")
+    return getattr(control, "record", None) is not None
+
+
 def running_host_settings() -> HostSettings | None:
     """This host's settings, or None where they cannot be read (the plan then states its defaults)."""
     cli = sys.modules.get("comfy.cli_args")
@@ -40,11 +47,15 @@ def running_host_settings() -> HostSettings | None:
         off_by = settings.dynamic_off_by
         if settings.dynamic_vram and not paging:  # asked for, but comfy-aimdo does not run here
             off_by = "no NVIDIA card with CUDA 12.8+"
+        compiler = settings.comfy_compiler
+        if compiler and not (paging and _aimdo_records()):  # the flag, but nothing here that compiles
+            compiler = None
         return settings.with_(
             version=version,
             dynamic_vram=settings.dynamic_vram and paging,
             fast_disk_auto=auto,
             dynamic_off_by=off_by,
+            comfy_compiler=compiler,
         )
     except (ValueError, TypeError) as exc:  # a flag this version spells differently: plan with defaults
         _log.info(

@@ -223,6 +223,41 @@ def test_the_running_hosts_flags_are_read_from_its_cli_args(monkeypatch: pytest.
     assert old is not None and old.host == "0.3"
 
 
+def test_the_comfy_compiler_is_read_from_the_running_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On where the host has the flag (0.35 on), DynamicVRAM runs and comfy-aimdo has the recorder (0.5 on);
+    off by --disable-comfy-compiler; not there on 0.33 (no flag), with aimdo 0.4 or without DynamicVRAM."""
+    import argparse
+    import sys
+    from types import SimpleNamespace
+
+    from comfyui_headroom.nodes.host import host_flags
+
+    args = argparse.Namespace(disable_comfy_compiler=False)
+    monkeypatch.setitem(sys.modules, "comfy.cli_args", SimpleNamespace(args=args))
+    monkeypatch.setitem(sys.modules, "comfyui_version", SimpleNamespace(__version__="0.38.0"))
+    monkeypatch.setitem(sys.modules, "comfy.memory_management", SimpleNamespace(aimdo_enabled=True))
+    monkeypatch.setitem(sys.modules, "comfy_aimdo.control", SimpleNamespace(record=lambda stream: None))
+    on = host_flags.running_host_settings()
+    assert on is not None and on.comfy_compiler is True and "--disable-comfy-compiler" not in on.flags()
+    line = on.describe()  # (0.38 also says its fast-disk detection)
+    assert line.startswith("ComfyUI 2026 0.38.0 (DynamicVRAM, ram cache, ")
+    assert line.endswith("Comfy Compiler)")
+    args.disable_comfy_compiler = True
+    off = host_flags.running_host_settings()
+    assert off is not None and off.comfy_compiler is False and "--disable-comfy-compiler" in off.flags()
+    assert "Comfy Compiler)" not in off.describe() and off.describe().endswith("--disable-comfy-compiler")
+    args.disable_comfy_compiler = False
+    monkeypatch.setitem(sys.modules, "comfy_aimdo.control", SimpleNamespace())  # comfy-aimdo 0.4: no recorder
+    assert host_flags.running_host_settings().comfy_compiler is None
+    monkeypatch.setitem(sys.modules, "comfy_aimdo.control", SimpleNamespace(record=lambda stream: None))
+    monkeypatch.setitem(sys.modules, "comfy.memory_management", SimpleNamespace(aimdo_enabled=False))
+    assert host_flags.running_host_settings().comfy_compiler is None  # no DynamicVRAM: nothing compiles
+    monkeypatch.setitem(sys.modules, "comfy.memory_management", SimpleNamespace(aimdo_enabled=True))
+    monkeypatch.setitem(sys.modules, "comfy.cli_args", SimpleNamespace(args=argparse.Namespace()))  # 0.33
+    assert host_flags.running_host_settings().comfy_compiler is None
+    assert parse_host_flags("--cache-classic").comfy_compiler is None  # the command line does not know
+
+
 def test_the_preflight_verdict_and_the_monitor_carry_the_host_settings() -> None:
     from comfyui_headroom.memory.planning.preflight import plan_prompt
     from comfyui_headroom.memory.telemetry.probe import Sample
