@@ -19,6 +19,11 @@ The host's own move of such a module (``Module.to``: its whole load onto a GPU, 
 through the file the same way, one module at a time (``_apply``, which ``to`` runs on every module, is
 wrapped on the instance), on any device.
 
+Under ``torch.compile`` (the host's TorchCompileModel on a "disk" model) the hooks and ``_apply`` run
+eagerly (``streaming.streamer.eager``): dynamo breaks the graph at each hook and traces none of the file's
+checks, reads or rebinding, and the compiled code reads the private copies they bound. (Traced, dynamo
+compiled parts of them: the copy's allocation and the rebinding, broken at the file's ``stat``.)
+
 The host patching a LoRA into a weight reads it outside both: ``borrow`` lends it as a private copy
 read through the file for that call (nodes/host/lora_reads.py wraps the host's patch call with it).
 
@@ -39,6 +44,7 @@ from torch.utils.hooks import RemovableHandle
 from ..process_state import PROCESS
 from ..streaming import file_reads
 from ..streaming.host_buffer import direct, set_weight
+from ..streaming.streamer import eager
 from .host_memory import private_copy
 
 # (name, is_param, the mapped view put back after, the private copy in its place meanwhile)
@@ -104,7 +110,7 @@ class _Hooks:
             finally:
                 self.after(owner)
 
-        module.__dict__["_apply"] = apply  # an instance attribute over the class's method
+        module.__dict__["_apply"] = eager(apply)  # an instance attribute over the class's method
         self.applied.append(ref)
 
     def remove(self, modules: Iterable[nn.Module]) -> None:
@@ -163,9 +169,9 @@ def install(module: nn.Module, forward: bool = True, pin: bool = False) -> int:
         if not any(file_reads.file_read(t.data if is_param else t) for _, _, is_param, t in direct(sub)):
             continue
         hooks.wrap_apply(sub)
-        if forward:
-            hooks.handles.append(sub.register_forward_pre_hook(hooks.before))
-            hooks.handles.append(sub.register_forward_hook(hooks.after, always_call=True))
+        if forward:  # (eager: under torch.compile dynamo breaks the graph at each hook, never traces it)
+            hooks.handles.append(sub.register_forward_pre_hook(eager(hooks.before)))
+            hooks.handles.append(sub.register_forward_hook(eager(hooks.after), always_call=True))
     if hooks.applied:
         _INSTALLED[module] = hooks
     return len(hooks.applied)

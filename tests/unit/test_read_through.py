@@ -15,6 +15,7 @@ from safetensors.torch import save_file
 from comfyui_headroom.memory.residency import MappedFile, bind, footprint, read_through
 from comfyui_headroom.memory.residency.mapped import FileChanged
 from headroom_testing.sigbus import assert_sigbus_or_file_changed, run_child
+from headroom_testing.torch_compile import recording_backend
 
 
 def _model() -> torch.nn.Module:
@@ -197,3 +198,30 @@ def test_only_mapped_weights_are_borrowed_and_a_changed_file_is_refused(tmp_path
     os.truncate(mf.path, 1024)  # (borrow reads through the file: no SIGBUS in this process)
     with pytest.raises(FileChanged, match="m.safetensors"):
         read_through.borrow(model, "3.0.weight")
+
+
+@pytest.mark.skipif(not hasattr(torch, "compile"), reason="this torch has no torch.compile")
+def test_a_compiled_forward_reads_through_the_file_and_never_traces_the_hooks(tmp_path: Path) -> None:
+    """Under ``torch.compile`` (the host's TorchCompileModel on a "disk" model) the read-through hooks run
+    eagerly: dynamo breaks the graph at each and traces none of their code (the file's checks, the
+    reads, the rebinding), and every module still computes from a private copy read through the file."""
+    model, mf = _mapped(tmp_path)
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        want = model(x)
+    read_through.install(model)
+    seen: list[bool] = []  # after install's hook: where block 1's weight is as it computes (eager too)
+    model[1][0].register_forward_pre_hook(torch.compiler.disable(lambda m, a: seen.append(mf.owns(m.weight))))
+    traces: list[str] = []
+    torch._dynamo.reset()
+    try:
+        with torch.inference_mode():  # as the host's executor runs nodes
+            got = [torch.compile(model, backend=recording_backend(traces))(x) for _ in range(2)]
+    finally:
+        torch._dynamo.reset()
+    assert traces, "the forward was compiled"
+    hooks = ("memory/residency", "memory/streaming")  # read_through, host_memory, mapped; file_reads
+    assert not [t for t in traces if any(h in t for h in hooks)], "the hooks' code is never traced"
+    assert all(torch.equal(g, want) for g in got)
+    assert seen == [False, False]  # computed from a private copy each time, not the pages
+    assert footprint(model, [mf]).ram == 0 and footprint(model, [mf]).mapped > 0  # the views are back

@@ -8,14 +8,13 @@ is keeps this test bitwise and fast, and lists what was traced."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import torch
 from torch import nn
 
 from comfyui_headroom.memory.streaming import BlockStreamer, choose_streaming, discover_blocks
 from comfyui_headroom.memory.streaming.discovery import module_bytes
+from headroom_testing.torch_compile import recording_backend
 
 
 class _Block(nn.Module):
@@ -55,17 +54,6 @@ def _streamer(model: nn.Module) -> BlockStreamer:
     return BlockStreamer(model, layout, choice, "cpu")
 
 
-def _recording(traces: list[str]) -> Any:
-    """A torch.compile backend that runs each graph as traced (no kernels of its own: the results are
-    the eager ones bit for bit) and keeps every traced op's source stack."""
-
-    def backend(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
-        traces.extend(str(node.meta.get("stack_trace") or "") for node in gm.graph.nodes)
-        return gm.forward
-
-    return backend
-
-
 def test_a_compiled_forward_streams_from_the_ring_and_matches_the_eager_forward() -> None:
     torch._dynamo.reset()
     torch.manual_seed(4)
@@ -74,7 +62,7 @@ def test_a_compiled_forward_streams_from_the_ring_and_matches_the_eager_forward(
     with torch.no_grad():
         expected = [model(x * (s + 1)) for s in range(3)]
     traces: list[str] = []
-    compiled = torch.compile(model, backend=_recording(traces))
+    compiled = torch.compile(model, backend=recording_backend(traces))
     streamer = _streamer(model)
     streamer.attach()
     seen: list[int] = []
