@@ -52,6 +52,28 @@ if TYPE_CHECKING:
 _log = logging.getLogger("headroom")
 
 KEY = "headroom.streaming"  # the OUTER_SAMPLE wrapper's key in the host's patcher
+# where the host's TorchCompileModel keeps its torch.compile arguments in the model options
+# (comfy_api/torch_helpers/torch_compile.py: TORCH_COMPILE_KWARGS, the same on 0.3.64 and 0.33)
+COMPILE_KWARGS = "torch_compile_kwargs"
+
+
+class CompiledWithCudaGraphs(RuntimeError):
+    """A streamed model carries torch.compile's ``cudagraphs`` backend: refused before the sampling."""
+
+
+def cudagraphs_refusal(options: dict[str, object]) -> str | None:
+    """Why a model with these model options cannot stream (the host's TorchCompileModel with the
+    ``cudagraphs`` backend: CUDA graphs replay the device addresses of the weights they recorded, and the
+    streamer binds a block's weights to a ring slot at each step), or None."""
+    kwargs = options.get(COMPILE_KWARGS)
+    if not isinstance(kwargs, dict) or kwargs.get("backend") != "cudagraphs":
+        return None
+    return (
+        "Headroom cannot stream a model compiled with torch.compile's 'cudagraphs' backend "
+        "(TorchCompileModel): CUDA graphs replay the weights' device addresses recorded at capture, while "
+        "streaming binds each streamed block's weights to a ring slot at every step. Set "
+        "TorchCompileModel's backend to 'inductor', or sample without Stream Model / the Streaming KSampler."
+    )
 
 
 @dataclass(frozen=True)
@@ -258,6 +280,10 @@ class StreamedModel:
         patcher = getattr(guider, "model_patcher", None)
         if self.session is not None or not isinstance(options, dict) or patcher is None:
             return executor(*args, **kwargs)  # nested sampling, or a guider we cannot reach into
+        refusal = cudagraphs_refusal(options)
+        if refusal is not None:  # before the host loads or samples anything
+            _log.error("Headroom: %s", refusal)
+            raise CompiledWithCudaGraphs(refusal)
         session = self.begin(patcher, options.get("model_function_wrapper"))
         options["model_function_wrapper"] = session.model_call  # this sampling's copy of the options
         session.originals, release = host_load.before_host_load(patcher)

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import torch
 
-from headroom_testing.harness import Host
+from headroom_testing.harness import Host, PromptFailed
 from headroom_testing.stream_spy import StreamSpy, budget_gb
 from headroom_testing.tiny_models import build_tiny_sd_checkpoint
 from headroom_testing.torch_compile import CKPT, STEPS, compiled_prompt, record_inductor, why_not_compiled
@@ -116,3 +116,33 @@ def test_the_offload_loaders_disk_tier_under_torch_compile_reads_through_the_fil
     assert calls.get(id(first), 0) >= STEPS and calls.get(id(last), 0) >= STEPS, "read at every forward"
     fp = host.pack_module("memory.residency").footprint(model.module, model.files or ())
     assert fp.mapped > 0.9 * (fp.mapped + fp.ram), fp  # the weights view the file again
+
+
+@pytest.mark.parametrize("stream", ["after", "before", "sampler"])
+def test_a_streamed_model_under_cudagraphs_is_refused_before_sampling(
+    host: Host, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, stream: str
+) -> None:
+    """TorchCompileModel's ``cudagraphs`` backend replays the weights' device addresses it recorded; the
+    streamer binds a block's weights to ring slots at every step. Stream Model (on either side of
+    TorchCompileModel) and the Streaming KSampler refuse it in their OUTER_SAMPLE wrapper, before the
+    host loads or samples anything (so this runs on the CPU too), naming the backend and the way out."""
+    if (why := why_not_compiled(host, device="cuda")) is not None:
+        pytest.skip(why)
+    build_tiny_sd_checkpoint(host.models_dir, name=CKPT, seed=5, dtype=torch.float32)
+    host.register_models_dir(host.models_dir)
+    spy = StreamSpy(host, monkeypatch)
+    import comfy.model_base
+
+    calls: list[object] = []  # the host's model calls: none may happen
+
+    apply_model = comfy.model_base.BaseModel.apply_model
+    monkeypatch.setattr(
+        comfy.model_base.BaseModel, "apply_model", lambda *a, **k: calls.append(a) or apply_model(*a, **k)
+    )
+    with caplog.at_level("ERROR", logger="headroom"), pytest.raises(PromptFailed) as failed:
+        host.run(compiled_prompt(stream, backend="cudagraphs"))
+    message = str(failed.value)
+    assert "torch.compile's 'cudagraphs' backend" in message and "'inductor'" in message, message
+    assert failed.value.error.get("node_id") == "o"  # the sampling node
+    assert not calls and not spy.log, "refused before the first step"
+    assert [r for r in caplog.records if "'cudagraphs' backend" in r.getMessage()], "one log line"
