@@ -107,6 +107,7 @@ TIMEOUTS = {
     "bench/gpu_throughput_gpu.py": 120,  # writes ~10.5 GB of weights, then 4 modes x 4 runs
     "tests/gpu/test_read_through_gpu.py": 120,  # three small models, two in child processes
     "bench/read_through_gpu.py": 120,  # one 1.7 GiB file, 3 ways x 6 forwards
+    "tests/gpu/test_torch_compile_gpu.py": 420,  # inductor compiles a UNet afresh twice (Triton kernels)
 }
 DEFAULT_TEST_TIMEOUT, DEFAULT_BENCH_TIMEOUT = 240, 300
 # where the throughput step's figures go (scripts/gpu_efficiency.py merge); a rehearsal's stand-in card

@@ -46,6 +46,7 @@ _STREAM = "4. streamed step vs max(compute, bytes / pinned H2D) (<= 1.05)"
 _KERNELS = "5. matmul and attention throughput per dtype (the time model)"
 _PEAK = "6. peak VRAM <= budget under the Offload Loader"
 _DECODE = "7. bf16 tiled decode exact across the video families"
+_COMPILE = "7b. Stream Model under torch.compile on CUDA: pixels, graph breaks, time; cudagraphs refused"
 _REST = "later calls"
 
 ORDER: tuple[Rank, ...] = (
@@ -64,6 +65,9 @@ ORDER: tuple[Rank, ...] = (
     Rank("tests/gpu/test_streaming_gpu.py", "on", 9, True, _PEAK),
     Rank("bench/prefetch_gpu.py", "on", 60, False, _PEAK),
     Rank("bench/tiled_vae.py", "on", 240, False, _DECODE),  # 8 families x 2 sizes x fp32 and bf16
+    # inductor compiles a tiny SD1.5 UNet twice (stock, streamed) at 512x512, 8 steps; streams with
+    # DynamicVRAM off only (on, only the cudagraphs refusal runs)
+    Rank("tests/gpu/test_torch_compile_gpu.py", "off", 150, False, _COMPILE),
     # 8. recovery from an OOM at the card's edge: no GPU step measures it yet (MISSING)
     Rank("bench/dynamic_vram_gpu.py", "on", 180, False, _REST),
     Rank("bench/stream_samplers_gpu.py", "on", 120, False, _REST),
@@ -78,6 +82,7 @@ ORDER: tuple[Rank, ...] = (
     Rank("tests/gpu/test_streaming_gpu.py", "off", 8, True, _REST),
     Rank("tests/gpu/test_host_2026_gpu.py", "off", 10, True, _REST),
     Rank("tests/gpu/test_recording_gpu.py", "off", 5, True, _REST),
+    Rank("tests/gpu/test_torch_compile_gpu.py", "on", 30, False, _REST),  # the refusal only
 )
 # What the order asks for that no step measures yet: said by --dry-run, never silently dropped.
 MISSING = ("8. recovery from an OOM at the card's edge: no GPU test or benchmark of it exists yet",)

@@ -52,12 +52,20 @@ def why_not_compiled(host: Any, device: str = "cpu") -> str | None:
 
 
 def compiled_prompt(
-    stream: str | None, budget: str = "auto", backend: str = "inductor", residency: str | None = None
+    stream: str | None,
+    budget: str = "auto",
+    backend: str = "inductor",
+    residency: str | None = None,
+    *,
+    seed: int = 3,
+    steps: int = STEPS,
+    size: int = 64,
 ) -> dict[str, dict]:
     """Loader → TorchCompileModel (``backend``) → [Headroom] → sampler → VAEDecode → PreviewImage.
     ``stream``: None (stock), "after" (Stream Model on the compiled model), "before" (TorchCompileModel on
     the streamed model) or "sampler" (the Streaming KSampler on the compiled model). ``residency``: the
-    checkpoint through the Offload Loader with that model residency instead of the host's loader."""
+    checkpoint through the Offload Loader with that model residency instead of the host's loader.
+    ``size``: the image's width and height."""
     loader: dict[str, Any] = {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": CKPT}}
     if residency is not None:
         loader = offload_loader(checkpoint=CKPT, model_residency=residency)
@@ -65,7 +73,7 @@ def compiled_prompt(
         "c": loader,
         "p": {"class_type": "CLIPTextEncode", "inputs": {"clip": ["c", 1], "text": "a compiled model"}},
         "n": {"class_type": "CLIPTextEncode", "inputs": {"clip": ["c", 1], "text": ""}},
-        "l": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
+        "l": {"class_type": "EmptyLatentImage", "inputs": {"width": size, "height": size, "batch_size": 1}},
         "t": {"class_type": "TorchCompileModel", "inputs": {"model": ["c", 0], "backend": backend}},
     }
     model: list[Any] = ["t", 0]
@@ -86,8 +94,9 @@ def compiled_prompt(
         }
         model = ["t2", 0]
     inputs = {
-        "model": model, "seed": 3, "steps": STEPS, "cfg": 5.0, "sampler_name": "euler", "scheduler": "normal",
-        "positive": ["p", 0], "negative": ["n", 0], "latent_image": ["l", 0], "denoise": 1.0,
+        "model": model, "seed": seed, "steps": steps, "cfg": 5.0, "sampler_name": "euler",
+        "scheduler": "normal", "positive": ["p", 0], "negative": ["n", 0], "latent_image": ["l", 0],
+        "denoise": 1.0,
     }  # fmt: skip
     if stream == "sampler":
         nodes["o"] = {"class_type": "HeadroomStreamingSampler", "inputs": {**inputs, "vram_budget": budget}}
