@@ -77,8 +77,9 @@ class DecodeReport:
         return sum(n for _, _, n in self.stages)
 
 
-# The node's text box does not wrap its lines (a table's rows would break): long reasons are cut here.
-TEXT_WIDTH = 78
+# The node's text box does not wrap its lines (a table's rows would break): long reasons are cut here, to
+# what a new node's box shows.
+TEXT_WIDTH = 60
 
 
 def decode_text(
@@ -88,7 +89,7 @@ def decode_text(
     the decoder: the most tiles and the smallest side, any cut in time), what sized the tiles, the peak it
     planned for, and any OOM retry or activations parked on disk. ``output``: the decoded IMAGE's shape,
     (batch, height, width, channels) or (batch, frames, height, width, channels)."""
-    how = "exact, the same pixels as a full decode" if exact else "fast, approximate"
+    how = "exact" if exact else "fast, approximate"
     if len(output) == 5:
         what = f"{_count(output[0], 'clip')} of {output[1]} frames, {output[3]}×{output[2]} px"
     else:
@@ -105,7 +106,7 @@ def decode_text(
         lines = [
             f"decoded in {report.tiles_run} tiles ({how})",
             f"{report.family} VAE, {what}",
-            "tiles per level of the decoder (side in the level's own pixels):",
+            "tiles per decoder level (side in its own pixels):",
         ]
         for level, (most, least, cuts) in levels.items():
             count = "1 tile" if most == 1 else f"up to {most} tiles"

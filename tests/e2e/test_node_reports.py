@@ -98,7 +98,7 @@ def test_the_timeline_names_each_file_one_way(seen: dict[str, Any]) -> None:
 def test_the_tiled_vae_decode_says_it_decoded_whole(seen: dict[str, Any]) -> None:
     """M19: the node said nothing; a small image fits whole (auto on the CPU)."""
     lines = (seen["texts"]["8"] or "").splitlines()
-    assert lines[:2] == ["fits whole: decoded in one pass (exact, the same pixels as a full decode)",
+    assert lines[:2] == ["fits whole: decoded in one pass (exact)",
                          "kl VAE, 1 image, 64×64 px"], lines  # fmt: skip
     assert "tiles sized to 2.00 GiB of activations:" in lines, lines
     assert seen["onScreen"]["8"]["shown"], seen["onScreen"]  # in its text box, on the node
@@ -108,7 +108,7 @@ def test_the_tiled_vae_decode_says_its_tiles_and_what_sized_them(seen: dict[str,
     """M19: a budget that cuts the decode: the tiles per level of the decoder, and the budget input."""
     text = seen["texts"]["12"] or ""
     assert re.match(
-        r"decoded in \d+ tiles \(exact, the same pixels as a full decode\)\nkl VAE, 1 image, 192×192 px\n",
+        r"decoded in \d+ tiles \(exact\)\nkl VAE, 1 image, 192×192 px\n",
         text,
     ), text
     assert re.search(r"^  up0: up to \d+ tiles, \d+ px$", text, re.M), text

@@ -323,7 +323,7 @@ def test_the_decode_text_names_tiles_per_level_time_chunks_retries_and_parks() -
     assert text.splitlines() == [
         "decoded in 15 tiles (fast, approximate)",
         "wan VAE, 2 clips of 81 frames, 832×480 px",
-        "tiles per level of the decoder (side in the level's own pixels):",
+        "tiles per decoder level (side in its own pixels):",
         "  up0: up to 6 tiles, 48 px, in 3 time chunks",
         "  up1: 1 tile, 96 px",
         "tiles sized to 2.00 GiB of activations:",
@@ -335,9 +335,9 @@ def test_the_decode_text_names_tiles_per_level_time_chunks_retries_and_parks() -
     ]
     whole = DecodeReport("kl", stages=[("up0.a", 64, 1), ("out", 64, 1)], predicted_peak_bytes=1 << 27)
     said = decode_text(whole, True, 2 << 30, "auto on the CPU: a fixed size per tile", (1, 64, 64, 3))
-    first = "fits whole: decoded in one pass (exact, the same pixels as a full decode)"
+    first = "fits whole: decoded in one pass (exact)"
     assert said.splitlines()[:2] == [first, "kl VAE, 1 image, 64×64 px"]
     fallback = host_decode_text("kl: no plain decoder; wan: " + "not a Wan decoder " * 8)
     lines = fallback.splitlines()
     assert lines[:2] == ["decoded by ComfyUI's own VAE decode, not in tiles:", "  kl: no plain decoder"]
-    assert all(len(line) <= 78 for line in lines) and lines[3].startswith("    not a Wan"), lines
+    assert all(len(line) <= 60 for line in lines) and lines[3].startswith("    not a Wan"), lines
