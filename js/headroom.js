@@ -9,7 +9,7 @@ import { freeVram } from "./lib/free.js";
 import { Latest, coalesce, executingNode, liveReport, withProgress } from "./lib/live.js";
 import { FitStore, fitAnswer } from "./lib/fit.js";
 import { EVENTS, ROUTES, route } from "./lib/names.js";
-import { TEXT_NODES, TextStore, addTextWidget, messageText, showText } from "./lib/nodetext.js";
+import { TEXT_NODES, TextStore, addNoWrapStyle, addTextWidget, messageText, showText } from "./lib/nodetext.js";
 import { hostSettingsToast, preflightToast, repeatsShown, shownToast } from "./lib/preflight.js";
 import { ramBudgetToast, ramBudgetValue } from "./lib/ram.js";
 import { answerText, applyRemedy as applyRemedyOn } from "./lib/remedies.js";
@@ -505,6 +505,7 @@ app.registerExtension({
     },
   ],
   async setup() {
+    addNoWrapStyle(); // M18: the Vue renderer's text boxes of our nodes do not wrap
     app.extensionManager?.registerSidebarTab?.({
       id: "headroom-monitor",
       icon: "pi pi-chart-line",

@@ -11,6 +11,7 @@ import torch
 from ..memory.names import NODE_IDS
 from ..memory.tiled_vae import DecodeOptions, Unsupported, make_tiled_decoder
 from ..memory.tiled_vae.budget import (
+    GPU_AUTO_SHARE,
     activation_budget,
     cpu_activation_limit,
     largest_clip,
@@ -18,6 +19,7 @@ from ..memory.tiled_vae.budget import (
     park_ram_allowance,
     too_large_message,
 )
+from ..memory.tiled_vae.runtime import decode_text, host_decode_text
 from ..memory.units import format_bytes
 from .common import CATEGORY, node_vram_budget, validate_vram_budget, vram_budget_input
 from .host import lookups
@@ -81,7 +83,9 @@ class HeadroomTiledVAEDecode:
         vram_budget: str = "auto",
         mode: str = "exact",
         unique_id: Any = None,
-    ) -> tuple[torch.Tensor]:
+    ) -> dict[str, Any]:
+        """The decoded IMAGE, and what the decode did (tiled or whole, what sized its tiles, or why the
+        host's own decode ran) as the node's text."""
         budget_bytes = node_vram_budget(vram_budget, self.DISPLAY_NAME)
         budget_gb = None if budget_bytes is None else budget_bytes / (1 << 30)
         if mode not in ("exact", "fast"):
@@ -107,13 +111,18 @@ class HeadroomTiledVAEDecode:
             engine = make_tiled_decoder(model, options)
         except Unsupported as exc:
             log.info("Headroom Tiled VAE Decode: using the host's own decode for this VAE (%s)", exc)
-            return (_stock_layout(vae.decode(latent)),)
+            return {
+                "ui": {"text": [host_decode_text(str(exc))]},
+                "result": (_stock_layout(vae.decode(latent)),),
+            }
 
         dtype_bytes = torch.empty((), dtype=options.dtype).element_size()
         shape = tuple(latent.shape)
         weights = host_vae.vae_weight_bytes(vae)
         options.budget_bytes = activation_budget(budget_gb, weights, None, on_gpu=False)
         limit, source = self._activation_limit(vae, shape, vram_budget, budget_gb, weights, options)
+        # what sizes the tiles, said on the node with the decode's figures (M19)
+        sized_by = source if budget_gb is not None else "auto on the CPU: a fixed size per tile"
         minimum = engine.minimum_peak(shape, dtype_bytes)
         if minimum > limit:
             scale = host_vae.vae_output_size(vae, shape)
@@ -133,16 +142,20 @@ class HeadroomTiledVAEDecode:
             host_vae.vae_load(vae, minimum)  # reserve the least, then give tiles what is really free
             free = host_vae.device_free_bytes(device)
             options.budget_bytes = max(minimum, activation_budget(None, weights, free, on_gpu=True))
+            sized_by = f"auto: {GPU_AUTO_SHARE:.0%} of the VRAM free once the VAE is loaded"
             # The plan of the running prompt knows what it keeps loaded at this node: within that too.
             room = host_vae.planned_activation_room(unique_id)
             if room is not None and room < options.budget_bytes:
                 options.budget_bytes = max(minimum, room)
+                sized_by = "auto: the VRAM the running prompt's plan leaves this node"
                 log.info(
                     "Headroom Tiled VAE Decode: tiles sized to the %s the plan leaves this node",
                     format_bytes(room, "GiB"),
                 )
-        if device.type == "cpu":
-            options.budget_bytes = max(minimum, min(options.budget_bytes, limit))
+        if device.type == "cpu" and limit < options.budget_bytes:
+            options.budget_bytes, sized_by = limit, source
+        if options.budget_bytes < minimum:
+            options.budget_bytes, sized_by = minimum, "the least this decode needs (the smallest tiles)"
         host_vae.vae_load(vae, engine.predicted_peak(shape, dtype_bytes))
 
         bar: dict[str, Any] = {}
@@ -172,7 +185,8 @@ class HeadroomTiledVAEDecode:
                 report.park_disk_bytes / (1 << 30),
             )
         images = vae.process_output(raw).movedim(1, -1).to(vae.output_device)
-        return (_stock_layout(images),)
+        text = decode_text(report, options.exact, options.budget_bytes, sized_by, tuple(images.shape))
+        return {"ui": {"text": [text]}, "result": (_stock_layout(images),)}
 
     def _activation_limit(
         self,

@@ -10,11 +10,37 @@ export const TEXT_NODES = new Set([
   NODE_IDS.memory_monitor,
   NODE_IDS.stream_model,
   NODE_IDS.stream_clip,
+  NODE_IDS.tiled_vae_decode, // M19: tiled or whole, its tiles and what sized them, or why the host decoded
 ]);
 // The size a new node gets, so that its text shows: VRAM Stats' report is about 15 lines; the sampler's
-// status one or two. A workflow's saved sizes win (they are set after the node is created).
-const NEW_SIZE = { [NODE_IDS.memory_monitor]: [460, 360], [NODE_IDS.streaming_sampler]: [320, 0] };
+// status one or two; the Tiled VAE Decode's about 10. A workflow's saved sizes win (they are set after the
+// node is created).
+const NEW_SIZE = {
+  [NODE_IDS.memory_monitor]: [460, 360],
+  [NODE_IDS.streaming_sampler]: [320, 0],
+  [NODE_IDS.tiled_vae_decode]: [420, 300],
+};
 export const TEXT_WIDGET = "last run"; // also the Vue renderer's placeholder
+
+// M18 in the Vue renderer: it shows the widget in a text box of its own, which wraps long lines, so VRAM
+// Stats' table rows broke in two; they run on sideways there too. That box is found by its placeholder
+// (1.27-1.41) or as the text box of a widget of one of our text nodes (1.49+ mark a widget's element with
+// its node's type; these nodes have no other text box).
+export const NO_WRAP_STYLE_ID = "headroom-node-text-style";
+export const NO_WRAP_CSS = [
+  `[data-node-id] textarea[placeholder="${TEXT_WIDGET}"]`,
+  ...[...TEXT_NODES].map((type) => `[data-node-id] [node-type="${type}"] textarea`),
+].join(",\n") + " { white-space: pre; overflow-wrap: normal; }";
+
+/** Add the page's one style rule for the Vue renderer's text boxes (once); false when it is there. */
+export function addNoWrapStyle(doc = globalThis.document) {
+  if (!doc?.head || doc.getElementById(NO_WRAP_STYLE_ID)) return false;
+  const style = doc.createElement("style");
+  style.id = NO_WRAP_STYLE_ID;
+  style.textContent = NO_WRAP_CSS;
+  doc.head.append(style);
+  return true;
+}
 
 /** The ui text of an executed message as one string; null when the message has none. */
 export function messageText(output) {

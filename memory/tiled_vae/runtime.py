@@ -4,11 +4,14 @@ and the OOM retry that cuts it smaller, are in layout.py)."""
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+
+from ..units import format_bytes
 
 # Smallest tile side, in stage-input pixels. Besides keeping the halo overhead sane, it keeps every
 # convolution on the same CPU backend as the full decode: torch sends a batch-1 3x3 convolution with at
@@ -72,6 +75,64 @@ class DecodeReport:
     @property
     def tiles_run(self) -> int:
         return sum(n for _, _, n in self.stages)
+
+
+# The node's text box does not wrap its lines (a table's rows would break): long reasons are cut here, to
+# what a new node's box shows.
+TEXT_WIDTH = 60
+
+
+def decode_text(
+    report: DecodeReport, exact: bool, budget_bytes: int, sized_by: str, output: tuple[int, ...]
+) -> str:
+    """What a tiled decode did, said on the node after its run (M19): in one pass or in tiles (per level of
+    the decoder: the most tiles and the smallest side, any cut in time), what sized the tiles, the peak it
+    planned for, and any OOM retry or activations parked on disk. ``output``: the decoded IMAGE's shape,
+    (batch, height, width, channels) or (batch, frames, height, width, channels)."""
+    how = "exact" if exact else "fast, approximate"
+    if len(output) == 5:
+        what = f"{_count(output[0], 'clip')} of {output[1]} frames, {output[3]}×{output[2]} px"
+    else:
+        what = f"{_count(output[0], 'image')}, {output[2]}×{output[1]} px"
+    # a stage's level: "up1" of "up1.block2.b" (each image or clip of a batch runs every stage again)
+    levels: dict[str, tuple[int, int, int]] = {}  # level -> (most tiles, smallest side, most time chunks)
+    for stage, side, tiles in report.stages:
+        level = stage.split(".")[0]
+        most, least, cuts = levels.get(level, (0, side, 0))
+        levels[level] = (max(most, tiles), min(least, side), max(cuts, report.chunks.get(stage, 0)))
+    if all(most == 1 and not cuts for most, _, cuts in levels.values()):
+        lines = [f"fits whole: decoded in one pass ({how})", f"{report.family} VAE, {what}"]
+    else:
+        lines = [
+            f"decoded in {report.tiles_run} tiles ({how})",
+            f"{report.family} VAE, {what}",
+            "tiles per decoder level (side in its own pixels):",
+        ]
+        for level, (most, least, cuts) in levels.items():
+            count = "1 tile" if most == 1 else f"up to {most} tiles"
+            lines.append(f"  {level}: {count}, {least} px" + (f", in {cuts} time chunks" if cuts else ""))
+    lines.append(f"tiles sized to {format_bytes(budget_bytes, 'GiB')} of activations:")
+    lines += textwrap.wrap(sized_by, TEXT_WIDTH, initial_indent="  ", subsequent_indent="  ")
+    lines.append(f"predicted peak {format_bytes(report.predicted_peak_bytes, 'GiB')} of activations")
+    if report.oom_retries:
+        lines.append(f"ran out of memory {report.oom_retries}× and retried with smaller tiles")
+    if report.parks_on_disk:
+        parked = format_bytes(report.park_disk_bytes, "GiB")
+        lines.append(f"{report.parks_on_disk} intermediate activations ({parked}) went to files on disk:")
+        lines.append("  not enough free RAM to hold them")
+    return "\n".join(lines)
+
+
+def _count(n: int, thing: str) -> str:
+    return f"{n} {thing}{'s' if n != 1 else ''}"
+
+
+def host_decode_text(reason: str) -> str:
+    """The node's text when the host's own decode ran instead of a tiled one (M19), with the reason."""
+    lines = ["decoded by ComfyUI's own VAE decode, not in tiles:"]
+    for part in reason.split("; "):
+        lines += textwrap.wrap(part, TEXT_WIDTH, initial_indent="  ", subsequent_indent="    ")
+    return "\n".join(lines)
 
 
 class Progress:

@@ -42,7 +42,22 @@ def stock_decode(host: Host, vae: Any, samples: torch.Tensor) -> torch.Tensor:
 
 
 def tiled_decode(host: Host, vae: Any, samples: torch.Tensor, **inputs: Any) -> torch.Tensor:
-    return host.node_class(NODE)().decode(samples={"samples": samples}, vae=vae, **inputs)[0]
+    """The node's IMAGE (its text: ``tiled_decode_text``)."""
+    return node_decode(host, vae, samples, **inputs)["result"][0]
+
+
+def tiled_decode_text(host: Host, vae: Any, samples: torch.Tensor, **inputs: Any) -> str:
+    """What the node says on itself after the decode (its ui text, M19)."""
+    [text] = node_decode(host, vae, samples, **inputs)["ui"]["text"]
+    assert isinstance(text, str)
+    return text
+
+
+def node_decode(host: Host, vae: Any, samples: torch.Tensor, **inputs: Any) -> dict[str, Any]:
+    """The node's whole return: {"ui": {"text": [...]}, "result": (IMAGE,)}."""
+    out = host.node_class(NODE)().decode(samples={"samples": samples}, vae=vae, **inputs)
+    assert isinstance(out, dict)
+    return out
 
 
 def engine_decode(host: Host, vae: Any, samples: torch.Tensor, tile: int, **options: Any) -> tuple:

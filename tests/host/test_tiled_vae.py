@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from headroom_testing.tiled_vae_host import (
     recorded_reports,
     stock_decode,
     tiled_decode,
+    tiled_decode_text,
 )
 from headroom_testing.tiny_models import (
     SD_VAE_DDCONFIG,
@@ -188,6 +190,8 @@ def test_workflow_runs_with_progress_and_matches_stock_decode(
     result = host.run(prompt)
     assert len(reports) == 1
     assert_same_image(result.outputs["4"][0][0], result.outputs["5"][0][0], split=is_split(reports[0]))
+    # M19: the host hands the node's text to the browser (the executed message's ui), as the Stream nodes'
+    assert result.ui["4"]["text"][0].startswith(("fits whole: decoded in one pass", "decoded in ")), result.ui
     ours = [t for t in ticks if t[2] in (None, "4")]
     assert ours and ours[-1][0] == ours[-1][1]  # the bar reaches its total
     if not host.legacy:
@@ -253,6 +257,40 @@ def test_unsupported_vae_falls_back_to_the_host_decode(host: Host, caplog: pytes
     want = stock_decode(host, vae, z)
     assert got.dtype == want.dtype and torch.equal(got, want)  # the host's own decode, both times
     assert "using the host's own decode" in caplog.text
+    said = tiled_decode_text(host, vae, z)
+    assert said.startswith("decoded by ComfyUI's own VAE decode, not in tiles:\n"), said  # M19
+    assert "kl: " in said and "Unsupported" not in said, said  # each engine's reason, said plainly
+
+
+# -- what the node says on itself after a run (M19) --------------------------------------------------
+
+
+def test_the_node_says_it_decoded_whole_in_one_pass(host: Host, sd_vae: Any) -> None:
+    """A small image on the CPU with "auto": every stage in one tile; the node says so, and what sized it."""
+    said = tiled_decode_text(host, sd_vae, latent((1, 4, 8, 12), seed=8))
+    lines = said.splitlines()
+    assert lines[0] == "fits whole: decoded in one pass (exact)", said
+    assert lines[1] == "kl VAE, 1 image, 96×64 px", said
+    assert (
+        "tiles sized to 2.00 GiB of activations:" in lines
+        and "  auto on the CPU: a fixed size per tile" in lines
+    )
+    assert re.search(r"^predicted peak \d+\.\d\d GiB of activations$", said, re.M), said  # GiB, as everywhere
+    assert "MiB" not in said and " GB" not in said, said
+
+
+def test_the_node_says_its_tiles_and_what_sized_them(host: Host, sd_vae: Any) -> None:
+    """A budget just above the VAE's weights: the node names its tiles per level of the decoder and the
+    budget input that sized them."""
+    weights_gb = sd_vae.patcher.model_size() / (1 << 30)
+    budget = f"{weights_gb + 0.04:.3f}"
+    said = tiled_decode_text(host, sd_vae, latent((2, 4, 8, 18), seed=1), vram_budget=budget, mode="fast")
+    first = re.match(r"decoded in (\d+) tiles \(fast, approximate\)\nkl VAE, 2 images, 144×64 px\n", said)
+    assert first and int(first[1]) > 2 * 25, said  # more tiles than the 25 stages of each image
+    levels = re.findall(r"^  (\S+): (1 tile|up to (\d+) tiles), (\d+) px$", said, re.M)
+    assert [level for level, *_ in levels] == ["up3", "up2", "up1", "up0", "out"], said
+    assert any(most and int(most) > 1 for _, _, most, _ in levels), said
+    assert f"input vram_budget '{budget}' less the VAE's weights" in said, said
 
 
 # -- Wan 2.1 (causal video VAE) ----------------------------------------------------------------------

@@ -48,7 +48,7 @@ def no_decode(host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def decode(host: Host, vae: Any, z: torch.Tensor, **inputs: Any) -> torch.Tensor:
-    return host.node_class(NODE)().decode(samples={"samples": z}, vae=vae, **inputs)[0]
+    return host.node_class(NODE)().decode(samples={"samples": z}, vae=vae, **inputs)["result"][0]
 
 
 def test_auto_refuses_a_head_larger_than_the_ram_with_the_size_that_fits(

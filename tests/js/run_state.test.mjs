@@ -190,3 +190,36 @@ test("N15: the timeline names a file one way in placements and residency events"
   assert.equal(row.placements, "flux1-dev [diffusion_model]: gpu");
   assert.equal(row.events, "flux1-dev [diffusion_model]: disk → gpu");
 });
+
+test("M18 in the Vue renderer: one style rule keeps the text boxes of our nodes from wrapping", async () => {
+  const { NO_WRAP_CSS, NO_WRAP_STYLE_ID, addNoWrapStyle } = await import("../../js/lib/nodetext.js");
+  const added = [];
+  const doc = {
+    head: { append: (el) => added.push(el) },
+    getElementById: (id) => added.find((el) => el.id === id) ?? null,
+    createElement: (tag) => ({ tag }),
+  };
+  assert.equal(addNoWrapStyle(doc), true);
+  assert.equal(addNoWrapStyle(doc), false); // once per page
+  assert.equal(added.length, 1);
+  assert.equal(added[0].tag, "style");
+  assert.equal(added[0].id, NO_WRAP_STYLE_ID);
+  assert.match(added[0].textContent, /\[data-node-id\] textarea\[placeholder="last run"\],\n/); // 1.27-1.41
+  assert.match(added[0].textContent, /\[node-type="HeadroomMemoryMonitor"\] textarea[^{]*\{ white-space: pre;/); // 1.49+
+  assert.equal(added[0].textContent, NO_WRAP_CSS);
+  assert.equal(addNoWrapStyle({}), false); // no document head: nothing to do
+});
+
+test("M19: the Tiled VAE Decode shows its text on the node, and a new one is made big enough for it", async () => {
+  const { TEXT_NODES } = await import("../../js/lib/nodetext.js");
+  const { NODE_IDS } = await import("../../js/lib/names.js");
+  assert.ok(TEXT_NODES.has(NODE_IDS.tiled_vae_decode));
+  const node = { comfyClass: NODE_IDS.tiled_vae_decode, size: [320, 120], widgets: [], addDOMWidget(name, type, el, options) {
+    const widget = { name, type, options };
+    this.widgets.push(widget);
+    return widget;
+  } };
+  addTextWidget(node, { createElement: () => ({ style: {} }) });
+  await Promise.resolve();
+  assert.deepEqual(node.size, [420, 300]);
+});

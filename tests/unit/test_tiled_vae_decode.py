@@ -305,3 +305,39 @@ def test_budget_picks_the_largest_tile_that_fits(model: Model) -> None:
             assert tile == size or estimate_stage(stage, tile + 1, 4, True) > budget
         head = estimate_head((64, 64), 32, 4)  # the head runs whole: no budget can shrink it
         assert engine.predicted_peak(z_shape, 4) <= max(budget, head)
+
+
+# -- what the node says after a decode (M19) ---------------------------------------------------------
+
+
+def test_the_decode_text_names_tiles_per_level_time_chunks_retries_and_parks() -> None:
+    from comfyui_headroom.memory.tiled_vae.runtime import decode_text, host_decode_text
+
+    report = DecodeReport("wan", predicted_peak_bytes=3 << 29, oom_retries=1, parks_on_disk=2)
+    report.park_disk_bytes = 5 << 30
+    report.stages += [("up0.a", 64, 4), ("up0.b", 48, 6), ("up1.a", 96, 1), ("up0.a", 64, 4)]  # two clips
+    report.chunks["up0.b"] = 3
+    text = decode_text(
+        report, False, 2 << 30, "auto: 80% of the VRAM free once the VAE is loaded", (2, 81, 480, 832, 3)
+    )
+    assert text.splitlines() == [
+        "decoded in 15 tiles (fast, approximate)",
+        "wan VAE, 2 clips of 81 frames, 832×480 px",
+        "tiles per decoder level (side in its own pixels):",
+        "  up0: up to 6 tiles, 48 px, in 3 time chunks",
+        "  up1: 1 tile, 96 px",
+        "tiles sized to 2.00 GiB of activations:",
+        "  auto: 80% of the VRAM free once the VAE is loaded",
+        "predicted peak 1.50 GiB of activations",
+        "ran out of memory 1× and retried with smaller tiles",
+        "2 intermediate activations (5.00 GiB) went to files on disk:",
+        "  not enough free RAM to hold them",
+    ]
+    whole = DecodeReport("kl", stages=[("up0.a", 64, 1), ("out", 64, 1)], predicted_peak_bytes=1 << 27)
+    said = decode_text(whole, True, 2 << 30, "auto on the CPU: a fixed size per tile", (1, 64, 64, 3))
+    first = "fits whole: decoded in one pass (exact)"
+    assert said.splitlines()[:2] == [first, "kl VAE, 1 image, 64×64 px"]
+    fallback = host_decode_text("kl: no plain decoder; wan: " + "not a Wan decoder " * 8)
+    lines = fallback.splitlines()
+    assert lines[:2] == ["decoded by ComfyUI's own VAE decode, not in tiles:", "  kl: no plain decoder"]
+    assert all(len(line) <= 60 for line in lines) and lines[3].startswith("    not a Wan"), lines
