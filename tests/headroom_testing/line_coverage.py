@@ -5,22 +5,27 @@ The pack's product code is measured: ``memory/``, ``nodes/`` and the entry point
 every tier: while a test of a tier is set up, run and torn down, coverage.py's dynamic context is the
 tier's name (``unit``); while pytest collects (imports) a tier's test modules it is ``import:unit``.
 
-A module's import-time lines (its imports, ``def`` and ``class`` lines, constants) run once per
-process, in whichever tier imported it first, so every line run outside a test (importing, pytest's
-start) is credited to each tier that ran or imported anything in that file: a tier's share is then
-near what the tier alone would have run, whichever tiers ran before it.
+A module's import-time lines (its imports, ``def`` and ``class`` lines, constants: every line outside
+a function's body) run once per process, in whichever tier imported it first, while collecting or
+inside a test, so each is credited to every tier that ran or imported anything in that file, as is any
+line run outside a test (collection, pytest's start): a tier's share is then near what the tier alone
+would have run, whichever tiers ran before it (a value cached by an earlier tier still hides its lines).
 
 In-process only: the servers the host and browser tiers start (``python main.py``), the CLI runs and
 other subprocesses are not measured. Per-tier contexts need a tracing core: the C tracer is used
 (coverage.py's sys.monitoring core, ``COVERAGE_CORE=sysmon`` on Python 3.12+, cannot switch contexts
 as of coverage 7.17, so it is not used even where that is set).
+
+``HEADROOM_LINE_COVERAGE_DATA=FILE`` keeps the measurement in FILE (coverage.py's data file, with each
+line's contexts: ``coverage html --data-file=FILE --show-contexts`` shows which tiers ran a line).
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,24 +42,38 @@ def product_files(root: Path) -> list[Path]:
     return files
 
 
-def credit(contexts_by_line: Mapping[int, Iterable[str]]) -> dict[str, set[int]]:
+def function_body_lines(source: str) -> set[int]:
+    """The lines inside functions' bodies: what runs when a function is called (a one-line function's
+    line runs at import, and counts as such)."""
+    lines: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.body[0].lineno > node.lineno:
+            lines.update(range(node.body[0].lineno, (node.end_lineno or node.body[0].lineno) + 1))
+    return lines
+
+
+def credit(
+    contexts_by_line: Mapping[int, Iterable[str]], body: Set[int] = frozenset()
+) -> dict[str, set[int]]:
     """One file's lines credited to each tier, from the contexts each line ran in.
 
-    A tier gets the lines its tests ran and, when it ran or imported anything in the file, every line
-    run outside a test (``import:<any tier>`` or the session's start, context ``""``)."""
+    A tier gets the lines of function bodies (``body``) its tests ran and, when it ran or imported
+    anything in the file, every other line run (module and class level: run at import, by whichever
+    tier imported the module first) and every line run outside a test (``import:<tier>``, or ``""``,
+    the session's start)."""
     ran: dict[str, set[int]] = {}
     outside: set[int] = set()
     touched: set[str] = set()
     for line, contexts in contexts_by_line.items():
         for context in contexts:
-            if context.startswith(IMPORT):
-                outside.add(line)
-                touched.add(context[len(IMPORT) :])
-            elif context == "":
+            tier = context.removeprefix(IMPORT)
+            if tier:
+                touched.add(tier)
+            if line not in body or tier != context or not tier:
                 outside.add(line)
             else:
-                ran.setdefault(context, set()).add(line)
-    return {tier: ran.get(tier, set()) | outside for tier in touched | set(ran)}
+                ran.setdefault(tier, set()).add(line)
+    return {tier: ran.get(tier, set()) | outside for tier in touched}
 
 
 @dataclass
@@ -79,8 +98,10 @@ class LineCoverage:
         self.root = root.resolve()
         include = [str(self.root / name) for name in ENTRY_POINTS]
         include += [f"{self.root / folder}/*" for folder in PRODUCT_DIRS]
-        # config_file=False: a user's .coveragerc or [tool.coverage] is not this measurement's
-        self.cov = coverage.Coverage(data_file=None, include=include, config_file=False)
+        # config_file=False: a user's .coveragerc or [tool.coverage] is not this measurement's; the data
+        # stays in memory unless HEADROOM_LINE_COVERAGE_DATA names a file to keep it in
+        self.data_file = os.environ.get("HEADROOM_LINE_COVERAGE_DATA") or None
+        self.cov = coverage.Coverage(data_file=self.data_file, include=include, config_file=False)
         self.cov.set_option("run:core", "ctrace")  # switch_context needs a tracer (module docstring)
         self.cov.set_option("run:disable_warnings", ["no-data-collected"])
         self.context = ""
@@ -112,6 +133,8 @@ class LineCoverage:
         if self.running:
             self.cov.stop()
             self.running = False
+            if self.data_file:  # `coverage html --data-file=FILE --show-contexts`: each line's tiers
+                self.cov.save()
 
     def report(self, tiers: Iterable[str]) -> LineReport:
         """The share of the product's executable lines each of ``tiers`` ran (stops the measurement)."""
@@ -130,7 +153,7 @@ class LineCoverage:
             total += len(statements)
             if str(path) not in measured:
                 continue
-            by_tier = credit(data.contexts_by_lineno(str(path)))
+            by_tier = credit(data.contexts_by_lineno(str(path)), function_body_lines(reporter.source()))
             for tier in wanted & set(by_tier):
                 ran[tier] += len(reporter.translate_lines(by_tier[tier]) & statements)
             ran_any += len(reporter.translate_lines(data.lines(str(path)) or []) & statements)

@@ -19,7 +19,7 @@ from headroom_testing.coverage import (
     record_floor,
     tier_of,
 )
-from headroom_testing.line_coverage import credit, product_files
+from headroom_testing.line_coverage import credit, function_body_lines, product_files
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -173,13 +173,33 @@ def test_a_run_of_one_tier_is_held_to_that_tiers_floor_alone(
     assert read_floor(floor, host_label()) == {"unit": 2, "host": 1}
 
 
-def test_a_line_run_outside_tests_is_credited_to_each_tier_that_used_the_file() -> None:
-    """Import-time lines (run once per process, by whichever tier imported first) count for every tier
-    that ran or imported anything in the file; a tier's test lines count for it alone."""
-    by_line = {1: [""], 2: ["import:host"], 3: ["unit"], 4: ["host", "unit"], 5: ["host"]}
-    assert credit(by_line) == {"unit": {1, 2, 3, 4}, "host": {1, 2, 4, 5}}
-    assert credit({1: ["import:unit"], 2: ["import:unit"]}) == {"unit": {1, 2}}
+def test_a_line_run_at_import_is_credited_to_each_tier_that_used_the_file() -> None:
+    """Import-time lines (run once per process, by whichever tier imported first, while collecting or
+    inside a test) count for every tier that ran or imported anything in the file; the lines of function
+    bodies a tier's tests ran count for it alone."""
+    body = {3, 4, 5}
+    by_line = {1: [""], 2: ["import:host"], 3: ["unit"], 4: ["host", "unit"], 5: ["host"], 6: ["host"]}
+    assert credit(by_line, body) == {"unit": {1, 2, 3, 4, 6}, "host": {1, 2, 4, 5, 6}}
+    assert credit({1: ["import:unit"], 2: ["import:unit"]}, {2}) == {"unit": {1, 2}}
     assert credit({1: [""]}) == {}  # imported before any tier: no tier used it
+
+
+def test_function_bodies_are_what_runs_when_called() -> None:
+    source = (
+        "import os\n"  # 1
+        "@staticmethod\n"  # 2
+        "def f(x=os.sep):\n"  # 3
+        "    'doc'\n"  # 4
+        "    return x\n"  # 5
+        "class C:\n"  # 6
+        "    y = 1\n"  # 7
+        "    async def g(self):\n"  # 8
+        "        def h():\n"  # 9
+        "            return 2\n"  # 10
+        "        return h\n"  # 11
+        "def one(): return 3\n"  # 12
+    )
+    assert function_body_lines(source) == {4, 5, 9, 10, 11}
 
 
 def test_the_product_is_memory_nodes_and_the_entry_points(tmp_path: Path) -> None:
