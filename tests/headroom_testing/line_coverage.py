@@ -98,10 +98,11 @@ class LineCoverage:
         self.root = root.resolve()
         include = [str(self.root / name) for name in ENTRY_POINTS]
         include += [f"{self.root / folder}/*" for folder in PRODUCT_DIRS]
-        # config_file=False: a user's .coveragerc or [tool.coverage] is not this measurement's; the data
-        # stays in memory unless HEADROOM_LINE_COVERAGE_DATA names a file to keep it in
+        # config_file=False: a user's .coveragerc or [tool.coverage] is not this measurement's. The data
+        # stays in memory (a pytest run inside a test, with the same environment, cannot erase it) and
+        # is copied at the end to HEADROOM_LINE_COVERAGE_DATA, if set
         self.data_file = os.environ.get("HEADROOM_LINE_COVERAGE_DATA") or None
-        self.cov = coverage.Coverage(data_file=self.data_file, include=include, config_file=False)
+        self.cov = coverage.Coverage(data_file=None, include=include, config_file=False)
         self.cov.set_option("run:core", "ctrace")  # switch_context needs a tracer (module docstring)
         self.cov.set_option("run:disable_warnings", ["no-data-collected"])
         self.context = ""
@@ -134,7 +135,12 @@ class LineCoverage:
             self.cov.stop()
             self.running = False
             if self.data_file:  # `coverage html --data-file=FILE --show-contexts`: each line's tiers
-                self.cov.save()
+                from coverage import CoverageData
+
+                kept = CoverageData(basename=self.data_file)
+                kept.erase()
+                kept.update(self.cov.get_data())
+                kept.write()
 
     def report(self, tiers: Iterable[str]) -> LineReport:
         """The share of the product's executable lines each of ``tiers`` ran (stops the measurement)."""

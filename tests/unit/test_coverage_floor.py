@@ -59,6 +59,7 @@ def _run(
     env.pop("PYTEST_ADDOPTS", None)  # the caller's options (a --basetemp) are not the inner run's
     env.pop("HEADROOM_COVERAGE_RECORD", None)  # nor its recording of floors: the inner run checks them
     env["HEADROOM_LINE_COVERAGE"] = "1" if line_coverage else "0"
+    env.pop("HEADROOM_LINE_COVERAGE_DATA", None)  # the caller's data file is not the inner run's
     if line_coverage:
         args = (*args, "--line-coverage-root", str(project))
     if comfyui_root is not None:
