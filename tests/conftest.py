@@ -2,8 +2,9 @@
 
 A tier that cannot run here is skipped with its reason printed (pytest runs with -ra). CI sets
 HEADROOM_REQUIRE_HOST=1 so that a missing host fails the run instead of skipping it. Every run ends
-with the tests run and skipped per tier and the host (headroom_testing.coverage); ./scripts/test
-checks them against tests/coverage_floor.json.
+with the tests run and skipped per tier and the host, and the share of the pack's lines each tier ran
+(headroom_testing.coverage, headroom_testing.line_coverage); ./scripts/test checks them against
+tests/coverage_floor.json.
 """
 
 from __future__ import annotations
