@@ -42,6 +42,7 @@ const sidebar = () => page.evaluate(() => {
     fits: fit?.dataset.fits ?? null,
     stale: fit?.dataset.stale ?? null,
     text: fit?.querySelector(".headroom-fit-text")?.textContent ?? "",
+    time: document.querySelector(".headroom-fit-time")?.textContent ?? "", // M5: the card and what it counts
     remedies: [...(fit?.querySelectorAll(".headroom-remedy") ?? [])].map((r) => ({ kind: r.dataset.kind, text: r.textContent, apply: Boolean(r.querySelector(".headroom-remedy-apply")) })),
     cardChoice: fit?.querySelector(".headroom-card-choice")?.value ?? null,
     severity: window.headroom.fits.get()?.severity ?? null, // error: even Headroom's plan does not fit

@@ -33,6 +33,14 @@ def test_m6_a_card_is_chosen_in_the_sidebar_on_a_server_that_has_none(seen: Any)
     assert seen["onServerCard"]["severity"] == "error"  # the server's assumed 1 GB card
 
 
+def test_m5_the_time_names_the_card_it_assumes_and_what_it_counts(seen: Any) -> None:
+    """M5: "about 157 ms" for a CPU run that took 99 s, with no card named. The answer's time now says the
+    card it is for, how that card was chosen, and what the time includes."""
+    assert "M6 card chosen" in seen["steps"], seen["stepErrors"]
+    time = seen["onChosen"]["time"]
+    assert time.startswith("Time for RTX 4060 (the card named)") and "; includes " in time, time
+
+
 def test_the_answer_offers_a_latent_and_apply_makes_the_canvas_match_it(seen: Any) -> None:
     assert "does not fit" in seen["steps"] and "Apply" in seen["steps"], seen["stepErrors"]
     assert seen["noFit"]["fits"] == "false" and seen["before"]["width"] == 1280
