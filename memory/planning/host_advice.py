@@ -35,11 +35,10 @@ def host_advice(
 ) -> list[HostAdvice]:
     """The settings lines for the paging host; for another host, one line saying what it is."""
     if not settings.paging:
-        why = (
-            "the 0.3.x reactive loader"
-            if settings.host == "0.3"
-            else "DynamicVRAM off (--disable-dynamic-vram)"
-        )
+        # what turned DynamicVRAM off: the flag only when it was the flag (a --cpu server is no
+        # --disable-dynamic-vram one: the leftover of M14)
+        off_by = settings.dynamic_off_by or "--disable-dynamic-vram"
+        why = "the 0.3.x reactive loader" if settings.host == "0.3" else f"DynamicVRAM off ({off_by})"
         return [
             HostAdvice(
                 "host",

@@ -11,6 +11,7 @@ factor of three either way, since its FLOPs are estimated from its size.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..units import format_bytes
@@ -58,7 +59,8 @@ def time_basis(plan: Plan, workload: Workload) -> dict[str, Any]:
     parts = [f"{word} {seconds:.1f} s" for word, seconds in by_kind.items()]
     if read:
         parts.insert(0, f"reading {format_bytes(read)} of model files ({plan.hardware.disk / 1e9:.1f} GB/s)")
-    parts.append(f"moving weights to the GPU {plan.transfer_s:.1f} s")
+    if math.isfinite(plan.transfer_s):  # a plan that does not fit has no time (inf): said by its verdict
+        parts.append(f"moving weights to the GPU {plan.transfer_s:.1f} s")
     unknown = sorted(
         c.label
         for c in workload.components
@@ -72,7 +74,9 @@ def time_basis(plan: Plan, workload: Workload) -> dict[str, Any]:
         "includes": "; ".join(parts),
         "left_out": LEFT_OUT,
         "model_calls": calls,
-        "range_s": [wall / high, wall / low] if wall > 0 else None,
+        # JSON has no Infinity: a browser's JSON.parse refuses the whole answer (read "no answer from the
+        # server" in the sidebar), so a plan that does not fit has no range
+        "range_s": [wall / high, wall / low] if 0 < wall < math.inf else None,
         "estimated_models": unknown,
     }
 

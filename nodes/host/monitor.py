@@ -9,6 +9,7 @@ controller's budget comes from ``Monitor.budget``; its moves go into the monitor
 from __future__ import annotations
 
 import logging
+import math
 import os
 import tempfile
 import threading
@@ -98,6 +99,18 @@ def _history_folder() -> Path:
         return Path(tempfile.gettempdir()) / "headroom"
 
 
+def json_safe(value: Any) -> Any:
+    """``value`` with every float JSON cannot write (inf, nan) as None: the host writes its messages with
+    json.dumps, which writes Infinity, and a browser's JSON.parse refuses the whole message for it."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
 @dataclass
 class MonitorSnapshot:
     text: str
@@ -162,7 +175,7 @@ class Monitor(Subscriber):
         if server is None or not self.clients():
             return
         try:
-            server.send_sync(event, payload, sid)
+            server.send_sync(event, json_safe(payload), sid)
         except Exception as exc:  # a closed loop at shutdown, say: telemetry must never break a run
             _log.debug("Headroom: could not send %s: %s", event, exc)
 

@@ -23,7 +23,7 @@ from ...memory.units import parse_size_setting
 from ...version import __version__
 from . import legacy_2024
 from .lookups import host_version
-from .monitor import DEMAND_S, Monitor
+from .monitor import DEMAND_S, Monitor, json_safe
 from .patches import REGISTRY
 from .refusals import unreadable_value
 from .state import configure_ram_budget, monitor, ram_budget, residency
@@ -385,15 +385,17 @@ def _add_plan_routes(web: Any, routes: _RouteTable) -> None:
             found = m.pool.submit_urgent(m.remedies_for, prompt, gpu)  # None: other checks are waiting
             remedies = await asyncio.wrap_future(found) if found is not None else []
         return web.json_response(
-            {
-                "card": m.card_name() if gpu is None else verdict.card,
-                "verdict": verdict.as_dict(),
-                "vram_peak": plan.get("vram_peak"),
-                "wall_s": plan.get("wall_s"),
-                "remedies": [r.as_dict() for r in remedies],
-                "time": plan.get("time"),  # the card and what the time includes, where the plan says
-                "cards": gpu_names(),  # what the sidebar offers to choose from (M6)
-            }
+            json_safe(
+                {
+                    "card": m.card_name() if gpu is None else verdict.card,
+                    "verdict": verdict.as_dict(),
+                    "vram_peak": plan.get("vram_peak"),
+                    "wall_s": plan.get("wall_s"),
+                    "remedies": [r.as_dict() for r in remedies],
+                    "time": plan.get("time"),  # the card and what the time includes, where the plan says
+                    "cards": gpu_names(),  # what the sidebar offers to choose from (M6)
+                }
+            )
         )
 
     @routes.get(ROUTES["plan"])

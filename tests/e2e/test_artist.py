@@ -70,7 +70,7 @@ def field(seen: dict[str, Any], name: str) -> Any:
 def test_will_it_fit_answers_yes_with_the_card_peak_and_usable_vram(seen: dict[str, Any]) -> None:
     fit = field(seen, "fitA")
     assert fit["fits"] == "true", fit
-    pattern = r"Fits on assumed card \(HEADROOM_ASSUME_VRAM\): peak [\d.]+ [MG]iB of 512 MiB usable"
+    pattern = r"Fits on assumed card \(HEADROOM_ASSUME_VRAM\): peak [\d.]+ GiB of 0.50 GiB usable"
     assert re.match(pattern, fit["fitText"]), fit
 
 

@@ -301,3 +301,9 @@ def test_m14_a_cpu_server_is_not_said_to_run_with_disable_dynamic_vram() -> None
     assert cpu.describe() == "ComfyUI 2026 (DynamicVRAM off: --cpu, ram cache)" and cpu.flags() == []
     flag = settings_from_args(argparse.Namespace(disable_dynamic_vram=True))
     assert flag.describe() == "ComfyUI 2026 (DynamicVRAM off, ram cache) with --disable-dynamic-vram"
+    # the settings line under it (VRAM Stats, the Monitor) says what turned it off, never the flag
+    [line] = host_advice(two_experts(), budget(), HW, cpu)
+    assert line.line.startswith("DynamicVRAM off (--cpu):"), line
+    assert "--disable-dynamic-vram" not in line.line, line
+    [line] = host_advice(two_experts(), budget(), HW, flag)
+    assert line.line.startswith("DynamicVRAM off (--disable-dynamic-vram):"), line

@@ -249,3 +249,20 @@ def test_the_sampling_rate_range_ends_are_taken(
 ) -> None:
     monkeypatch.setenv("HEADROOM_MONITOR_HZ", value)
     assert Monitor().sampler.period_s == pytest.approx(period)
+
+
+def test_a_message_to_the_browser_carries_no_infinity(fresh: None) -> None:
+    """The host writes its messages with json.dumps, which writes Infinity; a browser's JSON.parse refuses
+    the whole message for it (a preflight whose plan did not fit was lost that way)."""
+    import json
+
+    m, server = Monitor(), FakeServer()
+    server.sockets["a"] = object()
+    m.server = server
+    m.push("headroom.preflight", {"wall_s": float("inf"), "time": {"range_s": [float("nan"), 1.5]}, "n": 2})
+    [(_, sent, _)] = server.sent
+    assert json.loads(json.dumps(sent, allow_nan=False)) == {
+        "wall_s": None,
+        "time": {"range_s": [None, 1.5]},
+        "n": 2,
+    }

@@ -187,3 +187,18 @@ def test_no_template_assumes_a_size_its_own_widgets_set() -> None:
             if node is not None and all(_set_by_widgets(planned.graph, node, n) for n in ("width", "height")):
                 blamed.append((path.name, note[:120]))
     assert planned_count > 300 and blamed == []
+
+
+def test_a_plan_that_does_not_fit_has_no_infinite_time() -> None:
+    """On a 1 GiB card Flux does not fit: the plan's time is inf, which JSON cannot carry (a browser's
+    JSON.parse refused the whole "Will it fit?" answer and the sidebar read "no answer from the server")."""
+    from comfyui_headroom.memory.planning.costmodel import Budget
+    from comfyui_headroom.memory.planning.planner import plan
+    from comfyui_headroom.memory.planning.timing import time_basis
+
+    planned = plan_workflow(json.loads(FLUX.read_text()), None, Hardware.for_gpu("RTX 4090"))
+    result = plan(planned.workload, Budget.from_card(1 << 30, 24 << 30), planned.hardware)
+    assert result.wall_s == float("inf")  # what the planner says of a plan that does not fit
+    basis = time_basis(result, planned.workload)
+    json.dumps(basis, allow_nan=False)  # raises on inf or nan
+    assert basis["range_s"] is None and "inf" not in basis["includes"], basis
