@@ -19,6 +19,7 @@ TorchCompileModel, and inductor needs a C++ compiler: each test skips saying whi
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -46,6 +47,9 @@ def compiled(host: Host) -> Iterator[dict[str, Any]]:
     torch._dynamo.utils.counters.clear()
     host.run(compiled_prompt(None))
     pixels = host.output("d")[0][0]
+    if not torch.isfinite(pixels).all():  # seen with ATEN_CPU_CAPABILITY=avx2 on an AVX-512 CPU, stock nodes
+        isa = {k: os.environ.get(k, "") for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")}
+        pytest.skip(f"the host's own compiled run (no Headroom node) gives NaN pixels here ({isa})")
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     diffusion = host.output("c")[0][0].model.diffusion_model
     yield {"pixels": pixels, "diffusion": diffusion, "budget": budget_gb(diffusion), "graphs": graphs}
