@@ -122,8 +122,11 @@ def test_the_preflight_toast_has_show_buttons(seen: dict[str, Any]) -> None:
 
 
 def test_run_after_a_fit_check_does_not_repeat_its_warning(seen: dict[str, Any]) -> None:
-    """On 1.58 "Will it fit?" and then Run showed the same warning in two toasts at once."""
-    assert field(seen, "sameWarningToasts") == 1, seen["steps"]
+    """On 1.58 "Will it fit?" and then Run showed the same warning in two toasts at once. Here the host
+    refuses the queued workflow (its files are missing), so its preflight is dropped (#43): no toast for
+    it, and never two of the fit check's warning (the repeat of an accepted run's warning is
+    tests/js/artist.test.mjs's)."""
+    assert field(seen, "refusedToasts") == 0 and field(seen, "sameWarningToasts") <= 1, seen["steps"]
 
 
 def test_show_puts_the_node_above_the_open_bottom_panel(seen: dict[str, Any]) -> None:
