@@ -83,7 +83,7 @@ class HeadroomTiledVAEDecode:
         vram_budget: str = "auto",
         mode: str = "exact",
         unique_id: Any = None,
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         """The decoded IMAGE, and what the decode did (tiled or whole, what sized its tiles, or why the
         host's own decode ran) as the node's text."""
         budget_bytes = node_vram_budget(vram_budget, self.DISPLAY_NAME)

@@ -99,7 +99,7 @@ def _history_folder() -> Path:
         return Path(tempfile.gettempdir()) / "headroom"
 
 
-def json_safe(value: Any) -> Any:
+def json_safe(value: object) -> object:
     """``value`` with every float JSON cannot write (inf, nan) as None: the host writes its messages with
     json.dumps, which writes Infinity, and a browser's JSON.parse refuses the whole message for it."""
     if isinstance(value, float):
