@@ -201,7 +201,9 @@ class Monitor(Subscriber):
         check for another card): its VRAM from the card table, this machine's RAM budget."""
         ram = RAM.resolve()
         budget = replace(Budget.from_card(int(gpu.vram_gib * GiB), max(ram.ram, 1)), pinned=ram.pinned)
-        return budget, hardware_for(gpu.name), f"{gpu.name} (chosen in the sidebar)"
+        # "named": the time is for the card chosen, not this server's (M5: it said "this server's card")
+        hardware = replace(hardware_for(gpu.name), gpu_source="named")
+        return budget, hardware, f"{gpu.name} (chosen in the sidebar)"
 
     def _plan(
         self, prompt: dict[str, Any], card: tuple[Budget, Hardware, str] | None = None

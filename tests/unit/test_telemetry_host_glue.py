@@ -266,3 +266,14 @@ def test_a_message_to_the_browser_carries_no_infinity(fresh: None) -> None:
         "time": {"range_s": [None, 1.5]},
         "n": 2,
     }
+
+
+def test_a_card_chosen_in_the_sidebar_is_the_card_the_time_is_for(fresh: None) -> None:
+    """M5 (#42): a check on a card chosen in the sidebar said its time was for "this server's card"."""
+    from comfyui_headroom.memory.planning.gpus import find_gpu
+
+    gpu = find_gpu("RTX 4060")
+    assert gpu is not None
+    budget, hardware, name = state.monitor().chosen(gpu)
+    assert name == "RTX 4060 (chosen in the sidebar)" and hardware.gpu_source == "named"
+    assert "4060" in hardware.gpu and budget.vram <= 8 * 2**30
