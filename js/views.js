@@ -143,14 +143,17 @@ export class MonitorPanel {
     this.drawChart(history);
     this.status.textContent = `${history.length} samples${info ? ` · ${info}` : ""}`;
     const records = [...badges.records.values()];
-    this.nodes.replaceChildren(
-      ...(records.length ? [el("strong", { textContent: "Last run, per node" })] : []),
-      ...records.map((r) => {
-        const text = badges.text(r.node) || (r.status === "cached" ? "cached" : "");
-        return el("div", { className: "headroom-node-row", dataset: { node: String(r.node) } },
-          nodeLink(r.node, r.class_type), text ? `: ${text}` : "");
-      }),
-    );
+    const nodeRows = records.map((r) => ({ r, text: badges.text(r.node) || (r.status === "cached" ? "cached" : "") }));
+    // drawn again only when a row changed: a row rebuilt under the pointer (every sample) loses the click
+    const key = JSON.stringify(nodeRows.map(({ r, text }) => [r.node, nameOf(globalThis.app, r.node, r.class_type).text, text]));
+    if (key !== this.nodesKey) {
+      this.nodesKey = key;
+      this.nodes.replaceChildren(
+        ...(records.length ? [el("strong", { textContent: "Last run, per node" })] : []),
+        ...nodeRows.map(({ r, text }) => el("div", { className: "headroom-node-row", dataset: { node: String(r.node) } },
+          nodeLink(r.node, r.class_type), text ? `: ${text}` : "")),
+      );
+    }
   }
 
   /** The open workflow's last verdict: fits (green), will run out (red or amber, with links to the

@@ -2,7 +2,7 @@
 // Usage: node browser.mjs BASE_URL ARTIFACTS_DIR PROMPT.json PREFLIGHT_PROMPT.json
 // Prints one JSON line with what it saw; tests/e2e/test_browser.py asserts on it.
 import { readFileSync } from "node:fs";
-import { openComfy, postPrompt, setRenderer } from "./lib/page.mjs";
+import { checkFitInToast, openComfy, setRenderer } from "./lib/page.mjs";
 
 const LONG = 180_000;
 const [base, artifacts, promptPath, preflightPath] = process.argv.slice(2);
@@ -54,9 +54,10 @@ try {
   await page.waitForFunction(() => Number(document.querySelector(".headroom-timeline")?.dataset.rows) >= 3, null, { timeout: 60_000 });
   result.timelineRows = await page.evaluate(() => Number(document.querySelector(".headroom-timeline").dataset.rows));
 
-  // Preflight: queue a workflow that cannot fit the assumed card; the host refuses it (no model files),
-  // but the warning has already been sent to this client.
-  await postPrompt(page, preflightPrompt);
+  // A workflow that cannot fit the assumed card, open in the canvas and checked with "Will it fit?"
+  // (queued, the host would refuse it for its missing model files, and its preflight with it: #43).
+  await page.evaluate(async (apiPrompt) => { await window.app.loadApiJson(apiPrompt, "flux.json"); }, preflightPrompt);
+  await checkFitInToast(page);
   await page.waitForFunction(() => window.headroom.toasts.length >= 1, null, { timeout: 60_000 });
   result.toast = await page.evaluate(() => window.headroom.toasts[0]);
   result.toastShown = await page.locator(".p-toast-message, [data-testid='toast']", { hasText: "Headroom" }).count(); // PrimeVue's, or 1.58's own

@@ -4,7 +4,7 @@
 // records what it found rather than failing, so a run against the old pack (HEADROOM_E2E_PACK) reports
 // what is missing. tests/e2e/test_views.py asserts on the JSON line.
 import { readFileSync } from "node:fs";
-import { LONG, loadApiPrompt, openComfy, postPrompt } from "./lib/page.mjs";
+import { LONG, checkFitInToast, loadApiPrompt, openComfy } from "./lib/page.mjs";
 
 const [base, artifacts, promptPath, preflightPath] = process.argv.slice(2);
 const prompt = JSON.parse(readFileSync(promptPath, "utf8"));
@@ -121,14 +121,15 @@ try {
   await page.locator(".headroom-timeline").screenshot({ path: `${artifacts}/timeline.png` });
   await page.evaluate(() => window.app.extensionManager.command.execute("Workspace.ToggleBottomPanelTab.headroom-timeline"));
 
-  // Items 6 and 5 (toast): queue a 2048x2048 Flux workflow that a 1 GB card cannot run. It is open in
-  // the canvas first (so its nodes can be found); the host refuses it (no model files), but the
-  // preflight warning has already been sent to this client.
+  // Items 6 and 5 (toast): a 2048x2048 Flux workflow that a 1 GB card cannot run, open in the canvas (so
+  // its nodes can be found). Queued, the host would refuse it (its model files are not on this server)
+  // and its preflight is dropped with it (#43), so the same verdict comes from "Will it fit?", with the
+  // sidebar closed: its toast then carries the whole answer (M16).
   await page.evaluate(async (apiPrompt) => {
     window.headroom.toasts.length = 0;
     await window.app.loadApiJson(apiPrompt, "flux-2048.json");
   }, preflightPrompt);
-  await postPrompt(page, preflightPrompt);
+  await checkFitInToast(page);
   await page.waitForFunction(() => window.headroom.toasts.length >= 1, null, { timeout: 60_000 });
   const toast = page.locator(TOAST, { hasText: "will run out of VRAM" }).first();
   await toast.waitFor({ timeout: 30_000 });

@@ -125,3 +125,13 @@ export async function postPrompt(page, apiPrompt) {
     });
   }, apiPrompt);
 }
+
+/** "Will it fit?" on the open workflow with Headroom's sidebar closed, so that its toast carries the whole
+ * answer (with the sidebar open the answer is there and the toast says the verdict only: M16). */
+export async function checkFitInToast(page) {
+  await page.evaluate(async () => {
+    const command = (id) => window.app.extensionManager.command.execute(id);
+    if (document.querySelector(".headroom-monitor")?.isConnected) await command("Workspace.ToggleSidebarTab.headroom-monitor");
+    await command("Headroom.CheckFit");
+  });
+}
