@@ -126,11 +126,13 @@ export async function postPrompt(page, apiPrompt) {
   }, apiPrompt);
 }
 
-/** "Will it fit?" on the open workflow with Headroom's sidebar closed, so that its toast carries the whole
+/** "Will it fit?" on the open workflow, on the server's card, with Headroom's sidebar closed, so that its toast carries the whole
  * answer (with the sidebar open the answer is there and the toast says the verdict only: M16). */
 export async function checkFitInToast(page) {
   await page.evaluate(async () => {
     const command = (id) => window.app.extensionManager.command.execute(id);
+    // on the server's card: the card setting is the server's, and an earlier script may have left one chosen
+    await window.app.extensionManager.setting.set("Headroom.Card", "");
     if (document.querySelector(".headroom-monitor")?.isConnected) await command("Workspace.ToggleSidebarTab.headroom-monitor");
     await command("Headroom.CheckFit");
   });
