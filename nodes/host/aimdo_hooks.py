@@ -143,7 +143,6 @@ class HeadroomSetter:
     goes back at the prompt's end through the registry's undo."""
 
     def __init__(self) -> None:
-        self.current: int | None = None  # what Headroom set last in this prompt
         self.told = ""
 
     def _say_once(self, why: str) -> None:
@@ -173,7 +172,6 @@ class HeadroomSetter:
         except Exception as exc:  # fail open: aimdo keeps its headroom
             self._say_once(f"setting it failed ({exc!r})")
             return None
-        self.current = wanted
         _log.info(
             "Headroom: comfy-aimdo's VRAM headroom %s for %s (was %s): %s (%s=1)",
             format_bytes(wanted), node, format_bytes(before), why, HEADROOM_ENV,
@@ -182,7 +180,6 @@ class HeadroomSetter:
 
     def prompt_finished(self) -> int:
         """Put the host's headroom back (the registry's undo); returns how many changes were undone."""
-        self.current = None
         return REGISTRY.uninstall(prefix=HEADROOM_PATCH)
 
 
