@@ -2,7 +2,7 @@
 // Usage: node browser.mjs BASE_URL ARTIFACTS_DIR PROMPT.json PREFLIGHT_PROMPT.json
 // Prints one JSON line with what it saw; tests/e2e/test_browser.py asserts on it.
 import { readFileSync } from "node:fs";
-import { checkFitInToast, openComfy, setRenderer } from "./lib/page.mjs";
+import { checkFitInToast, openComfy, runApiPrompt, setRenderer } from "./lib/page.mjs";
 
 const LONG = 180_000;
 const [base, artifacts, promptPath, preflightPath] = process.argv.slice(2);
@@ -17,17 +17,15 @@ try {
   result.steps.push("sidebar");
 
   async function runPrompt(label) {
-    await page.evaluate(async (apiPrompt) => {
-      window.headroom.report = null;
-      await window.app.loadApiJson(apiPrompt, "headroom-e2e.json");
-      await window.app.queuePrompt(0, 1);
-    }, prompt);
-    // the timeline's report updates while the run goes ("running", "pending"): wait for the final one
-    await page.waitForFunction(() => {
+    await page.evaluate(() => { window.headroom.report = null; });
+    const { promptId } = await runApiPrompt(page, prompt);
+    // Wait for this prompt's final report: loading the workflow shows the tab's last run (the other
+    // renderer's, all done) at once, and the live one (running, pending) replaces it while the run goes.
+    await page.waitForFunction((id) => {
       const { report, running } = window.headroom;
-      return !running && report && !report.live && (report.nodes?.length ?? 0) >= 3
+      return !running && report?.prompt_id === id && !report.live && (report.nodes?.length ?? 0) >= 3
         && report.nodes.every((r) => r.status !== "running" && r.status !== "pending");
-    }, null, { timeout: LONG });
+    }, promptId, { timeout: LONG });
     result.steps.push(`ran (${label})`);
     return page.evaluate(() => {
       const monitor = window.app.graph.nodes.find((n) => n.comfyClass === "HeadroomMemoryMonitor");

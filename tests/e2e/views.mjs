@@ -75,14 +75,15 @@ try {
 
   // A run of a workflow whose nodes have titles of their own.
   await loadApiPrompt(page, prompt, "headroom-views.json");
-  await page.evaluate(async () => {
+  const ranId = await page.evaluate(async () => {
     const { api } = window.comfyAPI.api;
-    const ended = new Promise((resolve) => api.addEventListener("execution_success", resolve, { once: true }));
+    const ended = new Promise((resolve) => api.addEventListener("execution_success", ({ detail }) => resolve(detail?.prompt_id), { once: true }));
     window.headroom.report = null;
     await window.app.queuePrompt(0, 1);
-    await ended;
+    return ended;
   });
-  await page.waitForFunction(() => (window.headroom.report?.nodes?.length ?? 0) >= 3, null, { timeout: LONG });
+  // this run's report (not one shown before it, when the workflow was loaded)
+  await page.waitForFunction((id) => window.headroom.report?.prompt_id === id && (window.headroom.report?.nodes?.length ?? 0) >= 3, ranId, { timeout: LONG });
   await page.waitForFunction(() => document.querySelectorAll(".headroom-node-row").length >= 3, null, { timeout: 60_000 });
   await page.waitForFunction(() => Number(document.querySelector(".headroom-monitor")?.dataset.samples) >= 8, null, { timeout: 60_000 });
   result.steps.push("ran");
