@@ -40,10 +40,17 @@ try {
     const timer = setInterval(look, 100);
     const { api } = window.comfyAPI.api;
     for (const name of ["execution_success", "execution_error", "execution_interrupted"]) {
-      api.addEventListener(name, () => setTimeout(() => { clearInterval(timer); look(); resolve(seen); }, 1500), { once: true });
+      api.addEventListener(name, ({ detail }) => setTimeout(() => { clearInterval(timer); look(); resolve({ seen, promptId: detail?.prompt_id }); }, 1500), { once: true });
     }
     window.app.queuePrompt(0, 1);
   }));
+  const ran = result.seen.promptId;
+  result.seen = result.seen.seen;
+  // this run's final report (on a slow machine it may come after the 1.5 s watched above)
+  await page.waitForFunction((id) => {
+    const { report } = window.headroom;
+    return report?.prompt_id === id && !report.live && (report.nodes ?? []).every((r) => r.status !== "running" && r.status !== "pending");
+  }, ran, { timeout: 60_000 });
   // the run's own figures: each node's time, in the order the report lists them (the order they ran)
   result.skippedSeen = Object.entries(result.seen).filter(([, row]) => row.states.includes("skipped")).map(([node]) => node);
   result.durations = await page.evaluate(() => (window.headroom.report?.nodes ?? []).map((n) => [String(n.node), n.duration_s ?? null, n.status]));
