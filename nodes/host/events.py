@@ -38,7 +38,7 @@ from types import ModuleType
 from typing import Any
 
 from . import legacy_2024
-from .budget_check import refuse_unstreamable
+from .budget_check import refuse_at_validation
 from .patches import REGISTRY
 
 _log = logging.getLogger("headroom")
@@ -278,7 +278,7 @@ def _hook_validation(source: EventSource, execution: ModuleType) -> str:
                 patch.fire()
                 prompt = _prompt_of(args, kwargs)
                 with source.validation(prompt) as answer:
-                    answer.append(refuse_unstreamable(prompt, await original(*args, **kwargs)))
+                    answer.append(refuse_at_validation(prompt, await original(*args, **kwargs)))
                     return answer[0]
         else:
 
@@ -287,7 +287,7 @@ def _hook_validation(source: EventSource, execution: ModuleType) -> str:
                 patch.fire()
                 prompt = _prompt_of(args, kwargs)
                 with source.validation(prompt) as answer:
-                    answer.append(refuse_unstreamable(prompt, original(*args, **kwargs)))
+                    answer.append(refuse_at_validation(prompt, original(*args, **kwargs)))
                     return answer[0]
 
         validate_prompt.__headroom__ = True  # type: ignore[attr-defined]

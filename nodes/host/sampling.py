@@ -40,6 +40,7 @@ from ...memory.residency.dynamic_policy import stream_note
 from ...memory.streaming.budget import activation_reserve, streaming_budget
 from ...memory.streaming.shared_uploads import SharedUploads
 from ...memory.units import format_bytes
+from ...memory.workflow.compiled import REFUSAL as CUDAGRAPHS_REFUSAL
 from . import host_load, legacy_2024, node_text, recording
 from .links import record_stream
 from .lookups import host_module
@@ -68,12 +69,7 @@ def cudagraphs_refusal(options: dict[str, object]) -> str | None:
     kwargs = options.get(COMPILE_KWARGS)
     if not isinstance(kwargs, dict) or kwargs.get("backend") != "cudagraphs":
         return None
-    return (
-        "Headroom cannot stream a model compiled with torch.compile's 'cudagraphs' backend "
-        "(TorchCompileModel): CUDA graphs replay the weights' device addresses recorded at capture, while "
-        "streaming binds each streamed block's weights to a ring slot at every step. Set "
-        "TorchCompileModel's backend to 'inductor', or sample without Stream Model / the Streaming KSampler."
-    )
+    return CUDAGRAPHS_REFUSAL
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import torch
 
-from headroom_testing.harness import Host, PromptFailed
+from headroom_testing.harness import Host, PromptFailed, PromptInvalid
 from headroom_testing.stream_spy import StreamSpy, budget_gb
 from headroom_testing.tiny_models import build_tiny_sd_checkpoint
 from headroom_testing.torch_compile import CKPT, STEPS, compiled_prompt, record_inductor, why_not_compiled
@@ -122,14 +122,17 @@ def test_the_offload_loaders_disk_tier_under_torch_compile_reads_through_the_fil
     assert fp.mapped > 0.9 * (fp.mapped + fp.ram), fp  # the weights view the file again
 
 
+@pytest.mark.parametrize("where", ["validation", "sampling"])
 @pytest.mark.parametrize("stream", ["after", "before", "sampler"])
 def test_a_streamed_model_under_cudagraphs_is_refused_before_sampling(
-    host: Host, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, stream: str
+    host: Host, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, stream: str, where: str
 ) -> None:
     """TorchCompileModel's ``cudagraphs`` backend replays the weights' device addresses it recorded; the
-    streamer binds a block's weights to ring slots at every step. Stream Model (on either side of
-    TorchCompileModel) and the Streaming KSampler refuse it in their OUTER_SAMPLE wrapper, before the
-    host loads or samples anything (so this runs on the CPU too), naming the backend and the way out."""
+    streamer binds a block's weights to ring slots at every step. The host's validation refuses it on the
+    TorchCompileModel's ``backend`` input, where the prompt says so (Stream Model on either side of it, or
+    the Streaming KSampler), before any node runs; what validation does not see (``where`` "sampling": its
+    check stood aside) Stream Model and the Streaming KSampler refuse in their OUTER_SAMPLE wrapper, before
+    the host loads or samples anything (so this runs on the CPU too), naming the backend and the way out."""
     if (why := why_not_compiled(host, device="cuda")) is not None:
         pytest.skip(why)
     build_tiny_sd_checkpoint(host.models_dir, name=CKPT, seed=5, dtype=torch.float32)
@@ -143,10 +146,20 @@ def test_a_streamed_model_under_cudagraphs_is_refused_before_sampling(
     monkeypatch.setattr(
         comfy.model_base.BaseModel, "apply_model", lambda *a, **k: calls.append(a) or apply_model(*a, **k)
     )
-    with caplog.at_level("ERROR", logger="headroom"), pytest.raises(PromptFailed) as failed:
-        host.run(compiled_prompt(stream, backend="cudagraphs"))
+    prompt = compiled_prompt(stream, backend="cudagraphs")
+    compile_node = "t2" if stream == "before" else "t"
+    if where == "sampling":
+        budget_check = host.pack_module("nodes.host.budget_check")
+        monkeypatch.setattr(budget_check, "refuse_cudagraphs", lambda prompt, answer: answer)
+    with caplog.at_level("ERROR", logger="headroom"), pytest.raises((PromptFailed, PromptInvalid)) as failed:
+        host.run(prompt)
     message = str(failed.value)
     assert "torch.compile's 'cudagraphs' backend" in message and "'inductor'" in message, message
-    assert failed.value.error.get("node_id") == "o"  # the sampling node
+    if where == "validation":
+        assert isinstance(failed.value, PromptInvalid)
+        assert f"'{compile_node}': {{'errors'" in message and "'input_name': 'backend'" in message, message
+    else:
+        assert isinstance(failed.value, PromptFailed)
+        assert failed.value.error.get("node_id") == "o"  # the sampling node
     assert not calls and not spy.log, "refused before the first step"
     assert [r for r in caplog.records if "'cudagraphs' backend" in r.getMessage()], "one log line"

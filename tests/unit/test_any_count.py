@@ -10,7 +10,7 @@ from pathlib import Path
 from headroom_testing.any_count import count, count_source
 
 ROOT = Path(__file__).resolve().parents[2]
-CEILINGS = {"any_parameters": 186, "any_returns": 61, "any_uses": 431}
+CEILINGS = {"any_parameters": 183, "any_returns": 60, "any_uses": 427}
 
 
 def test_nodes_stays_under_its_any_ceilings() -> None:
