@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..names import NODE_IDS
-from .graph_types import Graph, Link
+from .graph import Graph, Link, reachable
 from .walk import fill
 
 COMPILE_NODE = "TorchCompileModel"  # comfy_extras/nodes_torch_compile.py, the same id on 0.3.64 and 0.33
@@ -32,25 +32,12 @@ def _model_source(graph: Graph, node_id: str) -> str | None:
     return link.node if isinstance(link, Link) and link.node in graph.nodes else None
 
 
-def _runs(graph: Graph, outputs: Iterable[str]) -> list[str]:
-    """The nodes the prompt runs: the outputs and every node they read, through any link."""
-    seen: set[str] = set()
-    stack = [o for o in outputs if o in graph.nodes]
-    while stack:
-        node_id = stack.pop()
-        if node_id in seen:
-            continue
-        seen.add(node_id)
-        links = (v.node for v in graph.nodes[node_id].inputs.values() if isinstance(v, Link))
-        stack += [n for n in links if n in graph.nodes and n not in seen]
-    return [n for n in graph.nodes if n in seen]  # in prompt order
-
-
 def cudagraphs_streamed(graph: Graph, outputs: Iterable[str]) -> tuple[str, str] | None:
     """``(TorchCompileModel id, streaming node id)`` for the first node the prompt runs whose model chain
     (the node and the nodes its ``model`` input comes from, link by link) holds both a TorchCompileModel
     with the backend "cudagraphs" and Stream Model or the Streaming KSampler; None when none does."""
-    runs = _runs(graph, outputs)
+    needed = reachable(graph, outputs)
+    runs = [n for n in graph.nodes if n in needed]  # in prompt order
     if not any(graph.nodes[n].inputs.get("backend") == "cudagraphs" for n in runs):
         return None  # the common case, read in one pass
     memo: dict[str, Above] = {}

@@ -22,6 +22,7 @@ nodes (see node_types.py).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +132,24 @@ def load_workflow(path: str | Path) -> Graph:
         raise WorkflowError(f"{path}: {exc}") from exc
 
 
+def reachable(graph: Graph, outputs: Iterable[str]) -> set[str]:
+    """Every node the outputs depend on (themselves included), following all links, lazy ones too: what
+    the host runs for them at the most."""
+    seen: set[str] = set()
+    stack = [node_id for node_id in outputs if node_id in graph.nodes]
+    while stack:
+        node_id = stack.pop()
+        if node_id in seen:
+            continue
+        seen.add(node_id)
+        for value in graph.nodes[node_id].inputs.values():
+            if isinstance(value, Link) and value.node in graph.nodes and value.node not in seen:
+                stack.append(value.node)
+    return seen
+
+
 # the types graph_types.py holds are the rest of the pack's to import from here
 __all__ = [
     "MAX_WORKFLOW_BYTES", "Graph", "Link", "Node", "WorkflowError", "load_workflow", "parse_workflow",
+    "reachable",
 ]  # fmt: skip

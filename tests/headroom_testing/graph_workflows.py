@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -19,21 +18,6 @@ def fixture(name: str) -> dict[str, Any]:
 def signature(graph: Graph) -> list[tuple[str, str, list[tuple[str, Any]]]]:
     """What the executor sees of a graph: ids in order, classes, inputs in order."""
     return [(n.id, n.class_type, list(n.inputs.items())) for n in graph.nodes.values()]
-
-
-def reachable(graph: Graph, outputs: Iterable[str]) -> set[str]:
-    """Every node an output depends on (itself included), following all links, lazy ones too."""
-    seen: set[str] = set()
-    stack = [node_id for node_id in outputs if node_id in graph.nodes]
-    while stack:
-        node_id = stack.pop()
-        if node_id in seen:
-            continue
-        seen.add(node_id)
-        for value in graph.nodes[node_id].inputs.values():
-            if isinstance(value, Link) and value.node in graph.nodes:
-                stack.append(value.node)
-    return seen
 
 
 def to_prompt(graph: Graph) -> dict[str, dict[str, Any]]:

@@ -9,10 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from comfyui_headroom.memory.workflow import order as order_module
-from comfyui_headroom.memory.workflow.graph import Graph, Link, WorkflowError, parse_workflow
+from comfyui_headroom.memory.workflow.graph import Graph, Link, WorkflowError, parse_workflow, reachable
 from comfyui_headroom.memory.workflow.node_types import InputSpec, NodeType, lookup
 from comfyui_headroom.memory.workflow.order import predict_order, select_outputs
-from headroom_testing.graph_workflows import reachable
 
 
 def image(color: int) -> dict[str, Any]:
