@@ -33,9 +33,11 @@ def _model_source(graph: Graph, node_id: str) -> str | None:
 
 
 def cudagraphs_streamed(graph: Graph, outputs: Iterable[str]) -> tuple[str, str] | None:
-    """``(TorchCompileModel id, streaming node id)`` for the first node the prompt runs whose model chain
-    (the node and the nodes its ``model`` input comes from, link by link) holds both a TorchCompileModel
-    with the backend "cudagraphs" and Stream Model or the Streaming KSampler; None when none does."""
+    """``(TorchCompileModel id, streaming node id)`` for the first node, in prompt order, that the prompt
+    may run (the outputs and what they read, lazy inputs too: a switch that would not take the compiled
+    branch still counts) whose model chain (the node and the nodes its ``model`` input comes from, link by
+    link) holds both a TorchCompileModel with the backend "cudagraphs" and Stream Model or the Streaming
+    KSampler; None when none does."""
     needed = reachable(graph, outputs)
     runs = [n for n in graph.nodes if n in needed]  # in prompt order
     if not any(graph.nodes[n].inputs.get("backend") == "cudagraphs" for n in runs):

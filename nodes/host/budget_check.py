@@ -18,7 +18,7 @@ from ...memory.planning.costmodel import Hardware
 from ...memory.planning.pipeline import BudgetRefused, plan_workflow
 from ...memory.workflow.compiled import REFUSAL as CUDAGRAPHS_REFUSAL
 from ...memory.workflow.compiled import cudagraphs_streamed
-from ...memory.workflow.graph import WorkflowError, parse_workflow
+from ...memory.workflow.graph import WorkflowError, parse_workflow, reachable
 from .lookups import HOST_MODEL_FILES
 
 _log = logging.getLogger("headroom")
@@ -36,7 +36,7 @@ def _answer(answer: object) -> Answer | None:
     if not isinstance(answer, (tuple, list)) or len(answer) != 4 or not answer[0]:
         return None
     ok, error, outputs, node_errors = answer
-    outputs = [str(o) for o in outputs] if isinstance(outputs, (list, tuple)) else []
+    outputs = [str(o) for o in outputs] if isinstance(outputs, (list, tuple, set, frozenset)) else []
     return bool(ok), error, outputs, dict(node_errors) if isinstance(node_errors, dict) else {}
 
 
@@ -53,10 +53,18 @@ def _compiles_cudagraphs(node: object) -> bool:
 
 
 def _refused(
-    prompt: dict[str, object], valid: Answer, node_id: str, input_name: str, message: str, details: str
+    prompt: dict[str, object],
+    valid: Answer,
+    node_id: str,
+    input_name: str,
+    message: str,
+    details: str,
+    dependent: list[str] | None = None,
 ) -> Answer:
-    """The host's validation answer refusing ``node_id``'s input, as its own validation words one."""
+    """The host's validation answer refusing ``node_id``'s input, as its own validation words one;
+    ``dependent``: the outputs that need the node (None: every output the host kept)."""
     _ok, _error, outputs, node_errors = valid
+    outputs = outputs if dependent is None else dependent
     node = prompt.get(node_id)
     errors = dict(node_errors)
     errors[node_id] = {
@@ -83,9 +91,12 @@ def refuse_cudagraphs(prompt: object, answer: object) -> object:
     if valid is None or not isinstance(prompt, dict) or not any(map(_compiles_cudagraphs, prompt.values())):
         return answer
     try:
-        found = cudagraphs_streamed(parse_workflow(prompt), valid[2])
-    except (WorkflowError, ValueError, KeyError, TypeError, RecursionError, PlanTimeout):
-        return answer  # what the graph cannot read, the sampling-time check still refuses
+        graph = parse_workflow(prompt)
+        found = cudagraphs_streamed(graph, valid[2])
+    except WorkflowError:
+        # a prompt the parser reads more strictly than the host (links checked against the pack's own
+        # node table, not against the outputs the host kept): the sampling-time check still refuses
+        return answer
     except Exception:  # fail open: the sampling-time check still refuses
         _log.warning("Headroom: the cudagraphs check at validation failed; the host's answer stands",
                      exc_info=True)  # fmt: skip
@@ -96,7 +107,8 @@ def refuse_cudagraphs(prompt: object, answer: object) -> object:
     _log.error("Headroom: node %s (TorchCompileModel) compiles the model node %s streams: %s",
                compiled, stream, CUDAGRAPHS_REFUSAL)  # fmt: skip
     message = "Headroom: a streamed model cannot use the 'cudagraphs' backend"
-    return _refused(prompt, valid, compiled, "backend", message, CUDAGRAPHS_REFUSAL)
+    dependent = [o for o in valid[2] if compiled in reachable(graph, [o])]  # as the host lists them
+    return _refused(prompt, valid, compiled, "backend", message, CUDAGRAPHS_REFUSAL, dependent)
 
 
 def refuse_unstreamable(prompt: object, answer: object) -> object:

@@ -18,7 +18,8 @@ try {
 
   async function runPrompt(label) {
     await page.evaluate(() => { window.headroom.report = null; });
-    const { promptId } = await runApiPrompt(page, prompt);
+    const { event, promptId } = await runApiPrompt(page, prompt);
+    if (event !== "execution_success" || !promptId) throw new Error(`the ${label} run ended with ${event} (${promptId})`);
     // Wait for this prompt's final report: loading the workflow shows the tab's last run (the other
     // renderer's, all done) at once, and the live one (running, pending) replaces it while the run goes.
     await page.waitForFunction((id) => {

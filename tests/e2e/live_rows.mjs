@@ -46,6 +46,7 @@ try {
   }));
   const ran = result.seen.promptId;
   result.seen = result.seen.seen;
+  if (!ran) throw new Error("the run's end came without its prompt id");
   // this run's final report (on a slow machine it may come after the 1.5 s watched above)
   await page.waitForFunction((id) => {
     const { report } = window.headroom;

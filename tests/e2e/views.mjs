@@ -82,6 +82,7 @@ try {
     await window.app.queuePrompt(0, 1);
     return ended;
   });
+  if (!ranId) throw new Error("the run's end came without its prompt id");
   // this run's report (not one shown before it, when the workflow was loaded)
   await page.waitForFunction((id) => window.headroom.report?.prompt_id === id && (window.headroom.report?.nodes?.length ?? 0) >= 3, ranId, { timeout: LONG });
   await page.waitForFunction(() => document.querySelectorAll(".headroom-node-row").length >= 3, null, { timeout: 60_000 });

@@ -69,7 +69,6 @@ def test_a_compile_node_the_prompt_does_not_run_or_on_another_chain_is_left_alon
     p["s2"] = {"class_type": "PreviewImage", "inputs": {"images": ["d2", 0]}}
     assert cudagraphs_streamed(parse_workflow(p), ["s", "s2"]) is None
     # only the outputs the host was asked to run count (a partial run of the frontend)
-    p["o2"]["inputs"]["model"] = ["x", 0]
     p["t2"] = {"class_type": "TorchCompileModel", "inputs": {"model": ["x", 0], "backend": "cudagraphs"}}
     p["o2"]["inputs"]["model"] = ["t2", 0]
     assert cudagraphs_streamed(parse_workflow(p), ["s"]) is None
@@ -88,13 +87,25 @@ def test_a_long_model_chain_is_walked_without_recursion() -> None:
     assert cudagraphs_streamed(parse_workflow(p), ["s"]) == ("t", "x")
 
 
+def test_a_model_cycle_ends_and_a_refusal_is_still_found() -> None:
+    p = prompt("compile stream")
+    p["t"]["inputs"]["model"] = ["x", 0]  # t reads x, x reads t: the host would refuse it when it runs
+    assert cudagraphs_streamed(parse_workflow(p), ["s"]) == ("t", "x")
+    p["t"]["inputs"]["model"] = ["t", 0]  # a node reading itself
+    assert cudagraphs_streamed(parse_workflow(p), ["s"]) == ("t", "x")
+
+
 def test_the_host_validation_answer_refuses_the_compile_nodes_backend() -> None:
-    valid = (True, None, ["s"], {})
-    answer = budget_check.refuse_at_validation(prompt("compile stream"), valid)
+    p = prompt("compile stream")
+    p["s2"] = {"class_type": "PreviewImage", "inputs": {"images": ["i", 0]}}  # an output that needs no model
+    p["i"] = {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 0}}
+    valid = (True, None, ["s", "s2"], {})
+    answer = budget_check.refuse_at_validation(p, valid)
     ok, error, outputs, node_errors = answer
     assert not ok and outputs == [] and error["type"] == "prompt_outputs_failed_validation"
     assert list(node_errors) == ["t"]
     entry = node_errors["t"]
+    # the outputs that need the compile node, as the host lists a node error's
     assert entry["class_type"] == "TorchCompileModel" and entry["dependent_outputs"] == ["s"]
     (err,) = entry["errors"]
     assert err["extra_info"] == {"input_name": "backend"} and err["details"] == REFUSAL
