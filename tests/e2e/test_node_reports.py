@@ -5,13 +5,14 @@ its tiles; VRAM Stats' table rows do not wrap (M18)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from typing import Any
 
 import pytest
 
-from headroom_testing.browser_server import TINY_CHECKPOINT, start_server
+from headroom_testing.browser_server import TINY_CHECKPOINT, TINY_PROMPT, start_server
 
 pytestmark = pytest.mark.e2e
 
@@ -23,16 +24,8 @@ PROMPT: dict[str, Any] = {
         "text_encoder_1": "none", "text_encoder_2": "none", "text_encoder_3": "none",
         "clip_type": "stable_diffusion", "vae": "none",
         "model_residency": "disk", "text_encoder_residency": "auto", "vae_residency": "auto"}},
-    "6": {"class_type": "CLIPTextEncode", "inputs": {"text": "a red cube", "clip": ["4", 1]}},
-    "7": {"class_type": "CLIPTextEncode", "inputs": {"text": "", "clip": ["4", 1]}},
-    "5": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
-    "3": {
-        "class_type": "KSampler",
-        "inputs": {
-            "model": ["4", 0], "positive": ["6", 0], "negative": ["7", 0], "latent_image": ["5", 0],
-            "seed": 1, "steps": 2, "cfg": 5.0, "sampler_name": "euler", "scheduler": "normal", "denoise": 1.0,
-        },
-    },
+    # the tiny workflow's prompts, latent and sampler (2 steps), reading the Offload Loader's outputs
+    **{n: copy.deepcopy(TINY_PROMPT[n]) for n in ("6", "7", "5", "3")},
     # auto on the CPU: a 64x64 image fits whole
     "8": {"class_type": DECODE, "inputs": {"samples": ["3", 0], "vae": ["4", 2], "vram_budget": "auto"}},
     "10": {"class_type": "HeadroomMemoryMonitor", "inputs": {"value": ["8", 0]}},
@@ -42,6 +35,7 @@ PROMPT: dict[str, Any] = {
     "12": {"class_type": DECODE, "inputs": {"samples": ["13", 0], "vae": ["4", 2], "vram_budget": "0.36"}},
     "14": {"class_type": "PreviewImage", "inputs": {"images": ["12", 0]}},
 }  # fmt: skip
+PROMPT["3"]["inputs"]["steps"] = 2
 # the titles the artist gives the nodes on the canvas
 TITLES = {"3": "Main sampler", "4": "Tiny checkpoint", "10": "Memory after decode", "8": "Decode the picture"}
 
