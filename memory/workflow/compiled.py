@@ -40,8 +40,6 @@ def cudagraphs_streamed(graph: Graph, outputs: Iterable[str]) -> tuple[str, str]
     KSampler; None when none does."""
     needed = reachable(graph, outputs)
     runs = [n for n in graph.nodes if n in needed]  # in prompt order
-    if not any(graph.nodes[n].inputs.get("backend") == "cudagraphs" for n in runs):
-        return None  # the common case, read in one pass
     memo: dict[str, Above] = {}
 
     def compute(node_id: str) -> Above:

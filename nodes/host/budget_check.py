@@ -13,16 +13,14 @@ from __future__ import annotations
 import logging
 
 from ...memory.deadline import PlanTimeout
-from ...memory.names import NODE_IDS
 from ...memory.planning.costmodel import Hardware
 from ...memory.planning.pipeline import BudgetRefused, plan_workflow
 from ...memory.workflow.compiled import REFUSAL as CUDAGRAPHS_REFUSAL
-from ...memory.workflow.compiled import cudagraphs_streamed
+from ...memory.workflow.compiled import STREAMING_NODES, cudagraphs_streamed
 from ...memory.workflow.graph import WorkflowError, parse_workflow, reachable
 from .lookups import HOST_MODEL_FILES
 
 _log = logging.getLogger("headroom")
-STREAM_NODES = frozenset({NODE_IDS["streaming_sampler"], NODE_IDS["stream_model"]})
 LIMIT_S = 2.0  # extraction only: far more than a real workflow takes
 
 
@@ -41,7 +39,7 @@ def _answer(answer: object) -> Answer | None:
 
 
 def _names_a_budget(node: object) -> bool:
-    if not isinstance(node, dict) or node.get("class_type") not in STREAM_NODES:
+    if not isinstance(node, dict) or node.get("class_type") not in STREAMING_NODES:
         return False
     budget = (node.get("inputs") or {}).get("vram_budget")
     return isinstance(budget, str) and budget.strip().lower() not in ("", "auto")

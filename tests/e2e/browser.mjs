@@ -2,7 +2,7 @@
 // Usage: node browser.mjs BASE_URL ARTIFACTS_DIR PROMPT.json PREFLIGHT_PROMPT.json
 // Prints one JSON line with what it saw; tests/e2e/test_browser.py asserts on it.
 import { readFileSync } from "node:fs";
-import { checkFitInToast, openComfy, runApiPrompt, setRenderer } from "./lib/page.mjs";
+import { checkFitInToast, openComfy, runApiPrompt, setRenderer, waitForFinalReport } from "./lib/page.mjs";
 
 const LONG = 180_000;
 const [base, artifacts, promptPath, preflightPath] = process.argv.slice(2);
@@ -20,13 +20,9 @@ try {
     await page.evaluate(() => { window.headroom.report = null; });
     const { event, promptId } = await runApiPrompt(page, prompt);
     if (event !== "execution_success" || !promptId) throw new Error(`the ${label} run ended with ${event} (${promptId})`);
-    // Wait for this prompt's final report: loading the workflow shows the tab's last run (the other
-    // renderer's, all done) at once, and the live one (running, pending) replaces it while the run goes.
-    await page.waitForFunction((id) => {
-      const { report, running } = window.headroom;
-      return !running && report?.prompt_id === id && !report.live && (report.nodes?.length ?? 0) >= 3
-        && report.nodes.every((r) => r.status !== "running" && r.status !== "pending");
-    }, promptId, { timeout: LONG });
+    // this prompt's final report: loading the workflow shows the tab's last run (the other renderer's,
+    // all done) at once, and the live one (running, pending) replaces it while the run goes
+    await waitForFinalReport(page, promptId, { minNodes: 3, timeout: LONG });
     result.steps.push(`ran (${label})`);
     return page.evaluate(() => {
       const monitor = window.app.graph.nodes.find((n) => n.comfyClass === "HeadroomMemoryMonitor");

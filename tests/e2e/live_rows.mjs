@@ -4,7 +4,7 @@
 // Usage: node live_rows.mjs BASE_URL ARTIFACTS_DIR PROMPT.json RENDERER(classic|vue)
 // Prints one JSON line; tests/e2e/test_live_rows.py asserts on it.
 import { readFileSync } from "node:fs";
-import { closeDialogs, openComfy } from "./lib/page.mjs";
+import { closeDialogs, openComfy, waitForFinalReport } from "./lib/page.mjs";
 
 const [base, artifacts, promptPath, renderer] = process.argv.slice(2);
 const prompt = JSON.parse(readFileSync(promptPath, "utf8"));
@@ -48,10 +48,7 @@ try {
   result.seen = result.seen.seen;
   if (!ran) throw new Error("the run's end came without its prompt id");
   // this run's final report (on a slow machine it may come after the 1.5 s watched above)
-  await page.waitForFunction((id) => {
-    const { report } = window.headroom;
-    return report?.prompt_id === id && !report.live && (report.nodes ?? []).every((r) => r.status !== "running" && r.status !== "pending");
-  }, ran, { timeout: 60_000 });
+  await waitForFinalReport(page, ran, { timeout: 60_000 });
   // the run's own figures: each node's time, in the order the report lists them (the order they ran)
   result.skippedSeen = Object.entries(result.seen).filter(([, row]) => row.states.includes("skipped")).map(([node]) => node);
   result.durations = await page.evaluate(() => (window.headroom.report?.nodes ?? []).map((n) => [String(n.node), n.duration_s ?? null, n.status]));

@@ -87,6 +87,16 @@ export async function runApiPrompt(page, apiPrompt, filename = "headroom-e2e.jso
   });
 }
 
+// Wait until the timeline shows the final report of prompt ``promptId`` (not the tab's last run, shown as
+// soon as its workflow is loaded, nor the live one the run updates), with at least ``minNodes`` rows.
+export function waitForFinalReport(page, promptId, { minNodes = 0, timeout = 180_000 } = {}) {
+  return page.waitForFunction(({ id, minNodes }) => {
+    const { report, running } = window.headroom;
+    return !running && report?.prompt_id === id && !report.live && (report.nodes?.length ?? 0) >= minNodes
+      && report.nodes.every((r) => r.status !== "running" && r.status !== "pending");
+  }, { id: promptId, minNodes }, { timeout });
+}
+
 // Load a UI-format workflow (what a user opens from a file or a template).
 export async function loadWorkflow(page, workflow, filename = "workflow.json") {
   await page.evaluate(async ({ workflow, filename }) => {
